@@ -10,14 +10,16 @@
    and not: ours (flash), the Numba naive pipeline, PyTorch's naive
    softmax(Q K^T) V, scaled_dot_product_attention with the math backend, the
    memory-efficient backend in fp32 and the flash backend in fp16 (context).
-   Time is the median of CUDA-event timings after warm-up (at least 0.1 s);
-   peak extra memory is torch.cuda.max_memory_allocated during one call, less
+   All variants of one case get the same inputs and are timed in turns
+   (ROUNDS rounds; a call is timed after warm-up of at least 0.1 s, with CUDA
+   events, and the median taken), so that the GPU's clocks and temperature,
+   which drift over a run, fall on all of them alike; peak extra memory is torch.cuda.max_memory_allocated during one call, less
    what was allocated before it (the output included); out-of-memory is
    recorded as such. For our kernel the time of the kernel alone (arguments
    prepared once) is recorded too: what the Python work around a launch costs.
 
 Before both, a few candidate tile shapes (TUNING_CANDIDATES) are timed at the
-target size and at seq 4096, and the fastest correct one is used for the rest
+target size and at seq 4096 (in turns, likewise), and the fastest correct one is used for the rest
 of the run; the table, with registers and shared memory per kernel, is saved too. Writes
 results/attention-<gpu-slug>-<date>.json (shape: CONVENTIONS.md) under --out
 (default: benchmarks/results). ``--quick`` runs a small part of each phase (a
@@ -58,6 +60,7 @@ VARIANTS = ("flash", "naive_numba", "torch_naive", "sdpa_math", "sdpa_efficient"
             "sdpa_flash_fp16")
 NAIVE_VARIANTS = ("naive_numba", "torch_naive", "sdpa_math")  # they hold seq x seq scores
 SLOW_CALL_S = 1.0  # past this, a variant is not run at longer sequences
+ROUNDS = 5  # the variants of one case are timed in turns, this many times
 
 
 # -----------------------------------------------------------------------------
@@ -148,19 +151,23 @@ def time_ms(function, warmup=2, repeats=10, warm_s=0.1):
     return statistics.median(times)
 
 
-def kernel_only_ms(q, k, v, causal):
-    """The flash kernel alone, its arguments prepared once: the time of a
-    flash_attention call less the Python work around the launch (checking the
-    inputs, allocating the outputs, Numba's launch). None if it cannot run."""
+def kernel_only_call(q, k, v, causal):
+    """The flash kernel alone, its arguments prepared once: timed beside a
+    flash_attention call, it shows what the Python work around the launch costs
+    (checking the inputs, allocating the outputs). None if it cannot run."""
     try:
         batch, heads, seq, head_dim = (int(n) for n in q.shape)
-        config = A.FLASH_CONFIGS[head_dim]
+        config = A._config_for(head_dim)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:3], dtype=q.dtype, device=q.device)
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
         scale2 = head_dim ** -0.5 / np.log(2.0)
-        return round(time_ms(lambda: A._launch_flash(config, causal, A.FAST_MATH, buffers,
-                                                     batch, heads, seq, scale2)), 4)
+
+        def launch(out=out, lse=lse):  # holds out and lse while it is timed
+            A._launch_flash(config, causal, A.FAST_MATH, buffers, batch, heads, seq, scale2)
+
+        launch()
+        return launch
     except Exception as error:  # a nicety beside the main timing, never fatal
         print(f"kernel-only timing failed: {type(error).__name__}: {error}", flush=True)
         return None
@@ -208,72 +215,107 @@ def validate(quick):
     return rows
 
 
+def interleaved_ms(calls, rounds=ROUNDS, slow_ms=50.0):
+    """The median time of each call, the calls timed in turns: every round
+    times each of them (time_ms) once, so that a change of clocks or
+    temperature during the run falls on all of them alike rather than on
+    whichever happened to be timed at that moment. A call slower than slow_ms
+    is timed in the first round only."""
+    samples = {name: [] for name in calls}
+    for round_index in range(rounds):
+        for name, call in calls.items():
+            if round_index and samples[name][0] > slow_ms:
+                continue
+            samples[name].append(time_ms(call, repeats=10))
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def benchmark(quick):
+    """For each seq (causal and not): every variant on the same inputs, once
+    for its peak memory and its errors, then all of them timed in turns."""
     seqs = (1024, 4096) if quick else BENCH_SEQS
     runs = contenders()
     too_slow = set()
     rows = []
     b, h, d = BENCH["batch"], BENCH["heads"], BENCH["head_dim"]
-    jobs = [(n, causal, name) for causal in (False, True) for n in seqs for name in VARIANTS]
-    for i, (n, causal, name) in enumerate(tqdm(jobs, desc="benchmark", mininterval=5)):
-        row = dict(variant=name, batch=b, heads=h, seq=n, head_dim=d, causal=causal,
-                   ms=None, tflops=None, peak_mem_bytes=None, max_abs_err=None,
-                   mean_rel_err=None, status="ok")
-        rows.append(row)
-        fits = A.extra_memory_bytes(b, h, n, "naive") < torch.cuda.get_device_properties(
-            0).total_memory
-        if (name, causal) in too_slow and not (name in NAIVE_VARIANTS and not fits):
-            # Too slow to time again; a naive variant whose score matrix cannot
-            # fit is still tried, since it fails at once with out-of-memory.
-            row["status"] = "skipped (slower than %.1f s a call at a shorter seq)" % SLOW_CALL_S
-            continue
+    total_memory = torch.cuda.get_device_properties(0).total_memory
+    cases = [(n, causal) for causal in (False, True) for n in seqs]
+    progress = tqdm(total=len(cases) * len(VARIANTS), desc="benchmark", mininterval=5)
+    for case_index, (n, causal) in enumerate(cases):
         torch.cuda.empty_cache()
-        q, k, v = random_qkv(b, h, n, d, seed=1000 + i)
-        if name == "sdpa_flash_fp16":
-            q, k, v = (x.half() for x in (q, k, v))
-        call = (lambda: runs[name](q, k, v, causal))
-        try:
-            row["peak_mem_bytes"], out = peak_extra_bytes(call)
-            ms = time_ms(call, repeats=30)
-        except torch.cuda.OutOfMemoryError:
-            row["status"] = "oom"
-            out = q = k = v = None
+        fp32_inputs = random_qkv(b, h, n, d, seed=1000 + case_index)
+        calls = {}  # variant -> what to time, for the variants that ran
+        for name in VARIANTS:
+            progress.update()
+            row = dict(variant=name, batch=b, heads=h, seq=n, head_dim=d, causal=causal,
+                       ms=None, tflops=None, peak_mem_bytes=None, max_abs_err=None,
+                       mean_rel_err=None, status="ok")
+            rows.append(row)
+            fits = A.extra_memory_bytes(b, h, n, "naive") < total_memory
+            if (name, causal) in too_slow and not (name in NAIVE_VARIANTS and not fits):
+                # Too slow to time again; a naive variant whose score matrix cannot
+                # fit is still tried, since it fails at once with out-of-memory.
+                row["status"] = "skipped (slower than %.1f s a call at a shorter seq)" % SLOW_CALL_S
+                continue
             torch.cuda.empty_cache()
-            continue
-        except Exception as error:
-            out = q = k = v = None
-            if "out of memory" in str(error).lower():  # numba's own allocation failure
+            inputs = fp32_inputs
+            if name == "sdpa_flash_fp16":
+                inputs = tuple(x.half() for x in fp32_inputs)
+            call = (lambda run=runs[name], inputs=inputs: run(*inputs, causal))
+            try:
+                row["peak_mem_bytes"], out = peak_extra_bytes(call)
+            except torch.cuda.OutOfMemoryError:
                 row["status"] = "oom"
-            elif name == "flash":
-                raise  # our kernel failing is a bug, not a data point
-            else:  # a backend PyTorch cannot run here, say
-                row["status"] = f"error: {type(error).__name__}: {str(error)[:120]}"
-            torch.cuda.empty_cache()
-            continue
-        row["ms"] = round(ms, 4)
-        row["tflops"] = round(A.attention_flops(b, h, n, d, causal) / ms / 1e9, 3)
-        if name == "flash":
-            row["kernel_ms"] = kernel_only_ms(q, k, v, causal)
-        if n <= 8192:  # the fp32 reference itself needs chunks of the score matrix
-            ref = reference(*(x.float() for x in (q, k, v)), causal)
-            row["max_abs_err"], row["mean_rel_err"] = errors(out, ref)
-            del ref
-        if ms / 1e3 > SLOW_CALL_S:
-            too_slow.add((name, causal))
-        del out, q, k, v
+                out = None
+                torch.cuda.empty_cache()
+                continue
+            except Exception as error:
+                out = None
+                if "out of memory" in str(error).lower():  # numba's own allocation failure
+                    row["status"] = "oom"
+                elif name == "flash":
+                    raise  # our kernel failing is a bug, not a data point
+                else:  # a backend PyTorch cannot run here, say
+                    row["status"] = f"error: {type(error).__name__}: {str(error)[:120]}"
+                torch.cuda.empty_cache()
+                continue
+            if n <= 8192:  # the fp32 reference itself needs chunks of the score matrix
+                ref = reference(*(x.float() for x in inputs), causal)
+                row["max_abs_err"], row["mean_rel_err"] = errors(out, ref)
+                del ref
+            del out
+            calls[name] = call
+            if name == "flash":
+                kernel_call = kernel_only_call(*fp32_inputs, causal)
+                if kernel_call is not None:
+                    calls["flash_kernel"] = kernel_call
+        times = interleaved_ms(calls)
+        for row in rows[-len(VARIANTS):]:
+            ms = times.get(row["variant"])
+            if ms is None:
+                continue
+            row["ms"] = round(ms, 4)
+            row["tflops"] = round(A.attention_flops(b, h, n, d, causal) / ms / 1e9, 3)
+            if row["variant"] == "flash" and "flash_kernel" in times:
+                row["kernel_ms"] = round(times["flash_kernel"], 4)
+            if ms / 1e3 > SLOW_CALL_S:
+                too_slow.add((row["variant"], causal))
+        del calls, fp32_inputs
+    progress.close()
     return rows
 
 
 TUNING_CANDIDATES = {
     # Tile shapes that read P and V four floats at a time; the first is the
-    # committed default. Those past 48 KiB of shared memory use dynamic shared
-    # memory (FlashConfig.dynamic_shared). The fastest
-    # correct one over seq 1024 and 4096 is used for the rest of the run.
-    64: [A.FlashConfig(64, 64, 32, 8, 8), A.FlashConfig(64, 64, 32, 8, 16),
-         A.FlashConfig(64, 64, 32, 4, 16), A.FlashConfig(64, 64, 32, 4, 8),
-         A.FlashConfig(64, 32, 32, 4, 16), A.FlashConfig(64, 32, 32, 4, 8),
-         # Past 48 KiB, in dynamic shared memory (none spills in ptxas for sm_90):
-         A.FlashConfig(64, 128, 32, 8, 16), A.FlashConfig(64, 128, 32, 8, 8),
+    # committed default, the second the portable one (it fits the static
+    # 48 KiB). Those past 48 KiB of shared memory use dynamic shared memory
+    # (FlashConfig.dynamic_shared); none of them spills in ptxas for sm_90.
+    # The fastest correct one over seq 1024 and 4096 is used for the rest of
+    # the run.
+    64: [A.FlashConfig(64, 128, 32, 8, 8), A.FlashConfig(64, 64, 32, 8, 8),
+         A.FlashConfig(64, 64, 32, 8, 16), A.FlashConfig(64, 64, 32, 4, 16),
+         A.FlashConfig(64, 64, 32, 4, 8), A.FlashConfig(64, 32, 32, 4, 16),
+         A.FlashConfig(64, 32, 32, 4, 8), A.FlashConfig(64, 128, 32, 8, 16),
          A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 64, 64, 4, 16),
          A.FlashConfig(64, 128, 64, 8, 16)],
     128: [A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16),
@@ -283,20 +325,21 @@ TUNING_CANDIDATES = {
 
 def pick_configs():
     """Time each candidate tile shape at the target size (seq 1024) and at seq
-    4096; install the correct one with the least total time in A.FLASH_CONFIGS
-    for the rest of the run. (Judging by seq 1024 alone once picked a shape
-    that was 15% slower at longer sequences, on a difference within the noise
-    at 1024.) Returns the table."""
+    4096, the candidates in turns (interleaved_ms); install the correct one
+    with the least total time in A.FLASH_CONFIGS for the rest of the run.
+    (Judging by seq 1024 alone once picked a shape that was 15% slower at
+    longer sequences, on a difference within the noise at 1024.) Returns the
+    table."""
     rows = []
     for d, configs in TUNING_CANDIDATES.items():
         q, k, v = random_qkv(4, 16, 1024, d, seed=d)
         q_long, k_long, v_long = random_qkv(4, 16, 4096, d, seed=d + 1)
         ref = reference(q, k, v, False)
-        best = None
+        calls, calls_long, ran = {}, {}, {}
         for config in configs:
             A.check_config(config)
 
-            def call(q=q, k=k, v=v):
+            def call(q=q, k=k, v=v, config=config):
                 return A._run_flash("torch", q, k, v, config, False, d ** -0.5, A.FAST_MATH)[0]
 
             try:
@@ -309,19 +352,24 @@ def pick_configs():
                 print(f"failed: {config}: {rows[-1]['error']}", flush=True)
                 continue
             max_abs, mean_rel = errors(first, ref)
-            ms = time_ms(call, warmup=3, repeats=30)
-            ms_long = time_ms(lambda: call(q_long, k_long, v_long), warmup=2, repeats=10)
-            ok = max_abs < MAX_ABS_ERR and mean_rel < MEAN_REL_ERR
             kernel = A._flash_kernel(config, False, True, A.FAST_MATH)
             rows.append(dict(config=str(config), head_dim=d, threads=config.threads,
                              tile_bytes=config.shared_bytes,
                              dynamic_shared=config.dynamic_shared,
-                             ms=round(ms, 4), ms_seq4096=round(ms_long, 4),
-                             max_abs_err=max_abs, mean_rel_err=mean_rel, passed=ok,
+                             max_abs_err=max_abs, mean_rel_err=mean_rel,
+                             passed=bool(max_abs < MAX_ABS_ERR and mean_rel < MEAN_REL_ERR),
                              **kernel_resources(kernel, ptx=True)))
-            print(f"{ms:8.3f} ms {ms_long:8.3f} ms  regs {rows[-1]['registers']:3d}  {config}",
+            calls[config] = call
+            calls_long[config] = (lambda call=call: call(q_long, k_long, v_long))
+            ran[config] = rows[-1]
+        times, times_long = interleaved_ms(calls, rounds=3), interleaved_ms(calls_long, rounds=3)
+        best = None
+        for config, row in ran.items():
+            ms, ms_long = times[config], times_long[config]
+            row.update(ms=round(ms, 4), ms_seq4096=round(ms_long, 4))
+            print(f"{ms:8.3f} ms {ms_long:8.3f} ms  regs {row['registers']:3d}  {config}",
                   flush=True)
-            if ok and (best is None or ms + ms_long < best[0]):
+            if row["passed"] and (best is None or ms + ms_long < best[0]):
                 best = (ms + ms_long, config)
         if best is None:
             raise RuntimeError(f"no candidate tile shape for head_dim {d} passed")
@@ -409,8 +457,12 @@ def main(argv=None):
         "gpu": gpu,
         "date": date,
         "versions": versions(),
-        "method": ("CUDA events, warm-up (at least 0.1 s of calls) then median of up to 30 "
-                   "calls (fewer for slow calls, about 2 s at most); TF32 off; errors "
+        "method": ("CUDA events, one call at a time; the variants of one case (and the "
+                   "tuning candidates) on the same inputs, timed in turns: "
+                   f"{ROUNDS} rounds (3 for tuning; one for calls over 50 ms), each "
+                   "a warm-up of at least 0.1 s of calls then 10 timed calls (fewer for "
+                   "slow calls, about 2 s at most); ms = median over the rounds of each "
+                   "round's median; TF32 off; errors "
                    "against PyTorch fp32 softmax(QK^T)V; "
                    "mean_rel_err = mean|ours - torch| / mean|torch|; peak_mem_bytes = "
                    "torch.cuda.max_memory_allocated during one call minus what was "
@@ -440,7 +492,9 @@ def main(argv=None):
             kernel = A._flash_kernel(cfg, causal, True, A.FAST_MATH)
             if kernel.overloads:
                 resources[f"head_dim={d},causal={causal}"] = dict(
-                    config=str(cfg), threads=cfg.threads, **kernel_resources(kernel))
+                    config=str(cfg), threads=cfg.threads,
+                    dynamic_shared_bytes=cfg.shared_bytes if cfg.dynamic_shared else 0,
+                    **kernel_resources(kernel))
     report["resources"] = resources
     save()
 

@@ -201,6 +201,29 @@ def test_flash_takes_torch_cuda_tensors():
     np.testing.assert_allclose(lse.cpu().numpy(), ref_lse, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.skipif(_torch_cuda() is None, reason="needs a GPU and torch with CUDA")
+def test_flash_refuses_tensors_on_another_gpu(monkeypatch):
+    # Raw pointers carry no device: tensors on a GPU other than the one the
+    # launch runs on must be refused, not read at another GPU's addresses.
+    torch = _torch_cuda()
+    q = torch.zeros((1, 1, 8, 64), device="cuda")
+    monkeypatch.setattr(A, "_current_gpu", lambda: q.get_device() + 1)
+    message = _error(A.flash_attention, q, q, q)
+    assert "GPU Numba launches on" in message and "select_device" in message
+
+
+@pytest.mark.skipif(not on_gpu(), reason="larger sizes only on a real GPU")
+def test_flash_falls_back_to_the_portable_shape_on_gpu(monkeypatch):
+    # A GPU that cannot give a block the tuned shape's shared memory runs the
+    # portable one, and still gets the right answer.
+    monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: 64 * 1024)
+    assert A._config_for(64) == A.PORTABLE_FLASH_CONFIGS[64]
+    q, k, v = qkv((1, 2, 150, 64), seed=13)
+    np.testing.assert_allclose(A.flash_attention(q, k, v, causal=True),
+                               A.reference_attention(q, k, v, causal=True), atol=ATOL,
+                               rtol=RTOL)
+
+
 @pytest.mark.skipif(not on_gpu(), reason="larger sizes only on a real GPU")
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
@@ -263,10 +286,14 @@ def test_tiled_traffic_grows_linearly_naive_quadratically():
     assert large / small == pytest.approx(4, rel=0.01)
     small, large = (A.flash_hbm_bytes(1, 1, n, 64) for n in (4096, 8192))
     assert large / small == pytest.approx(4, rel=0.02)  # K, V re-read per query tile
-    # With 64-row tiles and head_dim 64, re-reading K and V per tile costs half
-    # of what the score matrix costs: 2 N^2 d / 64 against 4 N^2 (d / 128 = 1/2).
-    ratio = A.flash_hbm_bytes(4, 16, 4096, 64) / A.naive_hbm_bytes(4, 16, 4096, 64)
-    assert ratio == pytest.approx(0.5, rel=0.02)
+    # With head_dim 64, re-reading K and V per tile of Br query rows costs
+    # 2 N^2 d / Br against the score matrix's 4 N^2: 32 / Br (1/2 for 64 rows).
+    naive = A.naive_hbm_bytes(4, 16, 4096, 64)
+    for block_rows in (64, 128):
+        ratio = A.flash_hbm_bytes(4, 16, 4096, 64, block_rows=block_rows) / naive
+        assert ratio == pytest.approx(32 / block_rows, rel=0.02)
+    assert A.flash_hbm_bytes(4, 16, 4096, 64) == A.flash_hbm_bytes(
+        4, 16, 4096, 64, block_rows=A.FLASH_CONFIGS[64].block_rows)
     # When the cache holds K and V, only Q, K, V and O cross: linear in seq.
     small, large = (A.flash_hbm_bytes(1, 1, n, 64, kv_cached=True) for n in (4096, 8192))
     assert large / small == pytest.approx(2)
@@ -286,9 +313,28 @@ def test_shared_traffic_counts_the_loops():
 
 
 def test_every_config_fits():
-    for head_dim, config in A.FLASH_CONFIGS.items():
+    # The portable shapes fit the static 48 KiB every GPU gives a block; the
+    # tuned ones fit the most an H100 gives, and fall back to the portable one.
+    for configs in (A.PORTABLE_FLASH_CONFIGS, A.FLASH_CONFIGS):
+        assert sorted(configs) == list(A.SUPPORTED_HEAD_DIMS)
+    for head_dim, config in A.PORTABLE_FLASH_CONFIGS.items():
         assert config.head_dim == head_dim
         assert A.check_config(config).shared_bytes <= A.STATIC_SHARED_LIMIT_BYTES
+    for head_dim, config in A.FLASH_CONFIGS.items():
+        assert config.head_dim == head_dim
+        assert A.check_config(config).shared_bytes <= A.DYNAMIC_SHARED_LIMIT_BYTES
+
+
+def test_a_gpu_without_the_shared_memory_gets_the_portable_shape(monkeypatch):
+    monkeypatch.setattr(A, "on_gpu", lambda: True)
+    monkeypatch.setattr(A, "_current_gpu", lambda: 0)
+    tuned = A.FLASH_CONFIGS[64]
+    assert tuned.dynamic_shared  # the case this test is about
+    for max_bytes, expected in ((64 * 1024, A.PORTABLE_FLASH_CONFIGS[64]),
+                                (227 * 1024, tuned)):
+        monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: max_bytes)
+        assert A._config_for(64) == expected
+    assert A._config_for(32) == A.FLASH_CONFIGS[32]  # static shapes never fall back
 
 
 # -----------------------------------------------------------------------------
@@ -357,3 +403,38 @@ def test_flash_kernel_other_tile_shape(config):
     ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.25, return_lse=True)
     np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
     np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+
+
+# -----------------------------------------------------------------------------
+# The chapter's reading of a results file
+
+
+def _result(variant, seq, causal, ms):
+    return dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=64, causal=causal,
+                ms=ms, tflops=1.0, peak_mem_bytes=1, max_abs_err=0.0, mean_rel_err=0.0,
+                status="ok" if ms else "oom")
+
+
+def test_benchmark_markdown_states_the_ratios_to_the_peer():
+    results = [_result("flash", 1024, False, 0.5), _result("sdpa_efficient", 1024, False, 0.625),
+               _result("torch_naive", 1024, False, 1.0),
+               _result("flash", 2048, False, 2.2), _result("sdpa_efficient", 2048, False, 2.0),
+               _result("flash", 4096, False, 8.0), _result("sdpa_efficient", 4096, False, None),
+               _result("flash", 1024, True, 0.3), _result("sdpa_efficient", 1024, True, 0.25),
+               _result("flash", 2048, True, 0.9), _result("sdpa_efficient", 2048, True, 1.0)]
+    data = dict(benchmark="attention", gpu="Test GPU", date="2026-01-01",
+                versions={}, results=results)
+    text = A.benchmark_markdown(data)
+    assert "takes 0.80 times its time (faster)" in text  # 0.5 / 0.625
+    assert "2.00x" in text  # the naive time over ours
+    # Ratios only where both ran (4096 is out of memory for the peer).
+    assert "Over N = 1,024 to 2,048 ours takes 0.80 to 1.10 times" in text
+    assert "0.90 to 1.20 times with the causal mask" in text
+
+
+def test_the_committed_results_file_reads():
+    paths = A.find_benchmark_results()
+    assert paths, "benchmarks/results holds an attention run"
+    data = A.load_benchmark(paths[-1])
+    text = A.benchmark_markdown(data)
+    assert data["gpu"] in text and "Validation grid" in text

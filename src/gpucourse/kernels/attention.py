@@ -40,6 +40,7 @@ but not torch.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import numbers
 from dataclasses import dataclass
@@ -132,13 +133,24 @@ class FlashConfig:
         return self.shared_bytes > STATIC_SHARED_LIMIT_BYTES
 
 
-# One tile shape per head dimension. Small ones keep the simulator fast (it
-# runs one OS thread per CUDA thread); 64 and 128 are tuned on the H100.
-FLASH_CONFIGS = {
+# Tile shapes that fit the 48 KiB of shared memory every CUDA GPU gives a
+# block: they run anywhere, and on the simulator. Small ones keep the
+# simulator fast (it runs one OS thread per CUDA thread).
+PORTABLE_FLASH_CONFIGS = {
     16: FlashConfig(16, block_rows=32, block_cols=32, thread_rows=4, thread_cols=4),
     32: FlashConfig(32, block_rows=32, block_cols=32, thread_rows=4, thread_cols=8),
     64: FlashConfig(64, block_rows=64, block_cols=32, thread_rows=8, thread_cols=8),
     128: FlashConfig(128, block_rows=32, block_cols=16, thread_rows=4, thread_cols=8),
+}
+# The tile shape flash_attention uses per head dimension, tuned on the H100
+# (benchmarks/attention.py). For head_dim 64 a block of 128 query rows wins:
+# its 67 KiB of tiles live in dynamic shared memory, which GPUs of compute
+# capability 8.0 and later give a block (up to 99 to 227 KiB) but older ones
+# (a T4: 64 KiB) cannot; there flash_attention falls back to the portable
+# shape (see `_config_for`).
+FLASH_CONFIGS = {
+    **PORTABLE_FLASH_CONFIGS,
+    64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
@@ -222,21 +234,23 @@ def _dtype_name(x, kind: str) -> str:
 
 def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
     """Validate q, k, v; return (kind, (batch, heads, seq, head_dim)).
-    head_dims=None accepts any head dimension."""
-    kinds = {name: _kind(x) for name, x in (("q", q), ("k", k), ("v", v))}
-    if len(set(kinds.values())) != 1:
+    head_dims=None accepts any head dimension. (Written for few Python
+    operations: it runs on every call, ahead of the launch.)"""
+    kind = _kind(q)
+    if _kind(k) != kind or _kind(v) != kind:
+        kinds = {name: _kind(x) for name, x in (("q", q), ("k", k), ("v", v))}
         raise ValueError(f"q, k and v must be of one kind (all numpy, all device arrays or "
                          f"all torch tensors), got {kinds}")
-    kind = kinds["q"]
-    for name, x in (("q", q), ("k", k), ("v", v)):
+    named = (("q", q), ("k", k), ("v", v))
+    for name, x in named:
         if len(x.shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions (batch, heads, seq, head_dim), "
                              f"got shape {tuple(x.shape)}")
         if _dtype_name(x, kind) != "float32":
             raise ValueError(f"{name} must be float32, got {_dtype_name(x, kind)}")
-    shape = tuple(int(n) for n in q.shape)
-    for name, x in (("k", k), ("v", v)):
-        if tuple(int(n) for n in x.shape) != shape:
+    shape = tuple(map(int, q.shape))
+    for name, x in named[1:]:
+        if tuple(x.shape) != shape:
             raise ValueError(f"q, k and v must have the same shape (batch, heads, seq, "
                              f"head_dim); q is {shape} but {name} is {tuple(x.shape)}")
     if min(shape) < 1:
@@ -244,7 +258,7 @@ def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
     if head_dims is not None and shape[3] not in head_dims:
         raise ValueError(f"head_dim must be one of {', '.join(map(str, head_dims))}, "
                          f"got {shape[3]}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
+    for name, x in named:
         if not _is_c_contiguous(x, kind):
             raise ValueError(f"{name} must be C-contiguous (row-major); got a strided view; "
                              f"pass a contiguous copy (np.ascontiguousarray or .contiguous())")
@@ -627,7 +641,15 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
         # both are multiples of four, a bank conflict on every load). Its
         # probabilities go to TM neighbouring slots row0 .. row0 + TM of P^T.
         row0 = ty * TM
-        q_start = cuda.blockIdx.x * BR
+        # Under a causal mask the last query tiles do the most work (they see the
+        # most keys). Blocks start roughly in the order of blockIdx.x, so the
+        # causal kernel takes the tiles last to first: the heavy ones start
+        # early and the light ones fill the gaps at the end, instead of a few
+        # heavy blocks running on alone after the rest are done.
+        if causal:
+            q_start = (cuda.gridDim.x - 1 - cuda.blockIdx.x) * BR
+        else:
+            q_start = cuda.blockIdx.x * BR
         bh = cuda.blockIdx.z * heads + cuda.blockIdx.y  # which (batch, head)
         head_base = bh * seq * D
         # Element t + it * THREADS of a (rows x D) tile is (row, col) =
@@ -866,17 +888,18 @@ FLASH_SIGNATURE = types.void(*(_FLOAT_POINTER,) * 5, int32, int32, float32)
 
 
 @lru_cache(maxsize=None)
-def _compiled_flash(kernel, dynamic_bytes=0):
-    """The kernel's one compiled form, and the default stream in the form its
-    launch takes (what Numba's `kernel[grid, block]` would use). A kernel with
-    more than 48 KiB of dynamic shared memory must opt in to it, once: Numba
-    has no API for that, so this sets the function attribute the way Numba's
-    own `set_shared_memory_carveout` sets its attribute."""
+def _compiled_flash(kernel, dynamic_bytes, device_id):
+    """What a launch of the kernel needs on one GPU, found once: the compiled
+    kernel and the default stream, in the forms `cuda.core.launch` takes (the
+    forms Numba's own launch passes it). A kernel with more than 48 KiB of
+    dynamic shared memory must opt in to it, once: Numba has no API for that,
+    so this sets the function attribute the way Numba's own
+    `set_shared_memory_carveout` sets its attribute."""
     compiled = next(iter(kernel.overloads.values()))
+    function = compiled._codelibrary.get_cufunc()
     if dynamic_bytes > STATIC_SHARED_LIMIT_BYTES:
         from numba.cuda.cudadrv.driver import binding, driver
 
-        function = compiled._codelibrary.get_cufunc()
         attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         try:
             driver.cuKernelSetAttribute(attribute, int(dynamic_bytes), function.handle,
@@ -884,22 +907,64 @@ def _compiled_flash(kernel, dynamic_bytes=0):
         except Exception as error:
             raise ValueError(f"this GPU cannot give a block {dynamic_bytes} bytes of shared "
                              f"memory ({error}); choose smaller tiles") from None
-    return compiled, kernel.configure((1,), (1,)).stream
+    return function.kernel, kernel.configure((1,), (1,)).stream
+
+
+def _current_gpu() -> int:
+    """The GPU of the calling thread's current CUDA context: the one a launch
+    runs on, and the one Numba reports (it attaches to the current context).
+    Asked of the driver directly, since Numba's `get_current_device` costs
+    several microseconds of Python on every call."""
+    from cuda.bindings import driver as cu
+
+    error, device = cu.cuCtxGetDevice()
+    if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
+        return cuda.get_current_device().id
+    return int(device)
+
+
+def _config_for(head_dim: int) -> FlashConfig:
+    """The tile shape for head_dim: FLASH_CONFIGS', or the portable one where
+    this GPU cannot give a block that much shared memory."""
+    config = FLASH_CONFIGS[head_dim]
+    if on_gpu() and config.dynamic_shared and \
+            config.shared_bytes > _max_shared_bytes_per_block(_current_gpu()):
+        return PORTABLE_FLASH_CONFIGS[head_dim]
+    return config
+
+
+@lru_cache(maxsize=None)
+def _max_shared_bytes_per_block(device_id: int) -> int:
+    """The most shared memory a block may opt in to on this GPU."""
+    from cuda.bindings import driver as cu
+
+    attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    error, value = cu.cuDeviceGetAttribute(attribute, device_id)
+    return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
 
 
 def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
-    GPU, flat arrays on the simulator. `scale` already carries log2(e)."""
+    GPU, flat arrays on the simulator. `scale` already carries log2(e).
+
+    On a GPU the launch goes straight to `cuda.core.launch`, the call Numba's
+    `kernel[grid, block](...)` ends in, with the arguments already in the
+    form it takes: pointers as integers, the scalars as ctypes values. Numba's
+    own path re-checks every argument's type and looks up the context on each
+    call, about 20 microseconds of Python that showed in the timings."""
     grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
     kernel = _flash_kernel(config, causal, on_gpu(), fastmath)
-    constants = (np.int32(seq), np.int32(heads), np.float32(scale))
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
     if on_gpu():
-        compiled, stream = _compiled_flash(kernel, dynamic_bytes)
-        compiled.launch([*buffers, *constants], grid, (config.threads, 1, 1), stream,
-                        dynamic_bytes)
+        from cuda.core import LaunchConfig, launch
+
+        function, stream = _compiled_flash(kernel, dynamic_bytes, _current_gpu())
+        shape = LaunchConfig(grid=grid, block=(config.threads, 1, 1), shmem_size=dynamic_bytes)
+        launch(stream, shape, function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
+               ctypes.c_float(scale))
     else:
-        kernel[grid, config.threads, 0, dynamic_bytes](*buffers, *constants)
+        kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(heads),
+                                                       np.float32(scale))
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
@@ -919,7 +984,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
-    out, lse = _run_flash(kind, q, k, v, FLASH_CONFIGS[head_dim], causal, s, FAST_MATH)
+    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim), causal, s, FAST_MATH)
     return (out, lse) if return_lse else out
 
 
@@ -935,14 +1000,14 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
 
         # Raw pointers carry no device: they must belong to the GPU Numba
         # launches on, or the kernel would read another GPU's addresses.
-        numba_device = cuda.get_current_device().id
-        devices = {name: x.device.index for name, x in (("q", q), ("k", k), ("v", v))}
-        if any(index != numba_device for index in devices.values()):
+        numba_device = _current_gpu()
+        if not q.get_device() == k.get_device() == v.get_device() == numba_device:
+            devices = {name: x.device.index for name, x in (("q", q), ("k", k), ("v", v))}
             raise ValueError(f"q, k and v must be on the GPU Numba launches on (cuda:"
                              f"{numba_device}), got {devices}; move them there, or select "
                              f"that GPU with numba.cuda.select_device")
-        out = torch.empty((batch, heads, seq, head_dim), dtype=torch.float32, device=q.device)
-        lse = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
+        out = torch.empty_like(q)  # q is a contiguous float32 tensor: so is out
+        lse = q.new_empty((batch, heads, seq))
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
         _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2)
         return out, lse
@@ -1248,6 +1313,19 @@ def _fmt(value, spec, missing="–"):
     return missing if value is None else format(value, spec)
 
 
+def _ratio_span(results, variant, peer, causal):
+    """(least, greatest) of variant's time over peer's, over the sequence
+    lengths where both ran, with the least and greatest of those lengths;
+    None if they never both ran."""
+    ours = {r["seq"]: r["ms"] for r in _rows(results, variant, causal) if r["ms"]}
+    theirs = {r["seq"]: r["ms"] for r in _rows(results, peer, causal) if r["ms"]}
+    both = sorted(set(ours) & set(theirs))
+    if not both:
+        return None
+    ratios = [ours[n] / theirs[n] for n in both]
+    return min(ratios), max(ratios), both[0], both[-1]
+
+
 def benchmark_markdown(data, causal=False):
     """Markdown for the chapter: the measured table at the source's
     configuration, the validation summary and where the naive versions ran out
@@ -1286,6 +1364,12 @@ def benchmark_markdown(data, causal=False):
         lines += ["", f"Against PyTorch's memory-efficient backend, the fp32 peer, ours takes "
                   f"{ratio:.2f} times its time"
                   + (" (faster)." if ratio < 1 else " (slower).")]
+    spans = [_ratio_span(results, "flash", "sdpa_efficient", mask) for mask in (False, True)]
+    if all(spans):
+        (low, high, n_low, n_high), (c_low, c_high, _, _) = spans
+        lines += ["", f"Over N = {n_low:,} to {n_high:,} ours takes {low:.2f} to {high:.2f} "
+                  f"times the memory-efficient backend's time without a mask, and "
+                  f"{c_low:.2f} to {c_high:.2f} times with the causal mask."]
     lines += ["", "The source's measurement at the same configuration, on a laptop RTX 2050:",
               "", "| variant | time (ms) |", "|---|---|"]
     lines += [f"| {name} | {ms:.2f} |" for name, ms in SOURCE_RTX2050_MS.items()]

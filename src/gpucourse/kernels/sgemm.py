@@ -237,8 +237,9 @@ _INLINE = {"forceinline": True} if on_gpu() else {}
 
 # Steps of the dot-product loop of levels 5 and 6 written out per pass (1, 2
 # or 4). benchmarks/sgemm.py times all three and uses the fastest for its run
-# (recorded as dot_unroll in its results). 1 is the kernel measured in the
-# committed results; 2 and 4 have not yet been timed on a GPU.
+# (recorded as dot_unroll in its results). On the H100 at 4096^3 one step per
+# pass was fastest (38.4 TFLOP/s, against 38.3 at two and 36.1 at four; see
+# benchmarks/NOTES.md), so it is the default.
 DOT_UNROLL = 1
 
 
@@ -483,7 +484,8 @@ def _make_2d_kernel(config: TileConfig):
 #     the next step's shared loads earlier, at the price of registers (122 at
 #     one step per pass, 126 at two, 157 at four, which halves the blocks an
 #     SM holds), so only a measurement can choose; the benchmark times all
-#     three.
+#     three. On the H100 the fewer instructions bought nothing: the loop is
+#     not limited by issuing them.
 # Level 6 is this same kernel with the tile sizes `autotune` measured best on
 # the GPU at hand.
 #
