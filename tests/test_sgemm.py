@@ -258,6 +258,36 @@ def test_occupancy_hand_worked():
     _fails(ladder.occupancy, -1, 0, 128, naming="registers_per_thread")
 
 
+def test_waves_hand_worked():
+    from gpucourse.kernels import sgemm_ladder as ladder
+
+    # 4096^2 in 64 x 256 tiles: 64 * 16 = 1024 blocks; 132 SMs x 2 = 264 slots,
+    # 3 full waves (792) and 232 blocks in the fourth: 232 / 264 full.
+    w = ladder.waves(4096, 4096, 64, 256, blocks_per_sm=2, sms=132)
+    assert w["blocks"] == 1024
+    assert w["waves"] == pytest.approx(1024 / 264)
+    assert w["last_wave_fill"] == pytest.approx(232 / 264)
+    # Ragged edges round up; an exact multiple fills its last wave.
+    assert ladder.waves(65, 257, 64, 256, blocks_per_sm=1, sms=4)["blocks"] == 4
+    assert ladder.waves(128, 512, 64, 256, blocks_per_sm=1, sms=4)["last_wave_fill"] == 1.0
+    _fails(ladder.waves, 4096, 4096, 0, 256, 2, naming="bm must be a whole number")
+
+
+def test_dot_unroll_probe_reads_the_committed_run():
+    from gpucourse.kernels import sgemm_ladder as ladder
+
+    record = ladder.load_results()
+    rows = ladder.dot_unroll_probe(record)
+    assert [r["unroll"] for r in rows] == [1, 2, 4]
+    raw = {r["unroll"]: r for r in record["dot_unroll_probe"]}
+    for r in rows:
+        assert r["tflops"] == raw[r["unroll"]]["tflops"]
+    # The benchmark runs level 6 with the fastest, and the package's default matches it.
+    assert record["dot_unroll"] == max(rows, key=lambda r: r["tflops"])["unroll"]
+    assert sgemm.DOT_UNROLL == record["dot_unroll"]
+    _fails(ladder.dot_unroll_probe, {"results": []}, naming="dot_unroll_probe")
+
+
 def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):
     from gpucourse.kernels import sgemm_ladder as ladder
 

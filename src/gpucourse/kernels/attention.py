@@ -48,6 +48,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -1149,32 +1150,14 @@ _RESULT_FIELDS = ("variant", "batch", "heads", "seq", "head_dim", "causal", "ms"
                   "peak_mem_bytes", "max_abs_err", "mean_rel_err")
 
 
-def results_dir():
-    """benchmarks/results of the course repository this package was installed from."""
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[3] / "benchmarks" / "results"
-
-
 def find_benchmark_results(directory=None):
     """Paths of the attention results files, newest date last (empty if none)."""
-    from pathlib import Path
-
-    directory = results_dir() if directory is None else Path(directory)
-    return sorted(directory.glob("attention-*.json"), key=lambda p: p.stem.rsplit("-", 3)[-3:])
+    return results_files.find_results("attention", directory)
 
 
 def load_benchmark(path):
     """Read one attention results file and check that it has the expected shape."""
-    import json
-    from pathlib import Path
-
-    data = json.loads(Path(path).read_text())
-    for key in ("benchmark", "gpu", "date", "versions", "results"):
-        if key not in data:
-            raise ValueError(f"{path} is not an attention results file: no {key!r} field")
-    if data["benchmark"] != "attention":
-        raise ValueError(f"{path} holds benchmark {data['benchmark']!r}, not 'attention'")
+    data = results_files.load_results("attention", path)
     for row in data["results"]:
         missing = [f for f in _RESULT_FIELDS if f not in row]
         if missing:

@@ -9,9 +9,9 @@ the axes; matplotlib is imported inside them.
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
+
+from gpucourse import results
 
 # The worklog's own table: Simon Boehm, "How to Optimize a CUDA Matmul Kernel
 # for cuBLAS-like Performance: a Worklog" (2022), CUDA C++ on an NVIDIA RTX
@@ -53,28 +53,10 @@ LEVEL_LABELS = {"1": "1 naive", "2": "2 coalesced", "3": "3 shared mem", "4a": "
                 "4b": "4b 2D tiling", "5": "5 vectorized", "6": "6 autotuned"}
 
 
-def results_dir() -> Path:
-    """benchmarks/results of the repository this package is installed from."""
-    return Path(__file__).resolve().parents[3] / "benchmarks" / "results"
-
-
 def load_results(path=None) -> dict:
     """The newest full sgemm results file in `path` (a folder or a file; default
-    results_dir()). Raises ValueError naming the folder when it holds none."""
-    path = results_dir() if path is None else Path(path)
-    if path.is_dir():
-        files = sorted(p for p in path.glob("sgemm-*.json") if not p.stem.endswith("-quick"))
-        if not files:
-            raise ValueError(f"path must be a folder holding sgemm-<gpu>-<date>.json results "
-                             f"or such a file, found none in {path}")
-        path = max(files, key=lambda p: p.stem[-10:])  # the newest date
-    if not path.is_file():
-        raise ValueError(f"path must be an sgemm results file or a folder of them, got {path}")
-    with open(path) as f:
-        record = json.load(f)
-    if record.get("benchmark") != "sgemm" or "results" not in record:
-        raise ValueError(f"path must be an sgemm benchmark results file, got {path}")
-    return record
+    benchmarks/results). Raises ValueError naming the folder when it holds none."""
+    return results.load_results("sgemm", path)
 
 
 def ladder(record: dict, m=4096, n=None, k=None) -> list[dict]:
@@ -135,6 +117,39 @@ def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, s
     blocks = limits[limiter]
     return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
             "occupancy": blocks * warps / (sm["threads"] // 32), "limiter": limiter}
+
+
+def waves(m, n, bm, bn, blocks_per_sm, sms=None) -> dict:
+    """How the blocks of an m x n product in bm x bn tiles fill the GPU.
+
+    A wave is one round of blocks on every SM at once (`sms` multiprocessors,
+    `blocks_per_sm` resident on each). Returns blocks, waves (fractional) and
+    last_wave_fill, the share of the last wave's slots that have a block: when
+    it is low, part of the GPU idles while the last blocks finish.
+    """
+    sms = H100_SM["sms"] if sms is None else sms
+    for name, value in (("m", m), ("n", n), ("bm", bm), ("bn", bn),
+                        ("blocks_per_sm", blocks_per_sm), ("sms", sms)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    blocks = math.ceil(m / bm) * math.ceil(n / bn)
+    slots = blocks_per_sm * sms
+    fill = (blocks % slots or slots) / slots
+    return {"blocks": blocks, "waves": blocks / slots, "last_wave_fill": fill}
+
+
+def dot_unroll_probe(record: dict) -> list[dict]:
+    """The benchmark's timing of the level-6 kernel with its dot loop written
+    out 1, 2 and 4 steps per pass (`sgemm.DOT_UNROLL`), in unroll order: each
+    row has unroll, tflops and registers_per_thread. Raises ValueError if the
+    record has none (runs before the probe existed)."""
+    rows = record.get("dot_unroll_probe") if isinstance(record, dict) else None
+    if not rows:
+        raise ValueError("record must be an sgemm results record with a dot_unroll_probe "
+                         "(benchmarks/sgemm.py --autotune records one)")
+    return sorted(({"unroll": r["unroll"], "tflops": r["tflops"],
+                    "registers_per_thread": r["registers_per_thread"]}
+                   for r in rows if r.get("passed")), key=lambda r: r["unroll"])
 
 
 # -----------------------------------------------------------------------------

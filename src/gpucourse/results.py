@@ -1,0 +1,58 @@
+"""The benchmark results files the book plots: where they are and how to read one.
+
+Every GPU benchmark run writes `benchmarks/results/<benchmark>-<gpu>-<date>.json`
+(the shape is in the project's CONVENTIONS: `benchmark`, `gpu`, `date`,
+`versions`, `method`, `results`). A `--quick` run (a smoke test of a script)
+writes a name ending in `-quick`, which the book never shows. The chapters
+find their newest file here, so that a re-run on the same GPU on a later day
+replaces what they show without an edit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+REQUIRED_FIELDS = ("benchmark", "gpu", "date", "versions", "results")
+
+
+def results_dir() -> Path:
+    """benchmarks/results of the repository this package is installed from."""
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def find_results(benchmark: str, directory=None) -> list[Path]:
+    """The full (not --quick) results files of `benchmark` in `directory`
+    (default results_dir()), oldest date first; empty if there are none."""
+    if not isinstance(benchmark, str) or not benchmark.isidentifier():
+        raise ValueError(f"benchmark must be a name such as 'sgemm', got {benchmark!r}")
+    directory = results_dir() if directory is None else Path(directory)
+    files = [p for p in directory.glob(f"{benchmark}-*.json") if not p.stem.endswith("-quick")]
+    return sorted(files, key=lambda p: (p.stem[-10:], p.stem))  # the date ends the name
+
+
+def load_results(benchmark: str, path=None) -> dict:
+    """One results file of `benchmark`: `path` itself, or the newest in the
+    folder `path` (default results_dir()). Raises ValueError naming what was
+    wrong: no such file, or a file of another shape or benchmark."""
+    path = results_dir() if path is None else Path(path)
+    if path.is_dir():
+        files = find_results(benchmark, path)
+        if not files:
+            raise ValueError(f"path must be a folder holding {benchmark}-<gpu>-<date>.json "
+                             f"results or such a file, found none in {path}")
+        path = files[-1]
+    if not path.is_file():
+        raise ValueError(f"path must be a {benchmark} results file or a folder of them, "
+                         f"got {path}")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a JSON file: {error}") from None
+    missing = [f for f in REQUIRED_FIELDS if f not in record] if isinstance(record, dict) \
+        else list(REQUIRED_FIELDS)
+    if missing:
+        raise ValueError(f"{path} is not a benchmark results file: it lacks {missing}")
+    if record["benchmark"] != benchmark:
+        raise ValueError(f"{path} holds benchmark {record['benchmark']!r}, not {benchmark!r}")
+    return record
