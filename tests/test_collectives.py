@@ -453,3 +453,196 @@ def test_importing_collectives_imports_neither_torch_nor_numba():
             "assert 'torch' not in sys.modules and 'numba' not in sys.modules, "
             "[m for m in sys.modules if m.startswith(('torch', 'numba'))][:5]")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -----------------------------------------------------------------------------
+# Measured on GPUs: the results file of benchmarks/collectives_gpu.py
+
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "other": lambda n: (n - 1) / n}
+
+
+def _row(algorithm, size, seconds, n=4):
+    """A results row as the benchmark writes it, with bus bandwidth worked out
+    here: algbw = bytes / seconds, times 2(N-1)/N for an all-reduce and
+    (N-1)/N for a reduce-scatter or an all-gather."""
+    all_reduce = algorithm in ("builtin", "ring", "naive")
+    factor = BUS_FACTOR["all_reduce" if all_reduce else "other"](n)
+    return {"algorithm": algorithm, "world_size": n, "bytes": size, "seconds": seconds,
+            "algbw_bytes_per_s": size / seconds, "busbw_bytes_per_s": size / seconds * factor}
+
+
+def _record(rows, **extra):
+    record = {"benchmark": "collectives", "gpu": "Test GPU", "date": "2026-01-02",
+              "versions": {"torch": "9.9", "nccl": "1.2.3"}, "results": rows}
+    record.update(extra)
+    return record
+
+
+def test_measured_bus_bandwidth_and_ratio_by_hand():
+    # N = 4: 4096 bytes in 1 us is 4.096 GB/s algbw, x 1.5 = 6.144 GB/s bus;
+    # the ring's 2 us halves it; at 1024 bytes both take 1 us.
+    record = _record([_row("builtin", 4096, 1e-6), _row("builtin", 1024, 1e-6),
+                      _row("ring", 1024, 1e-6), _row("ring", 4096, 2e-6), _row("ring", 8192, 3e-6)])
+    sizes, busbw = C.measured_bus_bandwidth(record, "builtin")
+    np.testing.assert_array_equal(sizes, [1024, 4096])  # sorted by size
+    np.testing.assert_allclose(busbw, [1.536e9, 6.144e9])
+    # The largest size both have is 4096 (the ring's 8192 has no partner).
+    assert C.bus_bandwidth_ratio(record) == pytest.approx(3.072e9 / 6.144e9)
+    assert C.bus_bandwidth_ratio(record, message_bytes=1024) == pytest.approx(1.0)
+    assert C.bus_bandwidth_ratio(record, "builtin", "ring") == pytest.approx(2.0)
+    assert C.measured_algorithms(record) == ["builtin", "ring"]
+
+
+def test_bandwidth_bound_bytes_by_hand():
+    # Bus bandwidth 1, 5, 9, 7, 10 (peak 10). At share 0.8 (8): 7 at the
+    # fourth size falls short after 9 had passed, so it "stays" only from the
+    # fifth; at 0.5 from the second; at 1 only the peak itself; at 0.1 all.
+    record = _record([_row("builtin", 2 ** k, 2 ** k / (b * 1e9 * 1.5), n=4)
+                      for k, b in zip(range(10, 15), (1, 5, 9, 7, 10))])
+    assert C.bandwidth_bound_bytes(record) == 2 ** 14
+    assert C.bandwidth_bound_bytes(record, share=0.5) == 2 ** 11
+    assert C.bandwidth_bound_bytes(record, share=1) == 2 ** 14
+    assert C.bandwidth_bound_bytes(record, share=0.1) == 2 ** 10
+
+
+def test_fit_measured_recovers_known_latency_and_bandwidth():
+    sizes = [4096 * 4 ** k for k in range(8)]
+    alpha, beta = 20e-6, 300e9
+    rows = [_row("ring", s, C.alpha_beta_time_s(s, 2, alpha, beta), n=2) for s in sizes]
+    rows += [_row("naive", s, 2 * alpha + 2 * s / beta, n=2) for s in sizes]  # naive by hand
+    rows += [_row("ring_all_gather", s, alpha + s / 2 / beta, n=2) for s in sizes]
+    record = _record(rows)
+    for algorithm in ("ring", "naive", "ring_all_gather"):
+        fit = C.fit_measured(record, algorithm)
+        assert fit.latency_s == pytest.approx(alpha, rel=1e-9)
+        assert fit.bandwidth_bytes_per_s == pytest.approx(beta, rel=1e-9)
+        assert fit.points == len(sizes) and fit.algorithm == C.MEASURED_MODEL[algorithm]
+    # From 1 MiB up: 4096 * 4^k >= 2^20 for k = 4 ... 7.
+    assert C.fit_measured(record, "ring", min_bytes=2 ** 20).points == 4
+    table = C.measured_fits_markdown(record, 2 ** 20)
+    lines = table.splitlines()
+    assert len(lines) == 2 + 3 and "from 1 MiB" in lines[0]
+    assert lines[2].startswith("| all-reduce, our ring | 20 | 300 | 0.0% | 20 | 300 | 0.0% |")
+
+
+def test_format_bytes_by_hand():
+    assert C.format_bytes(100) == "100 B"
+    assert C.format_bytes(4096) == "4 KiB"
+    assert C.format_bytes(1536) == "1.5 KiB"
+    assert C.format_bytes(256 * 2 ** 20) == "256 MiB"
+    assert C.format_bytes(2 ** 31) == "2 GiB"
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        C.format_bytes(-1)
+
+
+def test_measured_checks_and_setup_by_hand():
+    checks = [{"check": "a", "max_abs_diff": 0.0, "passed": True},
+              {"check": "b", "max_abs_diff": 1e-13, "passed": True},
+              {"check": "c", "max_abs_diff": 2.0, "passed": False}]
+    record = _record([_row("ring", 8, 1e-6)], checks=checks)
+    assert C.measured_checks(record) == {"passed": 2, "total": 3, "max_abs_diff": 2.0}
+    topology = ("\t\x1b[4mGPU0\tGPU1\tCPU Affinity\x1b[0m\nGPU0\t X \tNV12\t0-31\n"
+                "GPU1\tNV12\t X \t0-31\n\nLegend: ...")
+    setup = C.measured_setup(_record([], topology=topology, gpu_count=2,
+                                     environment={"NCCL_NVLS_ENABLE": "0"}))
+    assert setup == {"gpu": "Test GPU", "gpu_count": 2, "date": "2026-01-02", "torch": "9.9",
+                     "nccl": "1.2.3", "link": "NV12", "multicast_off": True}
+    bare = C.measured_setup(_record([]))
+    assert bare["link"] is None and bare["multicast_off"] is False
+
+
+def test_the_committed_gpu_run():
+    from gpucourse import results
+
+    record = results.load_results("collectives")
+    rows = record["results"]
+    # The file's own arithmetic: bus bandwidth from bytes, seconds and N.
+    for r in rows:
+        kind = "all_reduce" if r["algorithm"] in ("builtin", "ring", "naive") else "other"
+        assert r["busbw_bytes_per_s"] == pytest.approx(
+            r["bytes"] / r["seconds"] * BUS_FACTOR[kind](r["world_size"]), rel=1e-9)
+    # The ratio at the largest size, straight from the rows.
+    largest = max(r["bytes"] for r in rows)
+    at = {r["algorithm"]: r["busbw_bytes_per_s"] for r in rows if r["bytes"] == largest}
+    assert C.bus_bandwidth_ratio(record) == pytest.approx(at["ring"] / at["builtin"], rel=1e-12)
+    assert C.bus_bandwidth_ratio(record, "ring_all_gather", "builtin_all_gather") == \
+        pytest.approx(at["ring_all_gather"] / at["builtin_all_gather"], rel=1e-12)
+    # Refitting every size gives what the benchmark stored.
+    for algorithm, stored in record["fits"].items():
+        fit = C.fit_measured(record, algorithm)
+        assert fit.latency_s == pytest.approx(stored["latency_s"], rel=1e-9)
+        assert fit.bandwidth_bytes_per_s == pytest.approx(stored["bandwidth_bytes_per_s"], rel=1e-9)
+        assert fit.rms_relative_error == pytest.approx(stored["rms_relative_error"], rel=1e-9)
+    # The checks, counted here.
+    summary = C.measured_checks(record)
+    assert summary["total"] == len(record["checks"])
+    assert summary["passed"] == sum(c["passed"] for c in record["checks"])
+    assert summary["max_abs_diff"] == max(c["max_abs_diff"] for c in record["checks"])
+    # The bandwidth-bound edge: NCCL's all-reduce is at >= 80% of its peak from
+    # there on, and below it just before.
+    edge = C.bandwidth_bound_bytes(record)
+    builtin = sorted((r["bytes"], r["busbw_bytes_per_s"]) for r in rows
+                     if r["algorithm"] == "builtin")
+    peak = max(b for _, b in builtin)
+    assert all(b >= 0.8 * peak for s, b in builtin if s >= edge)
+    assert [b for s, b in builtin if s < edge][-1] < 0.8 * peak
+    assert C.measured_setup(record)["gpu"] == record["gpu"]
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: C.measured_bus_bandwidth([], "ring"), "record must be a collectives results record"),
+    (lambda: C.measured_bus_bandwidth(_record([]), "ring"), "record must be a collectives"),
+    (lambda: C.measured_bus_bandwidth(_record([{"algorithm": "ring"}]), "ring"),
+     "record must hold rows with"),
+    (lambda: C.measured_bus_bandwidth(_record([_row("ring", 8, 1e-6)]), "tree"),
+     r"algorithm must be one measured in the record \(ring\)"),
+    (lambda: C.measured_bus_bandwidth(_record([_row("ring", 8, 1e-6)] * 2), "ring"),
+     "one row per message size"),
+    (lambda: C.bus_bandwidth_ratio(_record([_row("ring", 8, 1e-6), _row("builtin", 16, 1e-6)])),
+     "reference must share a message size"),
+    (lambda: C.bus_bandwidth_ratio(_record([_row("ring", 8, 1e-6), _row("builtin", 8, 1e-6)]),
+                                   message_bytes=16), "message_bytes must be a size both"),
+    (lambda: C.bandwidth_bound_bytes(_record([_row("builtin", 8, 1e-6)]), share=0),
+     r"share must be in \(0, 1\]"),
+    (lambda: C.bandwidth_bound_bytes(_record([_row("builtin", 8, 1e-6)]), share=1.5),
+     r"share must be in \(0, 1\]"),
+    (lambda: C.fit_measured(_record([_row("ring", 8, 1e-6), _row("ring", 16, 2e-6)]), "ring",
+                            min_bytes=16), "min_bytes must leave at least two"),
+    (lambda: C.fit_measured(_record([_row("ring", 8, 1e-6)]), "ring", min_bytes=-1),
+     "min_bytes must be >= 0"),
+    (lambda: C.fit_measured(_record([_row("tree", 8, 1e-6), _row("tree", 16, 2e-6)]), "tree"),
+     "algorithm must be one of builtin"),
+    (lambda: C.measured_checks(_record([])), "record must carry a non-empty 'checks'"),
+    (lambda: C.measured_checks(_record([], checks=[{"passed": True}])),
+     "record must carry a non-empty 'checks'"),
+    (lambda: C.measured_setup(["gpu"]), "record must be a results record"),
+    (lambda: C.measured_setup({"gpu": "x"}), "it lacks"),
+    (lambda: C.measured_fits_markdown(_record([_row("ring", 8, 1e-6)]), 0, algorithms=()),
+     "algorithms must name at least one"),
+    (lambda: C.plot_measured_bus_bandwidth(_record([_row("ring", 8, 1e-6)]), algorithms=()),
+     "algorithms must name at least one"),
+    (lambda: C.plot_measured_fit(_record([_row("ring", 8, 1e-6)]), algorithms=()),
+     "algorithms must name at least one"),
+])
+def test_bad_measured_input_names_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_measured_plots_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpucourse import results
+
+    record = results.load_results("collectives")
+    ax = C.plot_measured_bus_bandwidth(record)
+    assert ax.get_xscale() == "log" and len(ax.get_lines()) == len(C.ALL_REDUCES)
+    ax = C.plot_measured_bus_bandwidth(record, C.SCATTER_GATHERS)
+    assert len(ax.get_lines()) == len(C.SCATTER_GATHERS)
+    # One measured set of points and two model lines per algorithm.
+    ax = C.plot_measured_fit(record, ("builtin", "ring"), min_bytes=C.bandwidth_bound_bytes(record))
+    assert len(ax.collections) == 2 and len(ax.get_lines()) == 4 and ax.get_yscale() == "log"
+    plt.close("all")

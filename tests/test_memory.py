@@ -309,3 +309,160 @@ def test_importing_memory_imports_neither_torch_nor_numba():
             "print(any(m.split('.')[0] in ('torch', 'numba', 'matplotlib') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -----------------------------------------------------------------------------
+# The GPU measurement (benchmarks/memory_gpu.py's results file)
+
+N_EVEN = 4 * (12 * 64 ** 2 + 13 * 64)  # 4 layers of 12h² + 13h, h = 64: 199,936 parameters
+
+# Allocator readings by hand, in units of 10 kB: (phase, step, allocated, peak).
+HAND_PHASES = [("setup", -1, 100, 150), ("forward", 0, 600, 700), ("backward", 0, 300, 900),
+               ("optimizer", 0, 500, 550), ("forward", 1, 800, 850), ("backward", 1, 500, 1000),
+               ("optimizer", 1, 500, 520)]
+
+
+def _hand_record():
+    """A memory results record built by hand for the even model on 2 ranks:
+    every row equals the even split (DDP 4+4+8 bytes per parameter, ZeRO-1
+    Adam halved, FSDP2 all halved), except FSDP2 rank 1, whose parameters are
+    4 bytes off."""
+    import dataclasses
+
+    n = N_EVEN
+    split = {"ddp": (4 * n, 4 * n, 8 * n), "zero1": (4 * n, 4 * n, 4 * n),
+             "fsdp2": (2 * n, 2 * n, 4 * n)}
+    rows = []
+    for wrapper, (p, g, o) in split.items():
+        for rank in (0, 1):
+            if wrapper == "fsdp2" and rank == 1:
+                p += 4
+            rows.append(dict(
+                model="even", wrapper=wrapper, world_size=2, rank=rank,
+                measured_bytes=dict(params=p, grads=g, optimizer=o),
+                phases=[dict(phase=ph, step=s, allocated_bytes=a * 10_000, peak_bytes=k * 10_000)
+                        for ph, s, a, k in HAND_PHASES]))
+    return dict(benchmark="memory", gpu="Test GPU", gpu_count=2, date="2026-01-01",
+                versions={}, configs={"even": dataclasses.asdict(memory.EVEN)}, results=rows)
+
+
+def test_gpu_compare_on_a_hand_made_record():
+    rows = memory.gpu_compare(_hand_record())
+    assert len(rows) == 6
+    n = N_EVEN
+    for r in rows:
+        expected = {"ddp": (4 * n, 4 * n, 8 * n), "zero1": (4 * n, 4 * n, 4 * n),
+                    "fsdp2": (2 * n, 2 * n, 4 * n)}[r["wrapper"]]
+        assert tuple(r["formula"]) == tuple(r["layout"]) == expected  # even sizes: both agree
+    off = [r for r in rows if r["measured"] != r["layout"]]
+    assert [(r["wrapper"], r["rank"]) for r in off] == [("fsdp2", 1)]
+    assert off[0]["measured"][0] == 2 * n + 4
+    table = memory.compare_table(rows)
+    assert table.count("| exact |") == 5 and table.count("**differs**") == 1
+    assert "| even | ddp | 2 | 0 | 799.7 / 799.7 / 1,599.5 | 799.7 / 799.7 / 1,599.5 | exact |" in table
+
+
+def test_gpu_phases_and_peaks_on_a_hand_made_record():
+    record = _hand_record()
+    phases = memory.gpu_phases(record, "even", rank=1)
+    assert list(phases) == ["ddp", "zero1", "fsdp2"]
+    assert [label for label, _, _ in phases["ddp"]] == [
+        "setup", "forward 1", "backward 1", "optimizer 1", "forward 2", "backward 2", "optimizer 2"]
+    assert phases["zero1"][2] == ("backward 1", 3_000_000, 9_000_000)
+    peaks = {p["wrapper"]: p for p in memory.gpu_peaks(record, "even", rank=0)}
+    n = N_EVEN
+    ddp = peaks["ddp"]
+    assert ddp["peak_bytes"] == 10_000_000 and ddp["peak_phase"] == "backward 2"
+    assert ddp["model_states_bytes"] == ddp["measured_states_bytes"] == 16 * n
+    assert ddp["states_share"] == pytest.approx(16 * n / 10_000_000)
+    assert ddp["setup_bytes"] == 1_000_000
+    assert ddp["forward_bytes"] == 6_000_000 - 1_000_000
+    assert ddp["first_optimizer_bytes"] == 5_000_000 - 3_000_000
+    assert ddp["final_extra_bytes"] == 5_000_000 - 16 * n
+    assert peaks["fsdp2"]["model_states_bytes"] == 8 * n
+    # rank 1's FSDP2 row counts its 4 extra bytes as measured, not as predicted
+    fsdp_r1 = {p["wrapper"]: p for p in memory.gpu_peaks(record, "even", rank=1)}["fsdp2"]
+    assert fsdp_r1["measured_states_bytes"] == 8 * n + 4 and fsdp_r1["model_states_bytes"] == 8 * n
+    table = memory.gpu_peak_table(record, "even", 0)
+    assert f"| DDP | {16 * n / 1e9:.3f} | 0.010 | {100 * 16 * n / 1e7:.0f}% | backward 2 |" in table
+
+
+def test_the_committed_gpu_file_matches_the_predictions():
+    from gpucourse import results
+
+    record = results.load_results("memory")
+    rows = memory.gpu_compare(record)
+    raw = record["results"]
+    assert len(rows) == len(raw) > 0
+    # The counts straight from the file's own bytes and flags ...
+    layout_in_file = sum(r["measured_bytes"] == r["layout_bytes"] for r in raw)
+    formula_in_file = sum(r["measured_bytes"] == r["formula_bytes"] for r in raw)
+    assert layout_in_file == sum(r["matches_layout"] for r in raw)
+    assert formula_in_file == sum(r["matches_formula"] for r in raw)
+    # ... equal what today's predict() gives: every row matches the layout,
+    # and only rows of the odd model under FSDP2 miss the even-split formula.
+    assert sum(r["measured"] == r["layout"] for r in rows) == layout_in_file == len(rows)
+    assert sum(r["measured"] == r["formula"] for r in rows) == formula_in_file
+    assert {(r["model"], r["wrapper"]) for r in rows if r["measured"] != r["formula"]} \
+        <= {("odd", "fsdp2")}
+    # The parameters the file counted are the ones the config describes.
+    for r in raw:
+        shapes = memory.tiny_param_shapes(memory.TinyConfig(**record["configs"][r["model"]]))
+        assert r["n_params"] == sum(math.prod(s) for s in shapes)
+
+
+def test_the_committed_gpu_file_peaks():
+    from gpucourse import results
+
+    record = results.load_results("memory")
+    for p in memory.gpu_peaks(record, "even_large", 0):
+        row = next(r for r in record["results"] if r["model"] == "even_large"
+                   and r["wrapper"] == p["wrapper"] and r["rank"] == 0)
+        # the peak over the phases is the run's own max_memory_allocated
+        assert p["peak_bytes"] == row["max_memory_allocated_bytes"]
+        assert p["final_extra_bytes"] == row["final_minus_model_states_bytes"]
+        assert p["model_states_bytes"] == p["measured_states_bytes"]  # even sizes: exact
+        assert 0 < p["states_share"] < 1
+
+
+def test_plot_gpu_phases_draws_every_phase():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    record = _hand_record()
+    _, ax = plt.subplots()
+    assert memory.plot_gpu_phases(record, "even", ax=ax) is ax
+    assert len(ax.patches) == 2 * 3 * len(HAND_PHASES)  # a peak and an allocated bar each
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert sorted(line.get_ydata()[0] for line in dashed) == pytest.approx(
+        [8 * N_EVEN / 1e9, 12 * N_EVEN / 1e9, 16 * N_EVEN / 1e9])
+    plt.close("all")
+
+
+def _without_readings():
+    record = _hand_record()
+    record["results"][0]["phases"][1]["peak_bytes"] = None  # as --cpu-smoke writes
+    return record
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: memory.gpu_compare({"benchmark": "sgemm", "results": []}),
+     r"record must be a memory results file"),
+    (lambda: memory.gpu_compare([1, 2]), r"record must be a memory results file"),
+    (lambda: memory.gpu_compare({**_hand_record(), "configs": {}}),
+     r"has no entry in its configs"),
+    (lambda: memory.gpu_phases(_hand_record(), "huge"), r"model must be one of even, got 'huge'"),
+    (lambda: memory.gpu_compare({**_hand_record(), "configs": {"even": {"width": 3}}}),
+     r"record's configs\['even'\] must hold TinyConfig's fields"),
+    (lambda: memory.gpu_peaks(_hand_record(), "even", rank=2), r"rank must be one of \[0, 1\], got 2"),
+    (lambda: memory.gpu_peaks(_hand_record(), "even", rank=True), r"rank must be one of"),
+    (lambda: memory.plot_gpu_phases(_without_readings(), "even"),
+     r"record must hold CUDA allocator readings"),
+    (lambda: memory.compare_table([]), r"rows must be a non-empty list"),
+    (lambda: memory.compare_table([{"model": "even"}]), r"rows must be compare\(\) rows with keys"),
+])
+def test_bad_gpu_input_is_named(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

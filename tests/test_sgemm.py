@@ -267,6 +267,7 @@ def test_waves_hand_worked():
     assert w["blocks"] == 1024
     assert w["waves"] == pytest.approx(1024 / 264)
     assert w["last_wave_fill"] == pytest.approx(232 / 264)
+    assert w["tail_idle"] == pytest.approx(1 - 1024 / (4 * 264))  # 32 of 1056 slot-waves
     # Ragged edges round up; an exact multiple fills its last wave.
     assert ladder.waves(65, 257, 64, 256, blocks_per_sm=1, sms=4)["blocks"] == 4
     assert ladder.waves(128, 512, 64, 256, blocks_per_sm=1, sms=4)["last_wave_fill"] == 1.0

@@ -644,6 +644,273 @@ def plot_measured_vs_model(rows, fit, ax=None):
 
 
 # -----------------------------------------------------------------------------
+# Measured on GPUs: reading a results file of benchmarks/collectives_gpu.py
+#
+# The chapter reads the record with gpucourse.results.load_results("collectives")
+# and passes it to the functions below. Its "results" rows carry
+# {"algorithm", "world_size", "bytes", "seconds", "algbw_bytes_per_s",
+# "busbw_bytes_per_s"}: bytes is the whole tensor, algbw = bytes / seconds, and
+# busbw = algbw * 2(N-1)/N for an all-reduce, * (N-1)/N for a reduce-scatter or
+# an all-gather (the convention of NVIDIA's nccl-tests), which reads as the
+# bandwidth of each link whatever N is. Its "checks" rows compare our
+# collectives with NCCL's on the GPUs: {"check", "max_abs_diff", "passed", ...}.
+
+# Each measured algorithm, and the alpha-beta model fitted to it (NCCL's
+# built-ins are fitted with the ring model, as the benchmark does).
+MEASURED_MODEL = {
+    "builtin": "ring_all_reduce", "ring": "ring_all_reduce", "naive": "naive_all_reduce",
+    "builtin_reduce_scatter": "ring_reduce_scatter", "ring_reduce_scatter": "ring_reduce_scatter",
+    "builtin_all_gather": "ring_all_gather", "ring_all_gather": "ring_all_gather",
+}
+MEASURED_LABELS = {
+    "builtin": "all-reduce, NCCL", "ring": "all-reduce, our ring",
+    "naive": "all-reduce, our naive",
+    "builtin_reduce_scatter": "reduce-scatter, NCCL",
+    "ring_reduce_scatter": "reduce-scatter, our ring",
+    "builtin_all_gather": "all-gather, NCCL", "ring_all_gather": "all-gather, our ring",
+}
+ALL_REDUCES = ("builtin", "ring", "naive")
+SCATTER_GATHERS = ("builtin_reduce_scatter", "ring_reduce_scatter",
+                   "builtin_all_gather", "ring_all_gather")
+# (colour, line style, marker): one colour per operation, NCCL solid, ours dashed.
+_MEASURED_STYLE = {
+    "builtin": ("C0", "-", "o"), "ring": ("C1", "--", "s"), "naive": ("C2", ":", "^"),
+    "builtin_reduce_scatter": ("C3", "-", "o"), "ring_reduce_scatter": ("C3", "--", "s"),
+    "builtin_all_gather": ("C4", "-", "o"), "ring_all_gather": ("C4", "--", "s"),
+}
+_ROW_FIELDS = ("algorithm", "world_size", "bytes", "seconds", "busbw_bytes_per_s")
+
+
+def measured_algorithms(record) -> list[str]:
+    """The algorithms measured in a collectives results record, in the order
+    of ``MEASURED_MODEL`` (any others after them, sorted)."""
+    present = {row["algorithm"] for row in _check_record(record)}
+    return [a for a in MEASURED_MODEL if a in present] + sorted(present - set(MEASURED_MODEL))
+
+
+def _check_record(record) -> list[dict]:
+    """The "results" rows of a collectives record, after checking its shape."""
+    if not isinstance(record, dict) or not isinstance(record.get("results"), list) \
+            or not record["results"]:
+        raise ValueError("record must be a collectives results record (a dict with a non-empty "
+                         "'results' list, from gpucourse.results.load_results('collectives')), "
+                         f"got {type(record).__name__}")
+    for row in record["results"]:
+        missing = [f for f in _ROW_FIELDS if not isinstance(row, dict) or f not in row]
+        if missing:
+            raise ValueError(f"record must hold rows with {', '.join(_ROW_FIELDS)}; "
+                             f"a row lacks {missing}")
+    return record["results"]
+
+
+def _measured_rows(record, algorithm) -> list[dict]:
+    """The rows of one algorithm in a collectives results record, smallest
+    message first."""
+    present = sorted({row["algorithm"] for row in _check_record(record)})
+    if algorithm not in present:
+        raise ValueError(f"algorithm must be one measured in the record ({', '.join(present)}), "
+                         f"got {algorithm!r}")
+    rows = sorted((row for row in record["results"] if row["algorithm"] == algorithm),
+                  key=lambda row: row["bytes"])
+    if len({row["bytes"] for row in rows}) != len(rows):
+        raise ValueError(f"record must hold one row per message size, but {algorithm!r} "
+                         f"repeats a size")
+    return rows
+
+
+def measured_bus_bandwidth(record, algorithm):
+    """(message sizes in bytes, bus bandwidth in bytes per second) of one
+    measured algorithm, as two float arrays, smallest message first."""
+    rows = _measured_rows(record, algorithm)
+    return (np.array([row["bytes"] for row in rows], dtype=float),
+            np.array([row["busbw_bytes_per_s"] for row in rows], dtype=float))
+
+
+def measured_checks(record) -> dict:
+    """How the correctness checks of a run went: {"passed", "total",
+    "max_abs_diff"} (the largest difference from NCCL's result over all
+    checks; 0.0 means bit for bit the same)."""
+    checks = record.get("checks") if isinstance(record, dict) else None
+    if not isinstance(checks, list) or not checks or not all(
+            isinstance(c, dict) and "passed" in c and "max_abs_diff" in c for c in checks):
+        raise ValueError("record must carry a non-empty 'checks' list of rows with 'passed' and "
+                         "'max_abs_diff' (a results file of benchmarks/collectives_gpu.py)")
+    return {"passed": sum(bool(c["passed"]) for c in checks), "total": len(checks),
+            "max_abs_diff": float(max(c["max_abs_diff"] for c in checks))}
+
+
+def bus_bandwidth_ratio(record, algorithm="ring", reference="builtin", message_bytes=None) -> float:
+    """Bus bandwidth of ``algorithm`` over that of ``reference`` at one message
+    size: ``message_bytes``, or by default the largest size both were
+    measured at. Above 1, ``algorithm`` was the faster."""
+    sizes, busbw = measured_bus_bandwidth(record, algorithm)
+    ref_sizes, ref_busbw = measured_bus_bandwidth(record, reference)
+    common = sorted(set(sizes) & set(ref_sizes))
+    if not common:
+        raise ValueError(f"reference must share a message size with algorithm {algorithm!r}, "
+                         f"but {reference!r} has none in common")
+    size = common[-1] if message_bytes is None else _positive("message_bytes", message_bytes)
+    if size not in common:
+        raise ValueError(f"message_bytes must be a size both were measured at "
+                         f"({int(common[0])} ... {int(common[-1])}), got {message_bytes!r}")
+    return float(busbw[list(sizes).index(size)] / ref_busbw[list(ref_sizes).index(size)])
+
+
+def bandwidth_bound_bytes(record, share=0.8, algorithm="builtin") -> int:
+    """The smallest message size from which ``algorithm``'s bus bandwidth stays
+    at or above ``share`` of its own peak: where, by its own measurement, the
+    link rather than latency sets the pace. The default asks where NCCL's
+    all-reduce reaches 80% of the best it did."""
+    share = _real("share", share)
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share!r}")
+    sizes, busbw = measured_bus_bandwidth(record, algorithm)
+    below = np.flatnonzero(busbw < share * busbw.max())
+    start = 0 if below.size == 0 else below[-1] + 1  # past the last size that falls short
+    return int(sizes[start])
+
+
+def fit_measured(record, algorithm, min_bytes=0) -> AlphaBetaFit:
+    """Fit latency and bandwidth (``fit_alpha_beta``) to one measured
+    algorithm's times, with the model of ``MEASURED_MODEL``, using the sizes
+    of at least ``min_bytes`` (default: all of them). With ``min_bytes=0``
+    this is the fit the benchmark stored in the record's "fits"."""
+    minimum = _at_least("min_bytes", min_bytes, 0)
+    rows = [row for row in _measured_rows(record, algorithm) if row["bytes"] >= minimum]
+    if algorithm not in MEASURED_MODEL:
+        raise ValueError(f"algorithm must be one of {', '.join(MEASURED_MODEL)} to be fitted, "
+                         f"got {algorithm!r}")
+    if len(rows) < 2:
+        raise ValueError(f"min_bytes must leave at least two message sizes of {algorithm!r} to "
+                         f"fit, got min_bytes={min_bytes!r}")
+    return fit_alpha_beta([row["bytes"] for row in rows], [row["seconds"] for row in rows],
+                          [row["world_size"] for row in rows], MEASURED_MODEL[algorithm])
+
+
+def format_bytes(size) -> str:
+    """A byte count in binary units for labels: 4096 -> '4 KiB',
+    268435456 -> '256 MiB', 100 -> '100 B'."""
+    size = _at_least("size", size, 0)
+    for unit, scale in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size:g} B"
+
+
+def measured_fits_markdown(record, min_bytes, algorithms=None) -> str:
+    """A Markdown table, one row per algorithm: the alpha-beta fit over every
+    size and over the sizes from ``min_bytes`` up (latency in µs, bandwidth in
+    GB/s, rms relative error in %), beside the peak measured bus bandwidth."""
+    names = measured_algorithms(record) if algorithms is None else list(algorithms)
+    if not names:
+        raise ValueError("algorithms must name at least one measured algorithm, got none")
+    edge = format_bytes(_at_least("min_bytes", min_bytes, 0))
+    lines = [f"| measured | all sizes: α (µs) | β (GB/s) | rms error | from {edge}: α (µs) "
+             f"| β (GB/s) | rms error | peak bus bandwidth (GB/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in names:
+        whole, tail = fit_measured(record, name), fit_measured(record, name, min_bytes)
+        peak = measured_bus_bandwidth(record, name)[1].max()
+        cells = [f"{f.latency_s * 1e6:.0f} | {f.bandwidth_bytes_per_s / 1e9:.0f} | "
+                 f"{100 * f.rms_relative_error:.1f}%" for f in (whole, tail)]
+        lines.append(f"| {MEASURED_LABELS.get(name, name)} | {cells[0]} | {cells[1]} "
+                     f"| {peak / 1e9:.0f} |")
+    return "\n".join(lines)
+
+
+def measured_setup(record) -> dict:
+    """Where and how a run was made, from the record: {"gpu", "gpu_count",
+    "date", "torch", "nccl", "link" (the GPU0-GPU1 entry of ``nvidia-smi topo
+    -m``, e.g. "NV18" for 18 bonded NVLinks; None if the file has no matrix),
+    "multicast_off" (True when NCCL_NVLS_ENABLE was "0")}."""
+    if not isinstance(record, dict):
+        raise ValueError(f"record must be a results record (a dict), got {type(record).__name__}")
+    missing = [f for f in ("gpu", "date", "versions") if f not in record]
+    if missing:
+        raise ValueError(f"record must carry gpu, date and versions; it lacks {missing}")
+    link = None
+    # The matrix is tab-separated, with terminal colour codes around its header.
+    for line in str(record.get("topology", "")).splitlines():
+        fields = line.split("\t")
+        if fields[0].strip() == "GPU0" and len(fields) > 2:
+            link = fields[2].strip() or None
+            break
+    environment = record.get("environment") or {}
+    return {"gpu": record["gpu"], "gpu_count": record.get("gpu_count"), "date": record["date"],
+            "torch": record["versions"].get("torch"), "nccl": record["versions"].get("nccl"),
+            "link": link, "multicast_off": environment.get("NCCL_NVLS_ENABLE") == "0"}
+
+
+def plot_measured_bus_bandwidth(record, algorithms=ALL_REDUCES, ax=None):
+    """Bus bandwidth (GB/s) against message size (log axis) of the measured
+    ``algorithms``, one line each: NCCL's solid, ours dashed, one colour per
+    operation."""
+    import matplotlib.pyplot as plt
+
+    algorithms = list(algorithms)
+    if not algorithms:
+        raise ValueError("algorithms must name at least one measured algorithm, got none")
+    curves = {name: measured_bus_bandwidth(record, name) for name in algorithms}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for name, (sizes, busbw) in curves.items():
+        colour, style, marker = _MEASURED_STYLE.get(name, ("C7", "-.", "x"))
+        ax.plot(sizes, busbw / 1e9, color=colour, ls=style, marker=marker, ms=4, lw=1.8,
+                mfc="white" if style != "-" else colour, label=MEASURED_LABELS.get(name, name))
+    sizes = np.unique(np.concatenate([s for s, _ in curves.values()]))
+    ticks = sizes[::2] if sizes.size > 9 else sizes
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [format_bytes(s) for s in ticks], rotation=45, ha="right")
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("message size (the whole tensor)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_measured_fit(record, algorithms=("builtin", "ring"), min_bytes=None, ax=None):
+    """Measured time per call (points) against the alpha-beta model fitted to
+    every size (solid line) and, with ``min_bytes``, to the sizes from
+    ``min_bytes`` up (dotted line), log-log, one colour per algorithm."""
+    import matplotlib.pyplot as plt
+
+    algorithms = list(algorithms)
+    if not algorithms:
+        raise ValueError("algorithms must name at least one measured algorithm, got none")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for name in algorithms:
+        rows = _measured_rows(record, name)
+        colour = _MEASURED_STYLE.get(name, ("C7",))[0]
+        sizes = np.array([row["bytes"] for row in rows], dtype=float)
+        n = rows[0]["world_size"]
+        ax.scatter(sizes, [row["seconds"] * 1e6 for row in rows], color=colour, s=22, zorder=3,
+                   label=f"{MEASURED_LABELS.get(name, name)}, measured")
+        fits = [(fit_measured(record, name), "-", "all sizes")]
+        if min_bytes is not None:
+            fits.append((fit_measured(record, name, min_bytes), ":",
+                         f"sizes from {format_bytes(min_bytes)}"))
+        for fit, style, what in fits:
+            ax.plot(sizes, fit.time_s(sizes, n) * 1e6, color=colour, ls=style, lw=1.5,
+                    label=f"model fitted to {what}: α {fit.latency_s * 1e6:.0f} µs, "
+                          f"β {fit.bandwidth_bytes_per_s / 1e9:.0f} GB/s")
+    if min_bytes is not None:
+        ax.axvspan(min_bytes, sizes.max(), color="0.5", alpha=0.1, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ticks = sizes[::2] if sizes.size > 9 else sizes
+    ax.set_xticks(ticks, [format_bytes(s) for s in ticks], rotation=45, ha="right")
+    ax.minorticks_off()
+    ax.set_xlabel("message size (the whole tensor)")
+    ax.set_ylabel("time per call (µs)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
+# -----------------------------------------------------------------------------
 # How many bytes each strategy sends
 
 

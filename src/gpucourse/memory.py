@@ -722,6 +722,134 @@ def compare(records):
 
 
 # -----------------------------------------------------------------------------
+# The same measurement on real GPUs: benchmarks/memory_gpu.py's results file
+#
+# The benchmark trains the same models (plus "even_large", ~100M parameters)
+# on one process per GPU over NCCL and writes, per model, wrapper and rank,
+# the model-state bytes counted tensor by tensor and the CUDA allocator's
+# readings after each phase of two steps. The functions below take that file
+# as `results.load_results("memory")` returns it (a dict) and re-predict every
+# row with `predict`, so the book checks today's arithmetic against the GPUs.
+
+WRAPPER_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "fsdp2": "FSDP2"}
+
+
+def _gpu_rows(record) -> list:
+    """The rows of a memory results record, after checking its shape."""
+    if (not isinstance(record, dict) or record.get("benchmark") != "memory"
+            or not isinstance(record.get("configs"), dict)
+            or not isinstance(record.get("results"), list) or not record["results"]):
+        raise ValueError("record must be a memory results file as results.load_results('memory') "
+                         "returns it (benchmark 'memory', 'configs' and a non-empty 'results' "
+                         f"list), got {type(record).__name__}"
+                         + (f" with keys {sorted(record)}" if isinstance(record, dict) else ""))
+    for r in record["results"]:
+        if r.get("model") not in record["configs"]:
+            raise ValueError(f"record's row for model {r.get('model')!r} has no entry in its "
+                             f"configs ({', '.join(record['configs'])})")
+        if r.get("wrapper") not in WRAPPERS:
+            raise ValueError(f"record's rows must have wrapper one of {', '.join(WRAPPERS)}, "
+                             f"got {r.get('wrapper')!r}")
+    return record["results"]
+
+
+def _config_of(record, model) -> TinyConfig:
+    try:
+        return TinyConfig(**record["configs"][model])
+    except TypeError as error:
+        raise ValueError(f"record's configs[{model!r}] must hold TinyConfig's fields "
+                         f"(name, hidden, heads, n_layers, vocab, seq_len, batch): {error}"
+                         ) from None
+
+
+def gpu_compare(record) -> list[dict]:
+    """Every row of a GPU memory results file as `compare` gives the CPU
+    measurement: measured bytes (params, grads, optimizer) from the file, the
+    formula and layout predicted now by `predict` from the file's configs."""
+    rows = []
+    for r in _gpu_rows(record):
+        p = predict(_config_of(record, r["model"]), r["wrapper"], r["world_size"], r["rank"])
+        m = r["measured_bytes"]
+        rows.append(dict(model=r["model"], wrapper=r["wrapper"], world_size=r["world_size"],
+                         rank=r["rank"], measured=(m["params"], m["grads"], m["optimizer"]),
+                         formula=p["formula"], layout=p["layout"]))
+    return rows
+
+
+def _gpu_rank_rows(record, model, rank) -> dict:
+    """{wrapper: row} of one model and rank, with the allocator readings checked."""
+    rows = _gpu_rows(record)
+    if model not in record["configs"]:
+        raise ValueError(f"model must be one of {', '.join(record['configs'])}, got {model!r}")
+    ranks = sorted({r["rank"] for r in rows if r["model"] == model})
+    if isinstance(rank, bool) or rank not in ranks:
+        raise ValueError(f"rank must be one of {ranks}, got {rank!r}")
+    mine = {r["wrapper"]: r for r in rows if r["model"] == model and r["rank"] == rank}
+    for wrapper, r in mine.items():
+        phases = r.get("phases") or []
+        if not phases or any(p.get("allocated_bytes") is None or p.get("peak_bytes") is None
+                             for p in phases):
+            raise ValueError(f"record must hold CUDA allocator readings for every phase (a GPU "
+                             f"run, not --cpu-smoke); {model}/{wrapper} rank {rank} has none")
+    return {w: mine[w] for w in WRAPPERS if w in mine}
+
+
+def _phase_label(phase) -> str:
+    # Steps are counted from 1 for readers; "setup" has step -1.
+    return phase["phase"] if phase["step"] < 0 else f"{phase['phase']} {phase['step'] + 1}"
+
+
+def gpu_phases(record, model="even_large", rank=0) -> dict:
+    """For one model and rank: {wrapper: [(label, allocated_bytes, peak_bytes), ...]},
+    one entry per phase in the order they ran ("setup", "forward 1",
+    "backward 1", "optimizer 1", "forward 2", ...). `allocated_bytes` is
+    torch.cuda.memory_allocated after the phase and `peak_bytes` the
+    max_memory_allocated during it, both above what was allocated before."""
+    return {w: [(_phase_label(p), p["allocated_bytes"], p["peak_bytes"]) for p in r["phases"]]
+            for w, r in _gpu_rank_rows(record, model, rank).items()}
+
+
+def gpu_peaks(record, model="even_large", rank=0) -> list[dict]:
+    """Per wrapper, for one model and rank: how the allocator's peak compares
+    with the predicted model states. Each dict has
+
+    * `wrapper`;
+    * `model_states_bytes`: params + grads + Adam predicted by `predict`
+      (layout), and `measured_states_bytes`: the same counted on the GPU;
+    * `peak_bytes`: the largest max_memory_allocated of any phase, and
+      `peak_phase`: the phase it fell in;
+    * `states_share`: model_states_bytes / peak_bytes;
+    * `setup_bytes`: allocated once the model is wrapped and the optimizer
+      made, before any step;
+    * `forward_bytes`: what the first forward pass added to the allocation;
+    * `first_optimizer_bytes`: what the first optimizer step added (Adam
+      makes its moments then);
+    * `final_extra_bytes`: allocated after the last step minus the measured
+      model states.
+    """
+    out = []
+    for wrapper, r in _gpu_rank_rows(record, model, rank).items():
+        predicted = predict(_config_of(record, model), wrapper, r["world_size"], rank)["layout"]
+        phases = r["phases"]
+        top = max(phases, key=lambda p: p["peak_bytes"])
+        first_forward = next(i for i, p in enumerate(phases) if p["phase"] == "forward")
+        first_step = next(i for i, p in enumerate(phases) if p["phase"] == "optimizer")
+        states = sum(predicted)
+        measured = sum(r["measured_bytes"][k] for k in ("params", "grads", "optimizer"))
+        out.append(dict(
+            wrapper=wrapper, model_states_bytes=states, measured_states_bytes=measured,
+            peak_bytes=top["peak_bytes"], peak_phase=_phase_label(top),
+            states_share=states / top["peak_bytes"],
+            setup_bytes=phases[0]["allocated_bytes"],
+            forward_bytes=(phases[first_forward]["allocated_bytes"]
+                           - phases[first_forward - 1]["allocated_bytes"]),
+            first_optimizer_bytes=(phases[first_step]["allocated_bytes"]
+                                   - phases[first_step - 1]["allocated_bytes"]),
+            final_extra_bytes=phases[-1]["allocated_bytes"] - measured))
+    return out
+
+
+# -----------------------------------------------------------------------------
 # Writing and drawing
 
 
@@ -885,6 +1013,89 @@ def plot_measured(rows, ax=None):
     ax.set_xticks(x, labels, fontsize=7)
     ax.set_ylabel("kB per process (fp32 Adam)")
     ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return ax
+
+
+def compare_table(rows) -> str:
+    """A markdown table of `compare` or `gpu_compare` rows: measured kB
+    (params / grads / Adam), the even-split formula, and whether the
+    measurement equals the formula, only the layout prediction, or neither."""
+    if not isinstance(rows, (list, tuple)) or not rows:
+        raise ValueError(f"rows must be a non-empty list of compare() rows, got {rows!r}")
+    keys = ("model", "wrapper", "world_size", "rank", "measured", "formula", "layout")
+    for r in rows:
+        if not isinstance(r, dict) or any(k not in r for k in keys):
+            raise ValueError(f"rows must be compare() rows with keys {', '.join(keys)}, got {r!r}")
+
+    def kb(triple):
+        return " / ".join(f"{x / 1e3:,.1f}" for x in triple)
+
+    def verdict(r):
+        if tuple(r["measured"]) == tuple(r["formula"]):
+            return "exact"
+        return "exact (layout)" if tuple(r["measured"]) == tuple(r["layout"]) else "**differs**"
+
+    return ("| model | training | processes | rank | measured (kB: params / grads / Adam) "
+            "| formula, even split | matches |\n|---|---|---|---|---|---|---|\n"
+            + "\n".join(f"| {r['model']} | {r['wrapper']} | {r['world_size']} | {r['rank']} "
+                        f"| {kb(r['measured'])} | {kb(r['formula'])} | {verdict(r)} |"
+                        for r in rows))
+
+
+def gpu_peak_table(record, model="even_large", rank=0) -> str:
+    """A markdown table of `gpu_peaks`: per wrapper, the predicted model
+    states, the allocator's peak, the share of the peak the states explain,
+    the phase of the peak and what stays allocated after the last step beyond
+    the model states (decimal GB)."""
+    lines = [f"| {WRAPPER_NAMES[p['wrapper']]} | {p['model_states_bytes'] / GB:.3f} "
+             f"| {p['peak_bytes'] / GB:.3f} | {100 * p['states_share']:.0f}% | {p['peak_phase']} "
+             f"| {p['final_extra_bytes'] / GB:.3f} |" for p in gpu_peaks(record, model, rank)]
+    return ("| training | model states, predicted (GB) | peak allocated (GB) "
+            "| model states / peak | peak during | allocated after the last step "
+            "beyond the model states (GB) |\n|---|---|---|---|---|---|\n" + "\n".join(lines))
+
+
+_WRAPPER_COLOURS = {"ddp": "C0", "zero1": "C1", "fsdp2": "C2"}
+
+
+def plot_gpu_phases(record, model="even_large", rank=0, ax=None):
+    """torch.cuda.memory_allocated after each phase (solid bars) and the peak
+    during it (pale bars behind), per wrapper, for one model and rank of a GPU
+    memory results file, with each wrapper's predicted model states as a
+    dashed line: what the arithmetic counts against what the GPU held."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    phases = gpu_phases(record, model, rank)
+    peaks = {p["wrapper"]: p for p in gpu_peaks(record, model, rank)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 4.6))
+    labels = [label for label, _, _ in next(iter(phases.values()))]
+    x = np.arange(len(labels))
+    width = 0.8 / len(phases)
+    for i, (wrapper, entries) in enumerate(phases.items()):
+        colour = _WRAPPER_COLOURS[wrapper]
+        offset = x + (i - (len(phases) - 1) / 2) * width
+        ax.bar(offset, [peak / GB for _, _, peak in entries], width, color=colour, alpha=0.3)
+        ax.bar(offset, [now / GB for _, now, _ in entries], width * 0.6, color=colour)
+        ax.axhline(peaks[wrapper]["model_states_bytes"] / GB, color=colour, ls="--", lw=1.5)
+    top = max(peak for entries in phases.values() for _, _, peak in entries) / GB
+    ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
+    ax.set_xticks(x, labels, fontsize=9)
+    ax.set_ylabel("GB on the GPU (above the start)")
+    n_params = sum(math.prod(s) for s in tiny_param_shapes(_config_of(record, model)))
+    ax.set_title(f"{model} ({n_params / 1e6:.0f}M parameters, fp32 Adam), rank {rank}: "
+                 f"{record.get('gpu', 'GPU')} x {record.get('gpu_count', '?')}, "
+                 f"{record.get('date', '')}", fontsize=10)
+    handles = [Patch(color=_WRAPPER_COLOURS[w], label=WRAPPER_NAMES[w]) for w in phases]
+    handles += [Patch(color="grey", label="allocated after the phase"),
+                Patch(color="grey", alpha=0.3, label="peak during the phase"),
+                Line2D([], [], color="grey", ls="--", label="predicted model states")]
+    ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper left", frameon=False)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     return ax

@@ -123,9 +123,10 @@ def waves(m, n, bm, bn, blocks_per_sm, sms=None) -> dict:
     """How the blocks of an m x n product in bm x bn tiles fill the GPU.
 
     A wave is one round of blocks on every SM at once (`sms` multiprocessors,
-    `blocks_per_sm` resident on each). Returns blocks, waves (fractional) and
-    last_wave_fill, the share of the last wave's slots that have a block: when
-    it is low, part of the GPU idles while the last blocks finish.
+    `blocks_per_sm` resident on each). Returns blocks, waves (fractional),
+    last_wave_fill, the share of the last wave's slots that have a block, and
+    tail_idle, the share of all slot-time (whole waves) left idle by the
+    partly empty last wave, if every block takes as long.
     """
     sms = H100_SM["sms"] if sms is None else sms
     for name, value in (("m", m), ("n", n), ("bm", bm), ("bn", bn),
@@ -135,7 +136,9 @@ def waves(m, n, bm, bn, blocks_per_sm, sms=None) -> dict:
     blocks = math.ceil(m / bm) * math.ceil(n / bn)
     slots = blocks_per_sm * sms
     fill = (blocks % slots or slots) / slots
-    return {"blocks": blocks, "waves": blocks / slots, "last_wave_fill": fill}
+    whole_waves = math.ceil(blocks / slots)
+    return {"blocks": blocks, "waves": blocks / slots, "last_wave_fill": fill,
+            "tail_idle": 1 - blocks / (whole_waves * slots)}
 
 
 def dot_unroll_probe(record: dict) -> list[dict]:
