@@ -15,8 +15,10 @@ in the shape of CONVENTIONS.md (plus each kernel's registers, shared and
 local memory from Numba's compile reports). With --autotune it first runs
 sgemm.autotune at 4096^3, which updates src/gpucourse/kernels/sgemm_tuned.json
 (a copy goes to DIR too), and level 6 then uses the result. Before that, it
-times level 6 with its dot-product loop written out 1, 2 and 4 steps per
-pass and keeps the fastest (sgemm.DOT_UNROLL) for the rest of the run.
+times level 6 in each loop variant, in turns: its dot-product loop written
+out 1, 2 or 4 steps per pass (sgemm.DOT_UNROLL), with one or two copies of
+the shared tiles (sgemm.DOUBLE_BUFFER); it keeps the fastest pair for the
+rest of the run.
 
 Needs an NVIDIA GPU, torch with CUDA, numba and numba-cuda; no installs.
 """
@@ -138,10 +140,18 @@ def run_shape(m, n, k, levels, progress) -> list[dict]:
     return rows
 
 
-def pick_dot_unroll(config, size=4096) -> tuple[list[dict], int]:
-    """Time level 6's kernel (tile sizes `config`) at size^3 with its dot-product
-    loop written out 1, 2 and 4 steps per pass; set sgemm.DOT_UNROLL to the
-    fastest correct one for the rest of the run. Returns (rows, best)."""
+LOOP_VARIANTS = [(unroll, double) for double in (False, True) for unroll in (1, 2, 4)]
+
+
+def pick_loop_variant(config, size=4096, rounds=3) -> tuple[list[dict], tuple[int, bool]]:
+    """Time level 6's kernel (tile sizes `config`) at size^3 in each loop
+    variant: the dot-product loop written out 1, 2 or 4 steps per pass
+    (sgemm.DOT_UNROLL), with one or two copies of the shared tiles
+    (sgemm.DOUBLE_BUFFER). The variants are timed in turns (`rounds` rounds,
+    median of each), so that clock drift falls on all alike; the two choices
+    interact (an earlier run found two copies slower at one step per pass and
+    faster at two), hence every pair. Sets both to the fastest correct pair for
+    the rest of the run. Returns (rows, (unroll, double_buffer))."""
     generator = torch.Generator(device="cuda").manual_seed(1)
     a = torch.randn(size, size, device="cuda", generator=generator)
     b = torch.randn(size, size, device="cuda", generator=generator)
@@ -149,29 +159,42 @@ def pick_dot_unroll(config, size=4096) -> tuple[list[dict], int]:
     scale = reference.abs().max().item()
     a_dev, b_dev = cuda.as_cuda_array(a), cuda.as_cuda_array(b)
     grid = (math.ceil(size / config.bn), math.ceil(size / config.bm))
-    rows = []
-    for unroll in (1, 2, 4):
-        kernel = sgemm._make_vectorized_kernel(config, True, unroll)
+    rows, launches = [], {}
+    for unroll, double in LOOP_VARIANTS:
+        kernel = sgemm._make_vectorized_kernel(config, True, unroll, double)
         out = torch.full((size, size), float("nan"), device="cuda")
         c_dev = cuda.as_cuda_array(out)
         kernel[grid, (config.threads,)](a_dev, b_dev, c_dev)
         torch.cuda.synchronize()
         error = (out - reference).abs().max().item() / scale
-        ms, _ = time_ms(lambda: kernel[grid, (config.threads,)](a_dev, b_dev, c_dev))
         registers = kernel.get_regs_per_thread()
-        registers = max(registers.values()) if isinstance(registers, dict) else registers
-        rows.append({"unroll": unroll, "config": vars(config), "ms": ms,
-                     "tflops": 2 * size**3 / (ms * 1e-3) / 1e12, "max_rel_err": error,
-                     "registers_per_thread": int(registers),
+        shared = kernel.get_shared_mem_per_block()
+        rows.append({"unroll": unroll, "double_buffer": double, "config": vars(config),
+                     "max_rel_err": error,
+                     "registers_per_thread": int(max(registers.values()) if isinstance(
+                         registers, dict) else registers),
+                     "shared_bytes_per_block": int(max(shared.values()) if isinstance(
+                         shared, dict) else shared),
                      "passed": bool(error < 1e-4 and not torch.isnan(out).any().item())})
-        print(f"dot unroll {unroll}: {rows[-1]['tflops']:.2f} TFLOP/s, "
-              f"{rows[-1]['registers_per_thread']} registers, error {error:.1e}", flush=True)
+        launches[unroll, double] = (lambda kernel=kernel, c_dev=c_dev:
+                                    kernel[grid, (config.threads,)](a_dev, b_dev, c_dev))
+    samples = {variant: [] for variant in launches}
+    for _ in range(rounds):
+        for variant, launch in launches.items():
+            samples[variant].append(time_ms(launch)[0])
+    for row in rows:
+        row["ms"] = float(np.median(samples[row["unroll"], row["double_buffer"]]))
+        row["tflops"] = 2 * size**3 / (row["ms"] * 1e-3) / 1e12
+        print(f"dot unroll {row['unroll']}, double buffer {row['double_buffer']!s:5}: "
+              f"{row['tflops']:.2f} TFLOP/s, {row['registers_per_thread']} registers, "
+              f"{row['shared_bytes_per_block']} B shared, error {row['max_rel_err']:.1e}",
+              flush=True)
     passed = [r for r in rows if r["passed"]]
     if not passed:
-        raise RuntimeError("no unroll of level 6's dot loop gave a correct result")
-    best = min(passed, key=lambda r: r["ms"])["unroll"]
-    sgemm.DOT_UNROLL = best
-    return rows, best
+        raise RuntimeError("no loop variant of level 6 gave a correct result")
+    best = min(passed, key=lambda r: r["ms"])
+    sgemm.DOT_UNROLL, sgemm.DOUBLE_BUFFER = best["unroll"], best["double_buffer"]
+    return rows, (best["unroll"], best["double_buffer"])
 
 
 def ptx_evidence(out_dir: Path) -> dict:
@@ -206,7 +229,7 @@ def main(argv=None):
     torch.set_float32_matmul_precision("highest")
 
     gpu = sgemm.gpu_model()
-    unroll_rows, dot_unroll = pick_dot_unroll(sgemm.tuned_config())
+    variant_rows, (dot_unroll, double_buffer) = pick_loop_variant(sgemm.tuned_config())
     autotuned = None
     if args.autotune:
         # 8 x 8 per thread only: eight of the ten fastest configurations of an
@@ -247,7 +270,8 @@ def main(argv=None):
                    f"max_rel_err = max|C - C_cublas| / max|C_cublas|"),
         "level6_config": vars(tuned),
         "dot_unroll": dot_unroll,
-        "dot_unroll_probe": unroll_rows,
+        "double_buffer": double_buffer,
+        "loop_variant_probe": variant_rows,
         "results": rows,
         "resources": resources,
         "ptx": ptx_evidence(out_dir),

@@ -89,6 +89,19 @@ def test_dot_loop_written_out_2_or_4_steps_per_pass_gives_the_same_product(unrol
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("vectorized, k, unroll", [(True, 24, 1), (False, 29, 2)])
+def test_double_buffered_tiles_give_the_same_product(vectorized, k, unroll):
+    # With two copies of the shared tiles (sgemm.DOUBLE_BUFFER) each step reads
+    # one copy and writes the other, with one barrier: several tiles of K (and
+    # a ragged last one on the scalar path) must still add up to the product.
+    config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
+    a, b = _random((33, k), 7), _random((k, 36), 8)
+    kernel = sgemm._make_vectorized_kernel(config, vectorized, unroll, double_buffer=True)
+    out = np.full((33, 36), np.nan, np.float32)
+    kernel[(2, 2), (config.threads,)](a, b, out)
+    np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
+
+
 def test_dot_unroll_must_be_1_2_or_4_and_divide_bk():
     with pytest.raises(ValueError, match="unroll"):
         sgemm._make_vectorized_kernel(TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4), True, 3)
@@ -258,35 +271,26 @@ def test_occupancy_hand_worked():
     _fails(ladder.occupancy, -1, 0, 128, naming="registers_per_thread")
 
 
-def test_waves_hand_worked():
-    from gpucourse.kernels import sgemm_ladder as ladder
-
-    # 4096^2 in 64 x 256 tiles: 64 * 16 = 1024 blocks; 132 SMs x 2 = 264 slots,
-    # 3 full waves (792) and 232 blocks in the fourth: 232 / 264 full.
-    w = ladder.waves(4096, 4096, 64, 256, blocks_per_sm=2, sms=132)
-    assert w["blocks"] == 1024
-    assert w["waves"] == pytest.approx(1024 / 264)
-    assert w["last_wave_fill"] == pytest.approx(232 / 264)
-    assert w["tail_idle"] == pytest.approx(1 - 1024 / (4 * 264))  # 32 of 1056 slot-waves
-    # Ragged edges round up; an exact multiple fills its last wave.
-    assert ladder.waves(65, 257, 64, 256, blocks_per_sm=1, sms=4)["blocks"] == 4
-    assert ladder.waves(128, 512, 64, 256, blocks_per_sm=1, sms=4)["last_wave_fill"] == 1.0
-    _fails(ladder.waves, 4096, 4096, 0, 256, 2, naming="bm must be a whole number")
-
-
-def test_dot_unroll_probe_reads_the_committed_run():
+def test_loop_variant_probe_reads_the_committed_run():
     from gpucourse.kernels import sgemm_ladder as ladder
 
     record = ladder.load_results()
-    rows = ladder.dot_unroll_probe(record)
-    assert [r["unroll"] for r in rows] == [1, 2, 4]
-    raw = {r["unroll"]: r for r in record["dot_unroll_probe"]}
+    rows = ladder.loop_variant_probe(record)
+    assert [(r["double_buffer"], r["unroll"]) for r in rows] == [
+        (False, 1), (False, 2), (False, 4), (True, 1), (True, 2), (True, 4)]
+    raw = {(r["unroll"], r["double_buffer"]): r for r in record["loop_variant_probe"]}
     for r in rows:
-        assert r["tflops"] == raw[r["unroll"]]["tflops"]
-    # The benchmark runs level 6 with the fastest, and the package's default matches it.
-    assert record["dot_unroll"] == max(rows, key=lambda r: r["tflops"])["unroll"]
-    assert sgemm.DOT_UNROLL == record["dot_unroll"]
-    _fails(ladder.dot_unroll_probe, {"results": []}, naming="dot_unroll_probe")
+        assert r["tflops"] == raw[r["unroll"], r["double_buffer"]]["tflops"]
+        # Two copies of the tiles take twice the shared memory.
+        single = raw[r["unroll"], False]["shared_bytes_per_block"]
+        assert r["shared_bytes_per_block"] == (2 if r["double_buffer"] else 1) * single
+    # The benchmark ran level 6 with the fastest pair, and the package's defaults match it.
+    fastest = max(rows, key=lambda r: r["tflops"])
+    assert (record["dot_unroll"], record["double_buffer"]) == (fastest["unroll"],
+                                                              fastest["double_buffer"])
+    assert (sgemm.DOT_UNROLL, sgemm.DOUBLE_BUFFER) == (fastest["unroll"],
+                                                       fastest["double_buffer"])
+    _fails(ladder.loop_variant_probe, {"results": []}, naming="loop_variant_probe")
 
 
 def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):

@@ -237,10 +237,14 @@ _INLINE = {"forceinline": True} if on_gpu() else {}
 
 # Steps of the dot-product loop of levels 5 and 6 written out per pass (1, 2
 # or 4). benchmarks/sgemm.py times all three and uses the fastest for its run
-# (recorded as dot_unroll in its results). On the H100 at 4096^3 one step per
-# pass was fastest (38.4 TFLOP/s, against 38.3 at two and 36.1 at four; see
-# benchmarks/NOTES.md), so it is the default.
-DOT_UNROLL = 1
+# (recorded as dot_unroll in its results), together with DOUBLE_BUFFER below:
+# the two interact. On the H100 at 4096^3 two steps per pass with two copies
+# of the tiles was fastest (41.3 TFLOP/s, against 38.9 for one step and one
+# copy; see benchmarks/NOTES.md), so those are the defaults.
+DOT_UNROLL = 2
+# Two copies of the shared tiles for levels 5 and 6 (see (6) below), where two
+# copies fit in the 48 KiB a block may declare statically; False keeps one.
+DOUBLE_BUFFER = True
 
 
 # -----------------------------------------------------------------------------
@@ -484,8 +488,18 @@ def _make_2d_kernel(config: TileConfig):
 #     the next step's shared loads earlier, at the price of registers (122 at
 #     one step per pass, 126 at two, 157 at four, which halves the blocks an
 #     SM holds), so only a measurement can choose; the benchmark times all
-#     three. On the H100 the fewer instructions bought nothing: the loop is
-#     not limited by issuing them.
+#     three, with one and with two copies of the tiles. On the H100, with one
+#     copy, fewer instructions bought nothing; with two, two steps per pass
+#     won by 6% (and one step per pass lost 7%).
+# (6) Double buffering (DOUBLE_BUFFER). With one copy of the tiles, each step
+#     needs two barriers: one before the stores (nobody may overwrite the tile
+#     others still read) and one after (nobody may read it half written). With
+#     two copies, step s multiplies the tile in copy (s - 1) % 2 while it stores
+#     the next into copy s % 2, and one barrier per step is enough: the copy a
+#     step writes was last read in the step before, before that step's barrier.
+#     The price is twice the shared memory. Each copy is named by a constant
+#     in its own branch of the loop, so that the compiler folds the copy's
+#     offset into the shared-memory addresses.
 # Level 6 is this same kernel with the tile sizes `autotune` measured best on
 # the GPU at hand.
 #
@@ -494,12 +508,18 @@ def _make_2d_kernel(config: TileConfig):
 # the data is not 16-byte aligned, where a 128-bit access would be illegal.
 
 
-def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None):
-    unroll = DOT_UNROLL if unroll is None else unroll
+def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
+                            double_buffer: bool = None):
+    if unroll is None:  # the module's choice, where it divides the tile's depth
+        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
     if unroll not in (1, 2, 4) or config.bk % unroll:
         raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
     threads = config.threads
     a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
+    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
+    DOUBLE = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
+    a_shared, b_shared = (2 if DOUBLE else 1) * a_elements, (2 if DOUBLE else 1) * b_elements
+    A_ELEMENTS, B_ELEMENTS = _u(a_elements, b_elements)
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
     a_loads, b_loads = a_elements // 4 // threads, b_elements // 4 // threads
     a_staged, b_staged = 4 * a_loads, 4 * b_loads  # registers holding the next tile
@@ -514,34 +534,39 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     shared_alignment = SHARED_ALIGNMENT
 
     @cuda.jit(device=True, **_INLINE)
-    def store_tiles(a_tile, b_tile, a_next, b_next, tid):
-        """Write the fetched tile from registers to shared memory: A transposed,
-        B as is, four floats in one 128-bit store."""
+    def store_tiles(a_tile, b_tile, a_next, b_next, tid, a_base, b_base):
+        """Write the fetched tile from registers to shared memory, into the copy
+        that starts at a_base and b_base: A transposed, B as is, four floats in
+        one 128-bit store."""
         a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
         b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
         for s in range(A_LOADS):
-            r = a_row + s * A_ROW_STRIDE
+            r = a_base + a_row + s * A_ROW_STRIDE
             a_tile[a_col * BM + r] = a_next[s * FOUR]
             a_tile[(a_col + ONE) * BM + r] = a_next[s * FOUR + ONE]
             a_tile[(a_col + TWO) * BM + r] = a_next[s * FOUR + TWO]
             a_tile[(a_col + THREE) * BM + r] = a_next[s * FOUR + THREE]
         for s in range(B_LOADS):
             r = b_row + s * B_ROW_STRIDE
-            store_float4_flat(b_tile, r * BN + b_col, b_next[s * FOUR], b_next[s * FOUR + ONE],
-                              b_next[s * FOUR + TWO], b_next[s * FOUR + THREE])
+            store_float4_flat(b_tile, b_base + r * BN + b_col, b_next[s * FOUR],
+                              b_next[s * FOUR + ONE], b_next[s * FOUR + TWO],
+                              b_next[s * FOUR + THREE])
 
     @cuda.jit(device=True, **_INLINE)
-    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col):
+    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
+                      a_base, b_base):
         # The TM values of A and the TN values of B (TN/4 groups of four) this
-        # thread needs at step `dot`: four at a time; then the TM x TN FMAs.
+        # thread needs at step `dot`, from the copy of the tiles at a_base and
+        # b_base: four at a time; then the TM x TN FMAs.
         for i in range(ZERO, TM, FOUR):
-            x0, x1, x2, x3 = load_float4_flat(a_tile, dot * BM + thread_row * TM + i)
+            x0, x1, x2, x3 = load_float4_flat(a_tile, a_base + dot * BM + thread_row * TM + i)
             a_frag[i] = x0
             a_frag[i + ONE] = x1
             a_frag[i + TWO] = x2
             a_frag[i + THREE] = x3
         for g in range(GROUPS):
-            x0, x1, x2, x3 = load_float4_flat(b_tile, dot * BN + g * GROUP_STRIDE + thread_col * FOUR)
+            x0, x1, x2, x3 = load_float4_flat(b_tile, b_base + dot * BN + g * GROUP_STRIDE
+                                              + thread_col * FOUR)
             b_frag[g * FOUR] = x0
             b_frag[g * FOUR + ONE] = x1
             b_frag[g * FOUR + TWO] = x2
@@ -550,12 +575,36 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             for j in range(TN):
                 acc[i * TN + j] += a_frag[i] * b_frag[j]
 
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col, a_base,
+                      b_base):
+        """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
+        if UNROLL == 1:
+            for dot in range(BK):
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
+                              a_base, b_base)
+        else:
+            # UNROLL steps per pass, written out (see (5) above).
+            dot = ZERO
+            while dot < BK:
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
+                              a_base, b_base)
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, thread_row,
+                              thread_col, a_base, b_base)
+                if UNROLL == 4:
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, thread_row,
+                                  thread_col, a_base, b_base)
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, thread_row,
+                                  thread_col, a_base, b_base)
+                dot += STEP
+
     @cuda.jit
     def sgemm_vectorized(a, b, c):
         # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
         # 16-byte aligned so that four neighbours can be read in one 128-bit load.
-        a_tile = cuda.shared.array(a_elements, float32, alignment=shared_alignment)
-        b_tile = cuda.shared.array(b_elements, float32, alignment=shared_alignment)
+        # With double buffering (DOUBLE), two copies of each, one after the other.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
         m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0 = uint64(cuda.blockIdx.y) * BM
@@ -571,6 +620,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         b_next = cuda.local.array(b_staged, float32)
         for i in range(patch):
             acc[i] = 0.0
+        write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
         # One step more than there are tiles: step s fetches tile s (zeros past
         # the end of K) and multiplies tile s - 1, already in shared memory.
         for k_next in range(ZERO, k + BK, BK):
@@ -606,28 +656,26 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                 b_next[s * FOUR + ONE] = x1
                 b_next[s * FOUR + TWO] = x2
                 b_next[s * FOUR + THREE] = x3
-            if k_next > ZERO:  # multiply the tile fetched one step earlier
-                if UNROLL == 1:
-                    for dot in range(BK):
-                        multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row,
-                                      thread_col)
+            # Multiply the tile fetched one step earlier (in the copy the last
+            # step stored), then store this one. With two copies each branch
+            # names its copy by a constant, which the compiler folds into the
+            # shared-memory addresses.
+            if k_next > ZERO:
+                if DOUBLE and write == ZERO:
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
+                                  A_ELEMENTS, B_ELEMENTS)
                 else:
-                    # UNROLL steps per pass, written out (see (5) above).
-                    dot = ZERO
-                    while dot < BK:
-                        multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row,
-                                      thread_col)
-                        multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE,
-                                      thread_row, thread_col)
-                        if UNROLL == 4:
-                            multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO,
-                                          thread_row, thread_col)
-                            multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE,
-                                          thread_row, thread_col)
-                        dot += STEP
-            cuda.syncthreads()  # nobody overwrites a tile while others still read it
-            store_tiles(a_tile, b_tile, a_next, b_next, tid)
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
+                                  ZERO, ZERO)
+            if not DOUBLE:
+                cuda.syncthreads()  # nobody overwrites a tile while others still read it
+            if DOUBLE and write == ONE:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, A_ELEMENTS, B_ELEMENTS)
+            else:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, ZERO, ZERO)
             cuda.syncthreads()
+            if DOUBLE:
+                write = ONE - write
         for i in range(TM):
             row = row0 + thread_row * TM + i
             if row < m:

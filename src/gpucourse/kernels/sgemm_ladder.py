@@ -119,40 +119,21 @@ def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, s
             "occupancy": blocks * warps / (sm["threads"] // 32), "limiter": limiter}
 
 
-def waves(m, n, bm, bn, blocks_per_sm, sms=None) -> dict:
-    """How the blocks of an m x n product in bm x bn tiles fill the GPU.
-
-    A wave is one round of blocks on every SM at once (`sms` multiprocessors,
-    `blocks_per_sm` resident on each). Returns blocks, waves (fractional),
-    last_wave_fill, the share of the last wave's slots that have a block, and
-    tail_idle, the share of all slot-time (whole waves) left idle by the
-    partly empty last wave, if every block takes as long.
-    """
-    sms = H100_SM["sms"] if sms is None else sms
-    for name, value in (("m", m), ("n", n), ("bm", bm), ("bn", bn),
-                        ("blocks_per_sm", blocks_per_sm), ("sms", sms)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    blocks = math.ceil(m / bm) * math.ceil(n / bn)
-    slots = blocks_per_sm * sms
-    fill = (blocks % slots or slots) / slots
-    whole_waves = math.ceil(blocks / slots)
-    return {"blocks": blocks, "waves": blocks / slots, "last_wave_fill": fill,
-            "tail_idle": 1 - blocks / (whole_waves * slots)}
-
-
-def dot_unroll_probe(record: dict) -> list[dict]:
-    """The benchmark's timing of the level-6 kernel with its dot loop written
-    out 1, 2 and 4 steps per pass (`sgemm.DOT_UNROLL`), in unroll order: each
-    row has unroll, tflops and registers_per_thread. Raises ValueError if the
-    record has none (runs before the probe existed)."""
-    rows = record.get("dot_unroll_probe") if isinstance(record, dict) else None
+def loop_variant_probe(record: dict) -> list[dict]:
+    """The benchmark's timing of the level-6 kernel in each loop variant: its
+    dot loop written out 1, 2 or 4 steps per pass (`sgemm.DOT_UNROLL`), with one
+    or two copies of the shared tiles (`sgemm.DOUBLE_BUFFER`). Rows (unroll,
+    double_buffer, tflops, registers_per_thread, shared_bytes_per_block) of
+    the correct variants, one copy first, then by unroll. Raises ValueError if
+    the record has none (runs before the probe existed)."""
+    rows = record.get("loop_variant_probe") if isinstance(record, dict) else None
     if not rows:
-        raise ValueError("record must be an sgemm results record with a dot_unroll_probe "
-                         "(benchmarks/sgemm.py --autotune records one)")
-    return sorted(({"unroll": r["unroll"], "tflops": r["tflops"],
-                    "registers_per_thread": r["registers_per_thread"]}
-                   for r in rows if r.get("passed")), key=lambda r: r["unroll"])
+        raise ValueError("record must be an sgemm results record with a loop_variant_probe "
+                         "(benchmarks/sgemm.py records one)")
+    fields = ("unroll", "double_buffer", "tflops", "registers_per_thread",
+              "shared_bytes_per_block")
+    return sorted(({f: r[f] for f in fields} for r in rows if r.get("passed")),
+                  key=lambda r: (r["double_buffer"], r["unroll"]))
 
 
 # -----------------------------------------------------------------------------
