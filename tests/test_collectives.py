@@ -11,6 +11,8 @@ against values worked out by hand.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -546,15 +548,32 @@ def test_measured_checks_and_setup_by_hand():
     setup = C.measured_setup(_record([], topology=topology, gpu_count=2,
                                      environment={"NCCL_NVLS_ENABLE": "0"}))
     assert setup == {"gpu": "Test GPU", "gpu_count": 2, "date": "2026-01-02", "torch": "9.9",
-                     "nccl": "1.2.3", "link": "NV12", "multicast_off": True}
+                     "nccl": "1.2.3", "link": "NV12", "links": ["NV12"], "multicast_off": True}
     bare = C.measured_setup(_record([]))
-    assert bare["link"] is None and bare["multicast_off"] is False
+    assert bare["link"] is None and bare["links"] == [] and bare["multicast_off"] is False
+    # Three GPUs, one pair on another kind of link: both kinds are listed,
+    # and the CPU affinity column ("0-31") is not taken for a link.
+    topology = ("\t\x1b[4mGPU0\tGPU1\tGPU2\tCPU Affinity\x1b[0m\n"
+                "GPU0\t X \tNV12\tSYS\t0-31\nGPU1\tNV12\t X \tNV12\t0-31\n"
+                "GPU2\tSYS\tNV12\t X \t0-31\n")
+    setup = C.measured_setup(_record([], topology=topology))
+    assert setup["link"] == "NV12" and setup["links"] == ["NV12", "SYS"]
 
 
-def test_the_committed_gpu_run():
+COMMITTED_RUNS = {2: "collectives-h200x2-2026-11-22.json", 4: "collectives-h200x4-2026-11-22.json"}
+
+
+def _committed(gpu_count):
+    """One committed run, read straight from its file (not through measured_runs)."""
     from gpucourse import results
 
-    record = results.load_results("collectives")
+    return results.load_results("collectives", results.results_dir() / COMMITTED_RUNS[gpu_count])
+
+
+@pytest.mark.parametrize("gpu_count", sorted(COMMITTED_RUNS))
+def test_the_committed_gpu_run(gpu_count):
+    record = _committed(gpu_count)
+    assert record["gpu_count"] == gpu_count == C.measured_world_size(record)
     rows = record["results"]
     # The file's own arithmetic: bus bandwidth from bytes, seconds and N.
     for r in rows:
@@ -623,10 +642,98 @@ def test_the_committed_gpu_run():
      "algorithms must name at least one"),
     (lambda: C.plot_measured_fit(_record([_row("ring", 8, 1e-6)]), algorithms=()),
      "algorithms must name at least one"),
+    (lambda: C.measured_world_size(_record([_row("ring", 8, 1e-6, n=2), _row("ring", 16, 1e-6)])),
+     r"record must hold rows of one world size, got \[2, 4\]"),
+    (lambda: C.plot_measured_runs({}), r"runs must be a non-empty dict .* \(empty\)"),
+    (lambda: C.plot_measured_runs([_record([_row("ring", 8, 1e-6)])]),
+     "runs must be a non-empty dict"),
+    (lambda: C.plot_measured_runs({2: _record([_row("ring", 8, 1e-6, n=4)])}),
+     "runs must be keyed by each record's world size, but key 2 holds a run on 4 ranks"),
+    (lambda: C.plot_measured_runs({4: _record([_row("ring", 8, 1e-6)])}, quantity="speed"),
+     "quantity must be 'bus_bandwidth' or 'time', got 'speed'"),
+    (lambda: C.plot_measured_runs({4: _record([_row("ring", 8, 1e-6)])}, algorithms=()),
+     "algorithms must name at least one"),
+    (lambda: C.plot_measured_runs({4: _record([_row("ring", 8, 1e-6)])}, algorithms=("tree",)),
+     "algorithm must be one measured in the record"),
+    (lambda: C.small_message_time_s(_record([_row("ring", 8, 1e-6)]), "ring", max_bytes=4),
+     r"max_bytes must be at least the smallest size measured \(8\)"),
+    (lambda: C.small_message_time_s(_record([_row("ring", 8, 1e-6)]), "ring", max_bytes=0),
+     "max_bytes must be > 0"),
+    (lambda: C.model_link_share("tree", 4), "algorithm must be one of ring_all_reduce"),
+    (lambda: C.model_link_share("naive_all_reduce", 1), "world_size must be >= 2"),
+    (lambda: C.model_link_share("naive_all_reduce", 2.5), "world_size must be a whole number"),
 ])
 def test_bad_measured_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_measured_runs_reads_the_committed_files_by_gpu_count():
+    runs = C.measured_runs()
+    assert sorted(runs) == sorted(COMMITTED_RUNS)
+    for n in COMMITTED_RUNS:
+        assert runs[n] == _committed(n)
+        assert C.measured_setup(runs[n])["links"] == ["NV18"]  # every pair, in both runs
+
+
+def test_the_committed_four_gpu_run_by_hand():
+    # What the chapter says of N = 4, recomputed from the rows themselves.
+    record = _committed(4)
+    rows = record["results"]
+    largest = max(r["bytes"] for r in rows)
+    at = {r["algorithm"]: r["busbw_bytes_per_s"] for r in rows if r["bytes"] == largest}
+    for ours, nccl in (("ring", "builtin"), ("naive", "builtin"),
+                       ("ring_reduce_scatter", "builtin_reduce_scatter"),
+                       ("ring_all_gather", "builtin_all_gather")):
+        assert C.bus_bandwidth_ratio(record, ours, nccl) == pytest.approx(at[ours] / at[nccl],
+                                                                          rel=1e-12)
+    # Bus bandwidth is algorithm bandwidth x 2(N-1)/N = x 1.5 on 4 ranks, so the
+    # ratio of bus bandwidths is the inverse ratio of times.
+    seconds = {r["algorithm"]: r["seconds"] for r in rows if r["bytes"] == largest}
+    assert C.bus_bandwidth_ratio(record) == pytest.approx(seconds["builtin"] / seconds["ring"])
+    # The small-message floor: the median of the ring's times up to 1 MiB.
+    small = sorted(r["seconds"] for r in rows if r["algorithm"] == "ring" and r["bytes"] <= 2 ** 20)
+    assert len(small) % 2 == 1  # an odd count: the median is the middle one
+    assert C.small_message_time_s(record, "ring") == small[len(small) // 2]
+    # 23 checks, none bit for bit off by more than the last bits of float64.
+    checks = C.measured_checks(record)
+    assert checks["passed"] == checks["total"] == len(record["checks"])
+    assert 0 < checks["max_abs_diff"] < 1e-12
+
+
+def test_measured_runs_from_a_folder(tmp_path):
+    def write(name, gpu_count, world_size, seconds):
+        record = _record([_row("ring", 8, seconds, n=world_size)], gpu_count=gpu_count)
+        (tmp_path / name).write_text(json.dumps(record))
+
+    with pytest.raises(ValueError, match="directory must hold collectives"):
+        C.measured_runs(tmp_path)
+    write("collectives-a100x2-2026-01-01.json", 2, 2, 1e-6)
+    write("collectives-h200x4-2026-01-01.json", 4, 4, 2e-6)
+    write("collectives-h200x2-2026-01-02.json", 2, 2, 3e-6)  # newer: replaces the a100x2 run
+    write("collectives-h200x8-2026-01-03-quick.json", 8, 8, 4e-6)  # a smoke test: left out
+    runs = C.measured_runs(tmp_path)
+    assert list(runs) == [2, 4]
+    assert runs[2]["results"][0]["seconds"] == 3e-6 and runs[4]["results"][0]["seconds"] == 2e-6
+    write("collectives-h200x4-2026-01-04.json", 8, 4, 1e-6)  # says 8 GPUs, ran 4 ranks
+    with pytest.raises(ValueError, match=r"gpu_count as the world size of its rows \(4\)"):
+        C.measured_runs(tmp_path)
+
+
+def test_small_message_time_and_model_share_by_hand():
+    # Times 5, 1, 3 us up to 1 KiB (median 3), then 100 us at 4 KiB.
+    record = _record([_row("ring", 256, 5e-6), _row("ring", 512, 1e-6), _row("ring", 1024, 3e-6),
+                      _row("ring", 4096, 100e-6)])
+    assert C.small_message_time_s(record, "ring", max_bytes=1024) == pytest.approx(3e-6)
+    assert C.small_message_time_s(record, "ring", max_bytes=512) == pytest.approx(3e-6)  # (5+1)/2
+    assert C.small_message_time_s(record, "ring", max_bytes=2 ** 20) == pytest.approx(4e-6)
+    # The rings keep every link busy (share 1); the naive root's link carries
+    # 2(N-1) messages where the ring sends 2(N-1)/N: 1/N.
+    for n in (2, 3, 4, 8):
+        assert C.model_link_share("ring_all_reduce", n) == pytest.approx(1)
+        assert C.model_link_share("ring_reduce_scatter", n) == pytest.approx(1)
+        assert C.model_link_share("ring_all_gather", n) == pytest.approx(1)
+        assert C.model_link_share("naive_all_reduce", n) == pytest.approx(1 / n)
 
 
 def test_measured_plots_draw():
@@ -635,9 +742,8 @@ def test_measured_plots_draw():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gpucourse import results
-
-    record = results.load_results("collectives")
+    runs = C.measured_runs()
+    record = runs[2]
     ax = C.plot_measured_bus_bandwidth(record)
     assert ax.get_xscale() == "log" and len(ax.get_lines()) == len(C.ALL_REDUCES)
     ax = C.plot_measured_bus_bandwidth(record, C.SCATTER_GATHERS)
@@ -645,4 +751,23 @@ def test_measured_plots_draw():
     # One measured set of points and two model lines per algorithm.
     ax = C.plot_measured_fit(record, ("builtin", "ring"), min_bytes=C.bandwidth_bound_bytes(record))
     assert len(ax.collections) == 2 and len(ax.get_lines()) == 4 and ax.get_yscale() == "log"
+    # Both runs on one axis: one line per algorithm and run, one colour per
+    # algorithm, one line style per N, each line the file's own numbers.
+    ax = C.plot_measured_runs(runs, ("builtin", "ring"))
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == ["all-reduce, NCCL, N = 2", "all-reduce, NCCL, N = 4",
+                             "all-reduce, our ring, N = 2", "all-reduce, our ring, N = 4"]
+    for name in ("NCCL", "our ring"):
+        two, four = lines[f"all-reduce, {name}, N = 2"], lines[f"all-reduce, {name}, N = 4"]
+        assert two.get_color() == four.get_color() and two.get_linestyle() != four.get_linestyle()
+    ring4 = lines["all-reduce, our ring, N = 4"]
+    sizes, busbw = C.measured_bus_bandwidth(runs[4], "ring")
+    np.testing.assert_allclose(ring4.get_xdata(), sizes)
+    np.testing.assert_allclose(ring4.get_ydata(), busbw / 1e9)
+    ax = C.plot_measured_runs(runs, ("ring",), quantity="time")
+    assert ax.get_yscale() == "log"
+    np.testing.assert_allclose(ax.get_lines()[0].get_ydata(),
+                               [r["seconds"] * 1e6 for r in sorted(
+                                   (r for r in runs[2]["results"] if r["algorithm"] == "ring"),
+                                   key=lambda r: r["bytes"])])
     plt.close("all")

@@ -322,28 +322,33 @@ HAND_PHASES = [("setup", -1, 100, 150), ("forward", 0, 600, 700), ("backward", 0
                ("optimizer", 1, 500, 520)]
 
 
-def _hand_record():
-    """A memory results record built by hand for the even model on 2 ranks:
-    every row equals the even split (DDP 4+4+8 bytes per parameter, ZeRO-1
-    Adam halved, FSDP2 all halved), except FSDP2 rank 1, whose parameters are
-    4 bytes off."""
+def _hand_split(world_size):
+    """The even split of the even model's fp32 Adam bytes over `world_size`
+    ranks, by hand: DDP 4+4+8 bytes per parameter, ZeRO-1 Adam divided,
+    FSDP2 all three divided (199,936 divides by 2 and 4)."""
+    n, d = N_EVEN, world_size
+    return {"ddp": (4 * n, 4 * n, 8 * n), "zero1": (4 * n, 4 * n, 8 * n // d),
+            "fsdp2": (4 * n // d, 4 * n // d, 8 * n // d)}
+
+
+def _hand_record(world_size=2, date="2026-01-01"):
+    """A memory results record built by hand for the even model on
+    `world_size` ranks: every row equals the even split, except FSDP2 rank 1,
+    whose parameters are 4 bytes off. Every rank reads the same phases."""
     import dataclasses
 
-    n = N_EVEN
-    split = {"ddp": (4 * n, 4 * n, 8 * n), "zero1": (4 * n, 4 * n, 4 * n),
-             "fsdp2": (2 * n, 2 * n, 4 * n)}
     rows = []
-    for wrapper, (p, g, o) in split.items():
-        for rank in (0, 1):
-            if wrapper == "fsdp2" and rank == 1:
-                p += 4
+    for wrapper, (p, g, o) in _hand_split(world_size).items():
+        for rank in range(world_size):
             rows.append(dict(
-                model="even", wrapper=wrapper, world_size=2, rank=rank,
-                measured_bytes=dict(params=p, grads=g, optimizer=o),
+                model="even", wrapper=wrapper, world_size=world_size, rank=rank,
+                measured_bytes=dict(params=p + 4 * (wrapper == "fsdp2" and rank == 1),
+                                    grads=g, optimizer=o),
                 phases=[dict(phase=ph, step=s, allocated_bytes=a * 10_000, peak_bytes=k * 10_000)
                         for ph, s, a, k in HAND_PHASES]))
-    return dict(benchmark="memory", gpu="Test GPU", gpu_count=2, date="2026-01-01",
-                versions={}, configs={"even": dataclasses.asdict(memory.EVEN)}, results=rows)
+    return dict(benchmark="memory", gpu="Test GPU", gpu_count=world_size, date=date,
+                backend="nccl", versions={}, configs={"even": dataclasses.asdict(memory.EVEN)},
+                results=rows)
 
 
 def test_gpu_compare_on_a_hand_made_record():
@@ -387,10 +392,21 @@ def test_gpu_phases_and_peaks_on_a_hand_made_record():
     assert f"| DDP | {16 * n / 1e9:.3f} | 0.010 | {100 * 16 * n / 1e7:.0f}% | backward 2 |" in table
 
 
-def test_the_committed_gpu_file_matches_the_predictions():
+def test_gpu_runs_finds_the_committed_2_and_4_gpu_runs():
     from gpucourse import results
 
-    record = results.load_results("memory")
+    runs = memory.gpu_runs()
+    assert list(runs) == [2, 4]
+    names = {p.name for p in results.find_results("memory")}
+    assert {"memory-h200x2-2026-11-22.json", "memory-h200x4-2026-11-22.json"} <= names
+    for count, record in runs.items():
+        assert record["gpu_count"] == count
+        assert {r["world_size"] for r in record["results"]} == {count}
+
+
+@pytest.mark.parametrize("gpu_count", [2, 4])
+def test_the_committed_gpu_files_match_the_predictions(gpu_count):
+    record = memory.gpu_runs()[gpu_count]
     rows = memory.gpu_compare(record)
     raw = record["results"]
     assert len(rows) == len(raw) > 0
@@ -400,29 +416,140 @@ def test_the_committed_gpu_file_matches_the_predictions():
     assert layout_in_file == sum(r["matches_layout"] for r in raw)
     assert formula_in_file == sum(r["matches_formula"] for r in raw)
     # ... equal what today's predict() gives: every row matches the layout,
-    # and only rows of the odd model under FSDP2 miss the even-split formula.
+    # and only rows of the odd model (uneven tensors) miss the even split.
     assert sum(r["measured"] == r["layout"] for r in rows) == layout_in_file == len(rows)
     assert sum(r["measured"] == r["formula"] for r in rows) == formula_in_file
     assert {(r["model"], r["wrapper"]) for r in rows if r["measured"] != r["formula"]} \
-        <= {("odd", "fsdp2")}
+        <= {("odd", "fsdp2"), ("odd", "zero1")}
     # The parameters the file counted are the ones the config describes.
     for r in raw:
         shapes = memory.tiny_param_shapes(memory.TinyConfig(**record["configs"][r["model"]]))
         assert r["n_params"] == sum(math.prod(s) for s in shapes)
 
 
-def test_the_committed_gpu_file_peaks():
+def test_the_4_gpu_counts_from_the_raw_json():
+    """The x4 file read with json alone, against the summary line the
+    benchmark printed ("36 of 36 rows match the tensor-by-tensor layout, 28
+    also the even-split formula") and against gpu_compare."""
+    import json
+
     from gpucourse import results
 
-    record = results.load_results("memory")
-    for p in memory.gpu_peaks(record, "even_large", 0):
-        row = next(r for r in record["results"] if r["model"] == "even_large"
-                   and r["wrapper"] == p["wrapper"] and r["rank"] == 0)
-        # the peak over the phases is the run's own max_memory_allocated
-        assert p["peak_bytes"] == row["max_memory_allocated_bytes"]
-        assert p["final_extra_bytes"] == row["final_minus_model_states_bytes"]
-        assert p["model_states_bytes"] == p["measured_states_bytes"]  # even sizes: exact
-        assert 0 < p["states_share"] < 1
+    raw = json.loads((results.results_dir() / "memory-h200x4-2026-11-22.json").read_text())
+    rows = raw["results"]
+    as_ints = [{k: int(v) for k, v in r["formula_bytes"].items()} for r in rows]
+    layout_n = sum(r["measured_bytes"] == r["layout_bytes"] for r in rows)
+    formula_n = sum(r["measured_bytes"] == f for r, f in zip(rows, as_ints))
+    assert (len(rows), layout_n, formula_n) == (36, 36, 28)
+    compared = memory.gpu_compare(memory.gpu_runs()[4])
+    assert sum(r["measured"] == r["layout"] for r in compared) == layout_n
+    assert sum(r["measured"] == r["formula"] for r in compared) == formula_n
+    # The 8 misses: the odd model under ZeRO-1 and FSDP2, all 4 ranks each.
+    missed = sorted((r["model"], r["wrapper"], r["rank"]) for r in compared
+                    if r["measured"] != r["formula"])
+    assert missed == sorted((m, w, k) for m, w in (("odd", "zero1"), ("odd", "fsdp2"))
+                            for k in range(4))
+    # Still whole: per ZeRO-1 row, Adam's bytes over the 4 ranks add up to
+    # the full 8 bytes per parameter, and per FSDP2 row the shards to the full
+    # 4 bytes of parameters (the uneven split moves bytes between ranks).
+    odd_n = next(r["n_params"] for r in rows if r["model"] == "odd")
+    for wrapper, part, per_param in (("zero1", "optimizer", 8), ("fsdp2", "params", 4)):
+        assert sum(r["measured_bytes"][part] for r in rows
+                   if (r["model"], r["wrapper"]) == ("odd", wrapper)) == per_param * odd_n
+
+
+@pytest.mark.parametrize("gpu_count", [2, 4])
+def test_the_committed_gpu_file_peaks(gpu_count):
+    record = memory.gpu_runs()[gpu_count]
+    for rank in range(gpu_count):
+        for p in memory.gpu_peaks(record, "even_large", rank):
+            row = next(r for r in record["results"] if r["model"] == "even_large"
+                       and r["wrapper"] == p["wrapper"] and r["rank"] == rank)
+            # the peak over the phases is the run's own max_memory_allocated
+            assert p["peak_bytes"] == row["max_memory_allocated_bytes"]
+            assert p["final_extra_bytes"] == row["final_minus_model_states_bytes"]
+            assert p["model_states_bytes"] == p["measured_states_bytes"]  # even sizes: exact
+            assert 0 < p["states_share"] < 1
+
+
+def test_the_committed_scaling_follows_the_zero_stages():
+    # From 2 to 4 GPUs, per rank of the even_large model (n parameters, fp32
+    # Adam): DDP keeps 16n bytes, ZeRO-1 goes from 8n + 8n/2 to 8n + 8n/4,
+    # FSDP2 from 16n/2 to 16n/4, by hand.
+    record = memory.gpu_runs()[2]
+    n = sum(math.prod(s) for s in memory.tiny_param_shapes(
+        memory.TinyConfig(**record["configs"]["even_large"])))
+    expected = {("ddp", 2): 16 * n, ("ddp", 4): 16 * n, ("zero1", 2): 12 * n,
+                ("zero1", 4): 10 * n, ("fsdp2", 2): 8 * n, ("fsdp2", 4): 4 * n}
+    rows = memory.gpu_scaling(memory.gpu_runs(), "even_large", 0)
+    assert {(r["wrapper"], r["world_size"]): sum(r["measured"]) for r in rows} == expected
+    assert {(r["wrapper"], r["world_size"]): r["model_states_bytes"] for r in rows} == expected
+
+
+def _write_runs(tmp_path, records):
+    import json
+
+    for name, record in records.items():
+        (tmp_path / name).write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_gpu_runs_keys_by_gpu_count_and_keeps_the_newest(tmp_path):
+    smoke = {**_hand_record(2, "2026-01-05"), "backend": "gloo"}
+    _write_runs(tmp_path, {
+        "memory-testx2-2026-01-01.json": _hand_record(2, "2026-01-01"),
+        "memory-testx4-2026-01-02.json": _hand_record(4, "2026-01-02"),
+        "memory-testx2-2026-01-03.json": _hand_record(2, "2026-01-03"),
+        "memory-testx2-2026-01-04-quick.json": _hand_record(2, "2026-01-04"),  # a --quick run
+        "memory-cpu-smokex2-2026-01-05.json": smoke,  # a CPU smoke test
+        "sgemm-test-2026-01-06.json": dict(benchmark="sgemm", gpu="x", date="2026-01-06",
+                                           versions={}, results=[]),
+    })
+    runs = memory.gpu_runs(tmp_path)
+    assert list(runs) == [2, 4]
+    assert runs[2]["date"] == "2026-01-03" and runs[4]["date"] == "2026-01-02"
+
+
+def test_gpu_scaling_on_hand_made_runs():
+    runs = {2: _hand_record(2), 4: _hand_record(4)}
+    rows = memory.gpu_scaling(runs, "even", rank=0)
+    assert [(r["wrapper"], r["world_size"]) for r in rows] == [
+        (w, d) for d in (2, 4) for w in ("ddp", "zero1", "fsdp2")]
+    peak = 10_000_000  # the largest peak of HAND_PHASES
+    for r in rows:
+        split = _hand_split(r["world_size"])[r["wrapper"]]
+        assert r["predicted"] == r["measured"] == split
+        assert r["model_states_bytes"] == sum(split)
+        assert r["peak_bytes"] == peak and r["peak_phase"] == "backward 2"
+        assert r["rest_bytes"] == peak - sum(split)
+        assert r["states_share"] == pytest.approx(sum(split) / peak)
+        assert r["forward_bytes"] == 6_000_000 - 1_000_000
+    # rank 1's FSDP2 rows measure 4 bytes more than predicted
+    fsdp_r1 = [r for r in memory.gpu_scaling(runs, "even", rank=1) if r["wrapper"] == "fsdp2"]
+    assert all(r["measured"][0] == r["predicted"][0] + 4 for r in fsdp_r1)
+    assert all(r["rest_bytes"] == peak - sum(r["predicted"]) - 4 for r in fsdp_r1)
+    table = memory.gpu_scaling_table(runs, "even", 0)
+    n = N_EVEN
+    assert table.count("\n") == 2 + 6 - 1
+    assert (f"| FSDP2 | 4 | {n / 1e9:.3f} + {n / 1e9:.3f} + {2 * n / 1e9:.3f} = {4 * n / 1e9:.3f} "
+            f"| {4 * n / 1e9:.3f} | 0.010 | {100 * 4 * n / 1e7:.0f}% | {(1e7 - 4 * n) / 1e9:.3f} "
+            "| 0.005 |") in table
+    # rows sorted by wrapper, then GPUs
+    lines = table.splitlines()[2:]
+    assert [line.split(" | ")[0:2] for line in lines] == [
+        [f"| {w}", str(d)] for w in ("DDP", "ZeRO-1", "FSDP2") for d in (2, 4)]
+
+
+def test_gpu_rank_differences():
+    assert memory.gpu_rank_differences(_hand_record(4), "even") == []
+    record = _hand_record(4)
+    row = next(r for r in record["results"] if (r["wrapper"], r["rank"]) == ("zero1", 3))
+    row["phases"][4] = {**row["phases"][4], "allocated_bytes": row["phases"][4]["allocated_bytes"] + 512}
+    assert memory.gpu_rank_differences(record, "even") == [
+        dict(wrapper="zero1", rank=3, phase="forward 2", allocated_delta_bytes=512,
+             peak_delta_bytes=0)]
+    # the committed 2-GPU run: both ranks read the same, to the byte
+    assert memory.gpu_rank_differences(memory.gpu_runs()[2]) == []
 
 
 def test_plot_gpu_phases_draws_every_phase():
@@ -438,6 +565,28 @@ def test_plot_gpu_phases_draws_every_phase():
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
     assert sorted(line.get_ydata()[0] for line in dashed) == pytest.approx(
         [8 * N_EVEN / 1e9, 12 * N_EVEN / 1e9, 16 * N_EVEN / 1e9])
+    plt.close("all")
+
+
+def test_plot_gpu_scaling_draws_every_run_and_wrapper():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {2: _hand_record(2), 4: _hand_record(4)}
+    _, ax = plt.subplots()
+    assert memory.plot_gpu_scaling(runs, "even", ax=ax) is ax
+    assert len(ax.patches) == 6 * 4  # params, grads, Adam and the rest, per bar
+    tops = sorted(p.get_y() + p.get_height() for p in ax.patches if p.get_facecolor()[:3]
+                  == matplotlib.colors.to_rgb("0.8"))
+    assert tops == pytest.approx([0.01] * 6)  # every bar reaches the 10 MB peak
+    ticks = sorted(line.get_ydata()[0] for line in ax.get_lines())
+    assert ticks == pytest.approx(sorted(sum(s) / 1e9 for d in (2, 4)
+                                         for s in _hand_split(d).values()))
+    shares = sorted(t.get_text() for t in ax.texts if t.get_text().endswith("%"))
+    assert shares == sorted(f"{100 * sum(s) / 1e7:.0f}%" for d in (2, 4)
+                            for s in _hand_split(d).values())
     plt.close("all")
 
 
@@ -461,8 +610,40 @@ def _without_readings():
     (lambda: memory.plot_gpu_phases(_without_readings(), "even"),
      r"record must hold CUDA allocator readings"),
     (lambda: memory.compare_table([]), r"rows must be a non-empty list"),
+    (lambda: memory.gpu_scaling({}), r"runs must be a non-empty dict \{gpu_count: record\}"),
+    (lambda: memory.gpu_scaling([_hand_record(2)]), r"runs must be a non-empty dict"),
+    (lambda: memory.gpu_scaling({4: _hand_record(2)}, "even"),
+     r"key 4 holds a run on 2 GPUs"),
+    (lambda: memory.gpu_scaling({2: {"benchmark": "memory"}}), r"record must be a memory results"),
+    (lambda: memory.gpu_scaling({2: _hand_record(2)}, "huge"), r"model must be one of even"),
+    (lambda: memory.gpu_scaling({2: _hand_record(2), 4: _hand_record(4)}, "even", rank=3),
+     r"rank must be one of \[0, 1\], got 3"),
+    (lambda: memory.gpu_scaling_table({}), r"runs must be a non-empty dict"),
+    (lambda: memory.plot_gpu_scaling({3: _hand_record(2)}, "even"), r"key 3 holds a run on 2"),
+    (lambda: memory.gpu_rank_differences(_hand_record(2), "huge"), r"model must be one of even"),
+    (lambda: memory.gpu_rank_differences(_without_readings(), "even"),
+     r"record must hold CUDA allocator readings"),
     (lambda: memory.compare_table([{"model": "even"}]), r"rows must be compare\(\) rows with keys"),
 ])
 def test_bad_gpu_input_is_named(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_gpu_runs_bad_folders_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"directory must be an existing folder of results files, got 3"):
+        memory.gpu_runs(3)
+    with pytest.raises(ValueError, match=r"directory must be an existing folder"):
+        memory.gpu_runs(tmp_path / "missing")
+    with pytest.raises(ValueError, match=r"directory must hold memory-<gpu>x<N>-<date>.json"):
+        memory.gpu_runs(tmp_path)  # empty
+    _write_runs(tmp_path, {"memory-cpu-smokex2-2026-01-05.json":
+                           {**_hand_record(2), "backend": "gloo"}})
+    with pytest.raises(ValueError, match=r"results of a GPU run \(backend nccl\), found none"):
+        memory.gpu_runs(tmp_path)  # only a smoke test
+    _write_runs(tmp_path, {"memory-testx4-2026-01-01.json": {**_hand_record(2), "gpu_count": 4}})
+    with pytest.raises(ValueError, match=r"records gpu_count 4 but rows with world_size \[2\]"):
+        memory.gpu_runs(tmp_path)
+    _write_runs(tmp_path, {"memory-testx4-2026-01-01.json": {**_hand_record(2), "gpu_count": "2"}})
+    with pytest.raises(ValueError, match=r"must record gpu_count as a whole number >= 1, got '2'"):
+        memory.gpu_runs(tmp_path)

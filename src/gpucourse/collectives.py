@@ -36,6 +36,7 @@ plotting functions; importing this module imports neither (nor Numba).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -646,8 +647,8 @@ def plot_measured_vs_model(rows, fit, ax=None):
 # -----------------------------------------------------------------------------
 # Measured on GPUs: reading a results file of benchmarks/collectives_gpu.py
 #
-# The chapter reads the record with gpucourse.results.load_results("collectives")
-# and passes it to the functions below. Its "results" rows carry
+# The chapter reads the records with measured_runs() (below: one per GPU
+# count) and passes each to the functions here. Its "results" rows carry
 # {"algorithm", "world_size", "bytes", "seconds", "algbw_bytes_per_s",
 # "busbw_bytes_per_s"}: bytes is the whole tensor, algbw = bytes / seconds, and
 # busbw = algbw * 2(N-1)/N for an all-reduce, * (N-1)/N for a reduce-scatter or
@@ -693,7 +694,7 @@ def _check_record(record) -> list[dict]:
     if not isinstance(record, dict) or not isinstance(record.get("results"), list) \
             or not record["results"]:
         raise ValueError("record must be a collectives results record (a dict with a non-empty "
-                         "'results' list, from gpucourse.results.load_results('collectives')), "
+                         "'results' list, from measured_runs() or gpucourse.results.load_results), "
                          f"got {type(record).__name__}")
     for row in record["results"]:
         missing = [f for f in _ROW_FIELDS if not isinstance(row, dict) or f not in row]
@@ -822,23 +823,33 @@ def measured_setup(record) -> dict:
     """Where and how a run was made, from the record: {"gpu", "gpu_count",
     "date", "torch", "nccl", "link" (the GPU0-GPU1 entry of ``nvidia-smi topo
     -m``, e.g. "NV18" for 18 bonded NVLinks; None if the file has no matrix),
-    "multicast_off" (True when NCCL_NVLS_ENABLE was "0")}."""
+    "links" (the distinct entries between any two GPUs of the matrix, sorted:
+    ["NV18"] when every pair shows NV18), "multicast_off" (True when
+    NCCL_NVLS_ENABLE was "0")}."""
     if not isinstance(record, dict):
         raise ValueError(f"record must be a results record (a dict), got {type(record).__name__}")
     missing = [f for f in ("gpu", "date", "versions") if f not in record]
     if missing:
         raise ValueError(f"record must carry gpu, date and versions; it lacks {missing}")
-    link = None
-    # The matrix is tab-separated, with terminal colour codes around its header.
-    for line in str(record.get("topology", "")).splitlines():
+    link, links = None, set()
+    # The matrix is tab-separated, with terminal colour codes around its header
+    # line; each GPU's row starts with its name, then one entry per GPU ("X"
+    # for itself), then the CPU and NUMA affinities.
+    lines = str(record.get("topology", "")).splitlines()
+    gpu_columns = len(re.findall(r"GPU\d+", lines[0])) if lines else 0
+    for line in lines[1:]:
         fields = line.split("\t")
+        if not re.fullmatch(r"GPU\d+", fields[0].strip()):
+            continue
+        entries = [f.strip() for f in fields[1:1 + gpu_columns]]
+        links.update(e for e in entries if e and e != "X")
         if fields[0].strip() == "GPU0" and len(fields) > 2:
             link = fields[2].strip() or None
-            break
     environment = record.get("environment") or {}
     return {"gpu": record["gpu"], "gpu_count": record.get("gpu_count"), "date": record["date"],
             "torch": record["versions"].get("torch"), "nccl": record["versions"].get("nccl"),
-            "link": link, "multicast_off": environment.get("NCCL_NVLS_ENABLE") == "0"}
+            "link": link, "links": sorted(links),
+            "multicast_off": environment.get("NCCL_NVLS_ENABLE") == "0"}
 
 
 def plot_measured_bus_bandwidth(record, algorithms=ALL_REDUCES, ax=None):
@@ -907,6 +918,136 @@ def plot_measured_fit(record, algorithms=("builtin", "ring"), min_bytes=None, ax
     ax.set_ylabel("time per call (µs)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
+# -----------------------------------------------------------------------------
+# Several runs side by side: the same script on 2 GPUs, on 4, ...
+#
+# Each run is its own results file; measured_runs() reads them all and keys
+# them by GPU count, so that a chapter names the run it describes rather than
+# taking whichever file happens to be the newest.
+
+_RUN_STYLES = (("--", "s"), ("-", "o"), ("-.", "^"), (":", "D"))  # one per N, smallest first
+
+
+def measured_world_size(record) -> int:
+    """The number of ranks (GPUs) of a collectives run: the world size every
+    row of the record shares."""
+    sizes = {row["world_size"] for row in _check_record(record)}
+    if len(sizes) != 1:
+        raise ValueError(f"record must hold rows of one world size, got {sorted(sizes)}")
+    return int(sizes.pop())
+
+
+def measured_runs(directory=None) -> dict[int, dict]:
+    """Every collectives results file in ``directory`` (default: the
+    repository's ``benchmarks/results``), keyed by its GPU count: {2: record,
+    4: record}. Where two files have the same GPU count, the newer (by the
+    date in its name) is kept. Raises ValueError if there is none, or if a
+    file's "gpu_count" disagrees with the world size of its rows."""
+    from gpucourse import results
+
+    files = results.find_results("collectives", directory)
+    if not files:
+        where = results.results_dir() if directory is None else directory
+        raise ValueError(f"directory must hold collectives-<gpu>-<date>.json results files, "
+                         f"found none in {where}")
+    runs = {}
+    for path in files:  # oldest first, so a newer run of the same N replaces it
+        record = results.load_results("collectives", path)
+        count, ranks = record.get("gpu_count"), measured_world_size(record)
+        if count != ranks:
+            raise ValueError(f"{path.name} must state its gpu_count as the world size of its "
+                             f"rows ({ranks}), got gpu_count={count!r}")
+        runs[ranks] = record
+    return dict(sorted(runs.items()))
+
+
+def _check_runs(runs) -> dict:
+    """Runs as measured_runs() returns them, checked: {N: record}, N the
+    record's own world size."""
+    if not isinstance(runs, dict) or not runs:
+        raise ValueError("runs must be a non-empty dict {gpu count: record}, as "
+                         f"measured_runs() returns, got {type(runs).__name__}"
+                         f"{' (empty)' if isinstance(runs, dict) else ''}")
+    for n, record in runs.items():
+        ranks = measured_world_size(record)
+        if n != ranks:
+            raise ValueError(f"runs must be keyed by each record's world size, but key {n!r} "
+                             f"holds a run on {ranks} ranks")
+    return dict(sorted(runs.items()))
+
+
+def small_message_time_s(record, algorithm, max_bytes=2 ** 20) -> float:
+    """The median time per call of one measured algorithm over the message
+    sizes up to ``max_bytes`` (default 1 MiB): the floor set by latency,
+    which at these sizes goes up and down from one size to the next, so
+    the median rather than any one size."""
+    limit = _positive("max_bytes", max_bytes)
+    rows = _measured_rows(record, algorithm)
+    times = [row["seconds"] for row in rows if row["bytes"] <= limit]
+    if not times:
+        raise ValueError(f"max_bytes must be at least the smallest size measured "
+                         f"({rows[0]['bytes']}), got {max_bytes!r}")
+    return float(np.median(times))
+
+
+def model_link_share(algorithm, world_size) -> float:
+    """The share of the link bandwidth beta that ``algorithm``'s bus bandwidth
+    approaches for large messages in the alpha-beta model: the bus bandwidth
+    factor (2(N-1)/N for an all-reduce, (N-1)/N otherwise) over the bytes
+    fraction of ``alpha_beta_terms``. 1 for the rings, which keep every link
+    busy; 1/N for the naive all-reduce, whose root's link carries 2(N-1)
+    whole messages."""
+    _, byte_fraction = alpha_beta_terms(algorithm, world_size)
+    n = _count("world_size", world_size)
+    if n < 2:  # one rank sends nothing: no bandwidth to share
+        raise ValueError(f"world_size must be >= 2 for a share of the link, got {world_size!r}")
+    bus_factor = 2 * (n - 1) / n if algorithm.endswith("all_reduce") else (n - 1) / n
+    return bus_factor / byte_fraction
+
+
+def plot_measured_runs(runs, algorithms=ALL_REDUCES, quantity="bus_bandwidth", ax=None):
+    """Several runs on one axis: for each algorithm (one colour) and each
+    run (one line style and marker per GPU count), the bus bandwidth (GB/s,
+    ``quantity="bus_bandwidth"``) or the time per call (µs, log axis,
+    ``quantity="time"``) against message size (log axis)."""
+    import matplotlib.pyplot as plt
+
+    runs = _check_runs(runs)
+    if quantity not in ("bus_bandwidth", "time"):
+        raise ValueError(f"quantity must be 'bus_bandwidth' or 'time', got {quantity!r}")
+    algorithms = list(algorithms)
+    if not algorithms:
+        raise ValueError("algorithms must name at least one measured algorithm, got none")
+    curves = {(name, n): _measured_rows(record, name)
+              for name in algorithms for n, record in runs.items()}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    for (name, n), rows in curves.items():
+        colour = _MEASURED_STYLE.get(name, ("C7",))[0]
+        style, marker = _RUN_STYLES[list(runs).index(n) % len(_RUN_STYLES)]
+        sizes = np.array([row["bytes"] for row in rows], dtype=float)
+        y = (np.array([row["busbw_bytes_per_s"] for row in rows]) / 1e9
+             if quantity == "bus_bandwidth" else np.array([row["seconds"] for row in rows]) * 1e6)
+        ax.plot(sizes, y, color=colour, ls=style, marker=marker, ms=4, lw=1.8,
+                mfc=colour if style == "-" else "white",
+                label=f"{MEASURED_LABELS.get(name, name)}, N = {n}")
+    sizes = np.unique([row["bytes"] for rows in curves.values() for row in rows]).astype(float)
+    ticks = sizes[::2] if sizes.size > 9 else sizes
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [format_bytes(s) for s in ticks], rotation=45, ha="right")
+    ax.minorticks_off()
+    ax.set_xlabel("message size (the whole tensor)")
+    if quantity == "bus_bandwidth":
+        ax.set_ylim(bottom=0)
+        ax.set_ylabel("bus bandwidth (GB/s)")
+    else:
+        ax.set_yscale("log")
+        ax.set_ylabel("time per call (µs)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, alpha=0.3)
     return ax
 
 

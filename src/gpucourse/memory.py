@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from functools import lru_cache
+from pathlib import Path
 
 from gpucourse.checks import count as _count, positive as _positive, real as _real
 
@@ -730,6 +731,8 @@ def compare(records):
 # readings after each phase of two steps. The functions below take that file
 # as `results.load_results("memory")` returns it (a dict) and re-predict every
 # row with `predict`, so the book checks today's arithmetic against the GPUs.
+# The script ran once per GPU count (2 and 4 GPUs): `gpu_runs` loads every run,
+# keyed by its number of GPUs, and `gpu_scaling` sets them side by side.
 
 WRAPPER_NAMES = {"ddp": "DDP", "zero1": "ZeRO-1", "fsdp2": "FSDP2"}
 
@@ -846,6 +849,103 @@ def gpu_peaks(record, model="even_large", rank=0) -> list[dict]:
             first_optimizer_bytes=(phases[first_step]["allocated_bytes"]
                                    - phases[first_step - 1]["allocated_bytes"]),
             final_extra_bytes=phases[-1]["allocated_bytes"] - measured))
+    return out
+
+
+def gpu_runs(directory=None) -> dict:
+    """Every GPU run of benchmarks/memory_gpu.py in `directory` (default the
+    repository's benchmarks/results), keyed by its number of GPUs:
+    {2: record, 4: record}, smallest first. Each record is a results file as
+    `results.load_results` reads it. Where two runs used the same number of
+    GPUs, the one with the later date in its name wins; CPU smoke tests
+    (backend gloo) are left out. Picking the run by `gpu_count` keeps a
+    2-GPU figure on the 2-GPU file when a newer run used more GPUs."""
+    import os
+
+    from gpucourse import results
+
+    if directory is not None and (not isinstance(directory, (str, os.PathLike))
+                                  or not Path(directory).is_dir()):
+        raise ValueError(f"directory must be an existing folder of results files, got {directory!r}")
+    where = results.results_dir() if directory is None else directory
+    runs = {}
+    for path in results.find_results("memory", directory):
+        record = results.load_results("memory", path)
+        if record.get("backend") != "nccl":
+            continue
+        count = record.get("gpu_count")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{path.name} must record gpu_count as a whole number >= 1, "
+                             f"got {count!r}")
+        sizes = sorted({r.get("world_size") for r in _gpu_rows(record)}, key=str)
+        if sizes != [count]:
+            raise ValueError(f"{path.name} records gpu_count {count} but rows with world_size "
+                             f"{sizes}")
+        runs[count] = record
+    if not runs:
+        raise ValueError(f"directory must hold memory-<gpu>x<N>-<date>.json results of a GPU run "
+                         f"(backend nccl), found none in {where}")
+    return dict(sorted(runs.items()))
+
+
+def _checked_runs(runs) -> dict:
+    if not isinstance(runs, dict) or not runs:
+        raise ValueError("runs must be a non-empty dict {gpu_count: record} as gpu_runs() "
+                         f"returns it, got {runs!r:.80}")
+    for count, record in runs.items():
+        _gpu_rows(record)
+        if isinstance(count, bool) or record.get("gpu_count") != count:
+            raise ValueError(f"runs must map each GPU count to its own run, but key {count!r} "
+                             f"holds a run on {record.get('gpu_count')!r} GPUs")
+    return dict(sorted(runs.items()))
+
+
+def gpu_scaling(runs, model="even_large", rank=0) -> list[dict]:
+    """One rank's memory at each number of GPUs, wrapper by wrapper: `runs` is
+    {gpu_count: record} as `gpu_runs` returns it. One dict per run and
+    wrapper (runs in GPU order, wrappers in WRAPPERS order) with
+
+    * `wrapper` and `world_size`;
+    * `predicted`: (params, grads, optimizer) bytes as `predict` lays them
+      out, and `measured`: the same counted on the GPU;
+    * `model_states_bytes`: the predicted total;
+    * `peak_bytes`, `peak_phase` and `states_share` as in `gpu_peaks`;
+    * `rest_bytes`: the peak minus the measured model states, what the
+      model-state arithmetic does not count;
+    * `forward_bytes`: what the first forward pass added to the allocation.
+    """
+    out = []
+    for count, record in _checked_runs(runs).items():
+        rows = {r["wrapper"]: r for r in record["results"]
+                if r["model"] == model and r["rank"] == rank}
+        for p in gpu_peaks(record, model, rank):
+            m = rows[p["wrapper"]]["measured_bytes"]
+            predicted = predict(_config_of(record, model), p["wrapper"], count, rank)["layout"]
+            out.append(dict(
+                wrapper=p["wrapper"], world_size=count, predicted=tuple(predicted),
+                measured=(m["params"], m["grads"], m["optimizer"]),
+                model_states_bytes=p["model_states_bytes"], peak_bytes=p["peak_bytes"],
+                peak_phase=p["peak_phase"], states_share=p["states_share"],
+                rest_bytes=p["peak_bytes"] - p["measured_states_bytes"],
+                forward_bytes=p["forward_bytes"]))
+    return out
+
+
+def gpu_rank_differences(record, model="even_large") -> list[dict]:
+    """Where the allocator's readings of a rank differ from rank 0's: one dict
+    per wrapper, rank and phase that differ, with `wrapper`, `rank`, `phase`
+    (its label, "forward 2"), `allocated_delta_bytes` and `peak_delta_bytes`
+    (that rank's reading minus rank 0's). Empty when every rank read the same."""
+    reference = gpu_phases(record, model, 0)  # checks the record, the model and rank 0
+    ranks = sorted({r["rank"] for r in record["results"] if r["model"] == model})
+    out = []
+    for rank in ranks[1:]:
+        for wrapper, entries in gpu_phases(record, model, rank).items():
+            for (label, now, peak), (_, now0, peak0) in zip(entries, reference[wrapper]):
+                if (now, peak) != (now0, peak0):
+                    out.append(dict(wrapper=wrapper, rank=rank, phase=label,
+                                    allocated_delta_bytes=now - now0,
+                                    peak_delta_bytes=peak - peak0))
     return out
 
 
@@ -1057,6 +1157,27 @@ def gpu_peak_table(record, model="even_large", rank=0) -> str:
             "beyond the model states (GB) |\n|---|---|---|---|---|---|\n" + "\n".join(lines))
 
 
+def gpu_scaling_table(runs, model="even_large", rank=0) -> str:
+    """A markdown table of `gpu_scaling`: per wrapper and number of GPUs, the
+    model states predicted and measured, the allocator's peak, the share of
+    the peak the states explain, the rest of the peak and what the first
+    forward pass added (decimal GB)."""
+    def cell(x):
+        return f"{x / GB:.3f}"
+
+    lines = [f"| {WRAPPER_NAMES[r['wrapper']]} | {r['world_size']} "
+             f"| {' + '.join(cell(x) for x in r['predicted'])} = {cell(r['model_states_bytes'])} "
+             f"| {cell(sum(r['measured']))} | {cell(r['peak_bytes'])} "
+             f"| {100 * r['states_share']:.0f}% | {cell(r['rest_bytes'])} "
+             f"| {cell(r['forward_bytes'])} |"
+             for r in sorted(gpu_scaling(runs, model, rank),
+                             key=lambda r: (WRAPPERS.index(r["wrapper"]), r["world_size"]))]
+    return ("| training | GPUs | model states predicted (GB: params + grads + Adam) "
+            "| measured (GB) | peak allocated (GB) | model states / peak "
+            "| rest of the peak (GB) | first forward adds (GB) |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines))
+
+
 _WRAPPER_COLOURS = {"ddp": "C0", "zero1": "C1", "fsdp2": "C2"}
 
 
@@ -1095,6 +1216,58 @@ def plot_gpu_phases(record, model="even_large", rank=0, ax=None):
     handles += [Patch(color="grey", label="allocated after the phase"),
                 Patch(color="grey", alpha=0.3, label="peak during the phase"),
                 Line2D([], [], color="grey", ls="--", label="predicted model states")]
+    ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper left", frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return ax
+
+
+def plot_gpu_scaling(runs, model="even_large", rank=0, ax=None):
+    """One rank's allocator peak per wrapper at each number of GPUs: the
+    measured model states stacked (parameters, gradients, Adam), the rest of
+    the peak in grey above them, a black tick at the predicted model states
+    and the share of the peak they explain written on top."""
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    rows = gpu_scaling(runs, model, rank)
+    counts = sorted({r["world_size"] for r in rows})
+    wrappers = [w for w in WRAPPERS if any(r["wrapper"] == w for r in rows)]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 4.6))
+    width = 0.8 / len(counts)
+    ticks, tick_labels = [], []
+    for r in rows:
+        i, j = wrappers.index(r["wrapper"]), counts.index(r["world_size"])
+        x = i + (j - (len(counts) - 1) / 2) * width
+        bottom = 0.0
+        for part, size in zip(("params", "grads", "optimizer"), r["measured"]):
+            ax.bar(x, size / GB, width * 0.9, bottom=bottom, color=_COLOURS[part])
+            bottom += size / GB
+        ax.bar(x, r["rest_bytes"] / GB, width * 0.9, bottom=bottom, color="0.8")
+        ax.plot([x - width * 0.45, x + width * 0.45], [r["model_states_bytes"] / GB] * 2,
+                color="k", lw=2)
+        ax.text(x, r["peak_bytes"] / GB, f"{100 * r['states_share']:.0f}%", ha="center",
+                va="bottom", fontsize=8)
+        ticks.append(x)
+        tick_labels.append(f"{r['world_size']} GPUs")
+    ax.set_xticks(ticks, tick_labels, fontsize=8)
+    for i, w in enumerate(wrappers):
+        ax.text(i, -0.12, WRAPPER_NAMES[w], transform=ax.get_xaxis_transform(), ha="center",
+                va="top", fontsize=10)
+    top = max(r["peak_bytes"] for r in rows) / GB
+    ax.set_ylim(0, 1.3 * top)  # room for the legend above the bars
+    ax.set_ylabel("GB on one GPU (above the start)")
+    first = _checked_runs(runs)[counts[0]]
+    n_params = sum(math.prod(s) for s in tiny_param_shapes(_config_of(first, model)))
+    ax.set_title(f"{model} ({n_params / 1e6:.0f}M parameters, fp32 Adam), rank {rank}: "
+                 f"allocator peak on {first.get('gpu', 'GPU')}s\n"
+                 "(on top: model states as a share of the peak)", fontsize=10)
+    handles = [Patch(color=_COLOURS[p], label=f"measured {label}") for p, label in
+               (("params", "parameters"), ("grads", "gradients"), ("optimizer", "Adam moments"))]
+    handles += [Patch(color="0.8", label="rest of the peak"),
+                Line2D([], [], color="k", lw=2, label="predicted model states")]
     ax.legend(handles=handles, fontsize=8, ncol=3, loc="upper left", frameon=False)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
