@@ -19,6 +19,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
                  "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(MULTICAST_OFF)
 
+import datetime  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -101,10 +102,28 @@ def processes(args, parser, smoke_prefix: str) -> tuple[str, int, Path]:
     return backend, world_size, out_dir
 
 
-def gpu_slug(name: str) -> str:
-    """'NVIDIA H200' -> 'h200'."""
-    words = [w for w in name.replace("NVIDIA", "").split() if w.lower() not in ("geforce", "tesla")]
-    return (words[0] if words else "gpu").lower()
+def record_start(benchmark, results, world_size, backend, cpu_smoke,
+                 environment_keys) -> tuple[dict, str]:
+    """The fields a results file of either script starts with (what ran where,
+    when, with which versions and settings), and the file's name. `results`
+    holds each rank's return value, with its device facts under "facts";
+    `environment_keys` are the variables recorded beside MULTICAST_OFF."""
+    from gpucourse.results import gpu_slug
+
+    gpu = "cpu (gloo smoke test)" if cpu_smoke else results[0]["facts"]["name"]
+    slug = "cpu-smoke" if cpu_smoke else gpu_slug(gpu)
+    today = datetime.date.today().isoformat()
+    record = {
+        "benchmark": benchmark,
+        "gpu": gpu,
+        "gpu_count": world_size,
+        "devices": [r["facts"] for r in results],
+        "date": today,
+        "backend": backend,
+        "versions": versions(cuda=backend == "nccl"),
+        "environment": {k: os.environ.get(k) for k in (*MULTICAST_OFF, *environment_keys)},
+    }
+    return record, f"{benchmark}-{slug}x{world_size}-{today}.json"
 
 
 def versions(cuda: bool) -> dict:

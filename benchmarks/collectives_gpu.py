@@ -43,15 +43,12 @@ Needs torch with CUDA and NCCL (or, for --cpu-smoke, any torch); no installs.
 
 from __future__ import annotations
 
-import os
-
 # First, before torch, here and in every spawned worker (which imports this
 # file again): it turns NVLink multicast off, whatever the environment said.
 import _multi_gpu
-from _multi_gpu import MULTICAST_OFF, device_facts, gpu_slug, line_up, rank_device, topology
+from _multi_gpu import device_facts, line_up, rank_device, topology
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -317,21 +314,13 @@ def main(argv=None):
     rank0 = results[0]
     rows, checks = rank0["timings"], rank0["checks"]
 
-    gpu = "cpu (gloo smoke test)" if args.cpu_smoke else rank0["facts"]["name"]
     names = {r["facts"].get("name") for r in results}
-    slug = "cpu-smoke" if args.cpu_smoke else gpu_slug(gpu)
-    today = datetime.date.today().isoformat()
-    record = {
-        "benchmark": "collectives",
-        "gpu": gpu,
-        "gpu_count": world_size,
-        "devices": [r["facts"] for r in results],
-        "date": today,
-        "backend": backend,
-        "versions": _multi_gpu.versions(cuda=backend == "nccl"),
-        "environment": {k: os.environ.get(k) for k in
-                        (*MULTICAST_OFF, "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE",
-                         "NCCL_SHM_DISABLE", "CUDA_VISIBLE_DEVICES")},
+    record, name = _multi_gpu.record_start(
+        "collectives", results, world_size, backend, args.cpu_smoke,
+        ("NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
+         "CUDA_VISIBLE_DEVICES"))
+    gpu = record["gpu"]
+    record.update({
         "topology": topology() if backend == "nccl" else None,
         "method": (f"{world_size} processes, {'one per GPU, ' if backend == 'nccl' else ''}"
                    f"{backend}; builtin = dist.all_reduce, {_builtins()[0].__name__}, "
@@ -348,8 +337,8 @@ def main(argv=None):
         "checks": checks,
         "fits": fit_all(rows),
         "results": rows,
-    }
-    path = out_dir / f"collectives-{slug}x{world_size}-{today}.json"
+    })
+    path = out_dir / name
     path.write_text(json.dumps(record, indent=1) + "\n")
 
     failed = [c for c in checks if not c["passed"]]

@@ -47,16 +47,13 @@ Needs torch with CUDA and NCCL (or, for --cpu-smoke, any torch); no installs.
 
 from __future__ import annotations
 
-import os
-
 # First, before torch, here and in every spawned worker (which imports this
 # file again): it turns NVLink multicast off, whatever the environment said.
 import _multi_gpu
-from _multi_gpu import MULTICAST_OFF, device_facts, gpu_slug, line_up, rank_device
+from _multi_gpu import device_facts, line_up, rank_device
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
@@ -166,19 +163,11 @@ def main(argv=None):
                   key=lambda row: (configs.index(row["model"]),
                                    memory.WRAPPERS.index(row["wrapper"]), row["rank"]))
 
-    gpu = "cpu (gloo smoke test)" if args.cpu_smoke else results[0]["facts"]["name"]
-    slug = "cpu-smoke" if args.cpu_smoke else gpu_slug(gpu)
-    today = datetime.date.today().isoformat()
-    record = {
-        "benchmark": "memory",
-        "gpu": gpu,
-        "gpu_count": world_size,
-        "devices": [r["facts"] for r in results],
-        "date": today,
-        "backend": backend,
-        "versions": _multi_gpu.versions(cuda=backend == "nccl"),
-        "environment": {k: os.environ.get(k) for k in (*MULTICAST_OFF, "CUDA_VISIBLE_DEVICES",
-                                                       "PYTORCH_CUDA_ALLOC_CONF")},
+    record, name = _multi_gpu.record_start("memory", results, world_size, backend,
+                                           args.cpu_smoke,
+                                           ("CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF"))
+    gpu = record["gpu"]
+    record.update({
         "method": (f"{world_size} processes, {'one per GPU, ' if backend == 'nccl' else ''}"
                    f"{backend}; each model trained {STEPS} steps of fp32 Adam (lr 1e-3) from "
                    "the same seed under each wrapper; model-state bytes counted on each rank's "
@@ -191,8 +180,8 @@ def main(argv=None):
         "configs": {name: dataclasses.asdict(CONFIGS[name]) for name in configs},
         "wall_s": elapsed_s,
         "results": rows,
-    }
-    path = out_dir / f"memory-{slug}x{world_size}-{today}.json"
+    })
+    path = out_dir / name
     path.write_text(json.dumps(record, indent=1) + "\n")
 
     print(f"\n{gpu} x {world_size} ({backend}, {elapsed_s:.0f} s): wrote {path}")

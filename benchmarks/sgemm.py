@@ -44,6 +44,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from gpucourse.device import cuda  # noqa: E402
 from gpucourse.kernels import sgemm  # noqa: E402
+from gpucourse.results import gpu_slug  # noqa: E402
 
 SQUARE = [512, 1024, 2048, 4096, 8192]
 # (m, n, k) of a GPT-2-small-like layer at 8192 tokens (d = 768): the QKV
@@ -53,12 +54,6 @@ WARMUP = 3
 REPEATS = 10
 TARGET_BATCH_MS = 20.0  # each timed repeat covers at least this much GPU time
 SLOW_MS = 300.0  # a kernel slower than this gets 3 repeats of one launch
-
-
-def gpu_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'h100'."""
-    words = [w for w in name.replace("NVIDIA", "").split() if w.lower() not in ("geforce", "tesla")]
-    return (words[0] if words else "gpu").lower()
 
 
 def versions() -> dict:

@@ -50,3 +50,21 @@ def test_the_committed_runs_read(benchmark):
     record = results.load_results(benchmark)
     assert record["benchmark"] == benchmark and record["results"]
     assert record["gpu"].startswith("NVIDIA")
+
+
+def test_gpu_slug_names_the_model():
+    assert results.gpu_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert results.gpu_slug("NVIDIA H200") == "h200"
+    assert results.gpu_slug("Tesla T4") == "t4"
+    assert results.gpu_slug("NVIDIA") == "gpu"
+
+
+def test_newest_by_keeps_the_newest_per_key(tmp_path):
+    _write(tmp_path, "memory-a-2026-01-01", gpu_count=2)
+    _write(tmp_path, "memory-b-2026-01-03", gpu_count=2)
+    _write(tmp_path, "memory-c-2026-01-02", gpu_count=4, backend="gloo")
+    runs = results.newest_by("memory", lambda path, record: record["gpu_count"], tmp_path)
+    assert {n: r["date"] for n, r in runs.items()} == {2: "2026-01-03", 4: "2026-01-02"}
+    kept = results.newest_by("memory", lambda path, record: record["gpu_count"], tmp_path,
+                             keep=lambda record: record.get("backend") != "gloo")
+    assert list(kept) == [2]

@@ -948,20 +948,19 @@ def measured_runs(directory=None) -> dict[int, dict]:
     file's "gpu_count" disagrees with the world size of its rows."""
     from gpucourse import results
 
-    files = results.find_results("collectives", directory)
-    if not files:
-        where = results.results_dir() if directory is None else directory
-        raise ValueError(f"directory must hold collectives-<gpu>-<date>.json results files, "
-                         f"found none in {where}")
-    runs = {}
-    for path in files:  # oldest first, so a newer run of the same N replaces it
-        record = results.load_results("collectives", path)
+    def world_size(path, record):
         count, ranks = record.get("gpu_count"), measured_world_size(record)
         if count != ranks:
             raise ValueError(f"{path.name} must state its gpu_count as the world size of its "
                              f"rows ({ranks}), got gpu_count={count!r}")
-        runs[ranks] = record
-    return dict(sorted(runs.items()))
+        return ranks
+
+    runs = results.newest_by("collectives", world_size, directory)
+    if not runs:
+        where = results.results_dir() if directory is None else directory
+        raise ValueError(f"directory must hold collectives-<gpu>-<date>.json results files, "
+                         f"found none in {where}")
+    return runs
 
 
 def _check_runs(runs) -> dict:

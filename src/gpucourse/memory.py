@@ -867,12 +867,7 @@ def gpu_runs(directory=None) -> dict:
     if directory is not None and (not isinstance(directory, (str, os.PathLike))
                                   or not Path(directory).is_dir()):
         raise ValueError(f"directory must be an existing folder of results files, got {directory!r}")
-    where = results.results_dir() if directory is None else directory
-    runs = {}
-    for path in results.find_results("memory", directory):
-        record = results.load_results("memory", path)
-        if record.get("backend") != "nccl":
-            continue
+    def gpu_count(path, record):
         count = record.get("gpu_count")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"{path.name} must record gpu_count as a whole number >= 1, "
@@ -881,11 +876,15 @@ def gpu_runs(directory=None) -> dict:
         if sizes != [count]:
             raise ValueError(f"{path.name} records gpu_count {count} but rows with world_size "
                              f"{sizes}")
-        runs[count] = record
+        return count
+
+    runs = results.newest_by("memory", gpu_count, directory,
+                             keep=lambda record: record.get("backend") == "nccl")
     if not runs:
+        where = results.results_dir() if directory is None else directory
         raise ValueError(f"directory must hold memory-<gpu>x<N>-<date>.json results of a GPU run "
                          f"(backend nccl), found none in {where}")
-    return dict(sorted(runs.items()))
+    return runs
 
 
 def _checked_runs(runs) -> dict:

@@ -626,6 +626,17 @@ def capacities_of(graph, attribute="capacity") -> dict:
     return {link(u, v): d[attribute] for u, v, d in graph.edges(data=True)}
 
 
+def _check_pairs(pairs, n_hosts) -> np.ndarray:
+    """(source, destination) host pairs as an (n, 2) integer array, checked:
+    indices in [0, n_hosts), no host sending to itself."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n_hosts):
+        raise ValueError(f"pairs must hold host indices in [0, {n_hosts}), got {pairs.min()}..{pairs.max()}")
+    if np.any(pairs[:, 0] == pairs[:, 1]):
+        raise ValueError("pairs: source and destination must differ")
+    return pairs
+
+
 def fat_tree_routes(k, pairs) -> list:
     """Routes on fat_tree(k) for pairs of host indices, computed in closed
     form (fast enough for a million flows).
@@ -641,11 +652,7 @@ def fat_tree_routes(k, pairs) -> list:
         raise ValueError(f"k must be even, got {k}")
     half = k // 2
     n_hosts = k * half * half
-    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    if pairs.size and (pairs.min() < 0 or pairs.max() >= n_hosts):
-        raise ValueError(f"pairs must hold host indices in [0, {n_hosts}), got {pairs.min()}..{pairs.max()}")
-    if np.any(pairs[:, 0] == pairs[:, 1]):
-        raise ValueError("pairs: source and destination must differ")
+    pairs = _check_pairs(pairs, n_hosts)
     # Names of every link, made once, then picked by index.
     host_link = [link(f"h{h}", f"e{h // half // half}.{h // half % half}") for h in range(n_hosts)]
     edge_agg = {(p, e, a): link(f"e{p}.{e}", f"a{p}.{a}")
@@ -800,11 +807,7 @@ def dragonfly_routes(graph, pairs, routing="minimal", seed=None) -> list:
     g, a, p = graph.graph["groups"], graph.graph["routers_per_group"], graph.graph["hosts_per_router"]
     wiring = _dragonfly_global_wiring(g, a, graph.graph["global_links_per_router"])
     n_hosts = g * a * p
-    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-    if pairs.size and (pairs.min() < 0 or pairs.max() >= n_hosts):
-        raise ValueError(f"pairs must hold host indices in [0, {n_hosts}), got {pairs.min()}..{pairs.max()}")
-    if np.any(pairs[:, 0] == pairs[:, 1]):
-        raise ValueError("pairs: source and destination must differ")
+    pairs = _check_pairs(pairs, n_hosts)
     src, dst = pairs[:, 0].tolist(), pairs[:, 1].tolist()
     if routing == "valiant":
         between = [s // (a * p) != d // (a * p) for s, d in zip(src, dst)]

@@ -56,3 +56,23 @@ def load_results(benchmark: str, path=None) -> dict:
     if record["benchmark"] != benchmark:
         raise ValueError(f"{path} holds benchmark {record['benchmark']!r}, not {benchmark!r}")
     return record
+
+
+def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
+    """The newest results file of `benchmark` for each value of key(path,
+    record), as {value: record} sorted by value: for instance one run per
+    number of GPUs. Files oldest first, so that a newer one replaces an older
+    one with the same key; `keep(record)` False leaves a file out. `key` may
+    raise ValueError for a file it cannot place."""
+    runs = {}
+    for path in find_results(benchmark, directory):
+        record = load_results(benchmark, path)
+        if keep is None or keep(record):
+            runs[key(path, record)] = record
+    return dict(sorted(runs.items()))
+
+
+def gpu_slug(name: str) -> str:
+    """The GPU's part of a results file's name: 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    words = [w for w in name.replace("NVIDIA", "").split() if w.lower() not in ("geforce", "tesla")]
+    return (words[0] if words else "gpu").lower()
