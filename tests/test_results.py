@@ -68,3 +68,10 @@ def test_newest_by_keeps_the_newest_per_key(tmp_path):
     kept = results.newest_by("memory", lambda path, record: record["gpu_count"], tmp_path,
                              keep=lambda record: record.get("backend") != "gloo")
     assert list(kept) == [2]
+
+
+def test_gpu_slug_and_newest_by_refuse_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="name must be the GPU's name as a string"):
+        results.gpu_slug(None)
+    with pytest.raises(ValueError, match="key must be a function"):
+        results.newest_by("memory", "gpu_count", tmp_path)

@@ -64,6 +64,9 @@ def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
     number of GPUs. Files oldest first, so that a newer one replaces an older
     one with the same key; `keep(record)` False leaves a file out. `key` may
     raise ValueError for a file it cannot place."""
+    if not callable(key) or (keep is not None and not callable(keep)):
+        raise ValueError("key must be a function of (path, record), and keep None or a "
+                         f"function of record; got key={key!r}, keep={keep!r}")
     runs = {}
     for path in find_results(benchmark, directory):
         record = load_results(benchmark, path)
@@ -74,5 +77,7 @@ def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
 
 def gpu_slug(name: str) -> str:
     """The GPU's part of a results file's name: 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    if not isinstance(name, str):
+        raise ValueError(f"name must be the GPU's name as a string, got {name!r}")
     words = [w for w in name.replace("NVIDIA", "").split() if w.lower() not in ("geforce", "tesla")]
     return (words[0] if words else "gpu").lower()
