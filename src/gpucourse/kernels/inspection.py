@@ -200,7 +200,7 @@ class Trace:
     def most(self, name: str, kind: str = "read") -> tuple:
         """(largest count of one thread, that thread)."""
         counts = self.counts(name, kind)
-        thread = max(counts, key=lambda t: (counts[t], t))
+        thread = max(self.threads, key=lambda t: counts[t])  # the first, in launch order
         return counts[thread], thread
 
     def total(self, name: str, kind: str = "read") -> int:
@@ -254,7 +254,8 @@ class Trace:
                 for thread, n in self.counts(name, kind).items():
                     per_thread[thread] += n
             if per_thread:
-                thread, count = max(per_thread.items(), key=lambda item: (item[1], item[0]))
+                thread = max(self.threads, key=lambda t: per_thread[t])
+                count = per_thread[thread]
                 if count > limit:
                     detail = ", ".join(f"{self.counts(n, kind)[thread]} of {n}" for n in shared
                                        if self.counts(n, kind)[thread])
@@ -414,6 +415,7 @@ def trace(kernel, grid, block, *args) -> Trace:
     """
     grid = _as_dim3("grid", grid)
     block = _as_dim3("block", block)
+    simulated = _simulated(kernel)
     names = _argument_names(kernel, len(args))
     wrapped, arrays = [], {}
     for name, value in zip(names, args):
@@ -423,7 +425,6 @@ def trace(kernel, grid, block, *args) -> Trace:
             wrapped.append(counted)
         else:
             wrapped.append(value)
-    simulated = _simulated(kernel)
     shared: dict = {}
     with _trace_lock, _counting_shared_arrays(shared), \
             _device_functions_simulated(simulated.fn):
