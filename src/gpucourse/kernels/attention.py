@@ -50,6 +50,7 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
@@ -909,19 +910,6 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
             raise ValueError(f"this GPU cannot give a block {dynamic_bytes} bytes of shared "
                              f"memory ({error}); choose smaller tiles") from None
     return function.kernel, kernel.configure((1,), (1,)).stream
-
-
-def _current_gpu() -> int:
-    """The GPU of the calling thread's current CUDA context: the one a launch
-    runs on, and the one Numba reports (it attaches to the current context).
-    Asked of the driver directly, since Numba's `get_current_device` costs
-    several microseconds of Python on every call."""
-    from cuda.bindings import driver as cu
-
-    error, device = cu.cuCtxGetDevice()
-    if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
-        return cuda.get_current_device().id
-    return int(device)
 
 
 def _config_for(head_dim: int) -> FlashConfig:

@@ -44,9 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
-from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 # -----------------------------------------------------------------------------
 # Levels and tile configurations
@@ -730,14 +731,28 @@ def gpu_model() -> str:
     """The GPU's name as the driver gives it, or "simulator" under Numba's simulator."""
     if not on_gpu():
         return "simulator"
+    return _gpu_name(_current_gpu())
+
+
+@lru_cache(maxsize=None)
+def _gpu_name(device_id: int) -> str:
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _read_tuned(path=None) -> dict:
+    """The tuned table at `path`, read again only when the file changes (matmul asks
+    for it on every call, and a file read would cost more than the launch)."""
     path = Path(TUNED_PATH if path is None else path)
-    if not path.exists():
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
         return {}
+    return _read_tuned_file(str(path), stamp)
+
+
+@lru_cache(maxsize=8)
+def _read_tuned_file(path: str, stamp: int) -> dict:
     with open(path) as f:
         return json.load(f)
 
@@ -826,6 +841,87 @@ def _aligned_rows(x) -> bool:
     return pointer is not None and pointer % 16 == 0
 
 
+# -----------------------------------------------------------------------------
+# Launching on a GPU at the cost of a launch.
+# `kernel[grid, block](a, b, c)` costs 30-45 us of Python on the H100, and
+# wrapping each torch tensor in a Numba device array (`cuda.as_cuda_array`)
+# another 18 us each; with a fresh output array a call of level 5 on a 1 x 1 x 1
+# product took 270 us, where cuBLAS takes 21 (benchmarks/results). A matrix
+# argument of a compiled kernel is nine numbers (meminfo, parent, element count,
+# item size, data pointer, two extents, two strides in bytes), which is what
+# Numba's own launch hands to `cuda.core.launch` at the end. For C-contiguous
+# float32 matrices already on the GPU, matmul builds those numbers itself from
+# the data pointers and launches directly; anything else takes Numba's path.
+
+C_MATRIX = types.Array(float32, 2, "C")
+
+
+@lru_cache(maxsize=None)
+def _launchable(kernel, device_id: int):
+    """The kernel compiled for three C-contiguous float32 matrices on one GPU, and
+    the default stream, in the forms `cuda.core.launch` takes."""
+    compiled = kernel.compile((C_MATRIX, C_MATRIX, C_MATRIX))
+    return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
+
+
+def _matrix_argument(pointer: int, rows: int, cols: int) -> tuple:
+    """A C-contiguous float32 matrix as a compiled kernel takes it."""
+    return (0, 0, rows * cols, 4, pointer, rows, cols, cols * 4, 4)
+
+
+def _on_gpu_matrix(x):
+    """(data pointer, rows, cols) of a C-contiguous float32 matrix on Numba's GPU, or
+    None when x is anything else (it then takes Numba's own path)."""
+    if _is_torch_tensor(x):
+        if str(x.dtype) == "torch.float32" and x.is_cuda and x.dim() == 2 \
+                and x.is_contiguous() and x.get_device() == _current_gpu():
+            return x.data_ptr(), int(x.shape[0]), int(x.shape[1])
+        return None
+    interface = getattr(x, "__cuda_array_interface__", None)
+    if interface is None or interface.get("typestr") != "<f4" or len(interface["shape"]) != 2:
+        return None
+    rows, cols = interface["shape"]
+    strides = interface.get("strides")
+    if strides is not None and tuple(strides) != (cols * 4, 4) and rows > 1:
+        return None
+    # A Numba device array lives on Numba's GPU; other producers must say theirs.
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    if not isinstance(x, DeviceNDArray):
+        return None
+    return interface["data"][0], int(rows), int(cols)
+
+
+def _fast_matmul(a, b, key, config):
+    """matmul on GPU matrices without Numba's argument handling; None if not possible."""
+    a_matrix, b_matrix = _on_gpu_matrix(a), _on_gpu_matrix(b)
+    if a_matrix is None or b_matrix is None:
+        return None
+    (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
+    if k != k_b:
+        return None  # matmul's own checks explain the mismatch
+    if _is_torch_tensor(a) and _is_torch_tensor(b):
+        import torch
+
+        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        c_ptr = out.data_ptr()
+    else:
+        out = cuda.device_array((m, n), dtype=np.float32)
+        c_ptr = out.__cuda_array_interface__["data"][0]
+    if m and n:
+        vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+        from cuda.core import LaunchConfig, launch
+
+        function, stream = _launchable(kernel, _current_gpu())
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        block = tuple(block) + (1,) * (3 - len(block))
+        launch(stream, LaunchConfig(grid=grid, block=block), function,
+               *_matrix_argument(a_ptr, m, k), *_matrix_argument(b_ptr, k, n),
+               *_matrix_argument(c_ptr, m, n))
+    return out
+
+
 def matmul(a, b, level=6, *, config: TileConfig | None = None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5 or 6).
 
@@ -862,6 +958,10 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
         if key not in ("4a", "4b", "5", "6"):
             raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 only, got level {level!r}")
         check_config(config, vectorized=key in ("5", "6"))
+    if on_gpu() and not a_is_numpy:
+        out = _fast_matmul(a, b, key, config)
+        if out is not None:
+            return out
     a_dev, b_dev = _device_view("a", a), _device_view("b", b)
     m, k = a_dev.shape
     n = b_dev.shape[1]
