@@ -306,3 +306,35 @@ def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):
         assert r["vs_cublas"] == pytest.approx(rows[-1]["ms"] / r["ms"])
     _fails(ladder.ladder, record, 4095, naming="m, n, k must be a measured shape")
     _fails(ladder.load_results, tmp_path, naming="path must be a folder holding")
+
+
+def test_auto_picks_the_configuration_measured_nearest_the_shape(tmp_path):
+    path = tmp_path / "tuned.json"
+    small, large = TileConfig(64, 64, 16, 4, 8), TileConfig(128, 256, 16, 8, 8)
+    entry = {"bm": 64, "bn": 256, "bk": 16, "tm": 8, "tn": 8, "by_shape": [
+        {"m": 512, "n": 512, "k": 512, **{f: getattr(small, f) for f in "bm bn bk tm tn".split()}},
+        {"m": 2048, "n": 2048, "k": 2048, **{f: getattr(large, f) for f in "bm bn bk tm tn".split()}},
+    ]}
+    path.write_text(json.dumps({"Some GPU": entry}))
+    assert sgemm.auto_config((256, 512, 700), "Some GPU", path) == small
+    assert sgemm.auto_config((1, 1, 1), "Some GPU", path) == small
+    assert sgemm.auto_config((2048, 1024, 1024), "Some GPU", path) == large  # nearer in m
+    # Level 6's own configuration counts at the shape autotune measured it.
+    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == large
+    entry.update(m=4096, n=4096, k=4096)
+    path.write_text(json.dumps({"Some GPU": entry}))
+    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == TileConfig(64, 256, 16, 8, 8)
+    # Without measurements by shape, auto is level 6's tuned configuration.
+    assert sgemm.auto_config((64, 64, 64), "Other GPU", path) == sgemm.DEFAULT_TUNED
+    _fails(sgemm.auto_config, (1, 2), "Some GPU", path, naming="shape must be a tuple")
+    _fails(sgemm.auto_config, (1, -2, 3), "Some GPU", path, naming="n must be a whole number")
+
+
+def test_auto_is_the_default_and_exact_on_ragged_shapes():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((19, 13)).astype(np.float32)
+    b = rng.standard_normal((13, 22)).astype(np.float32)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    for c in (sgemm.matmul(a, b), sgemm.matmul(a, b, "auto")):
+        assert c.dtype == np.float32 and np.allclose(c, expected, rtol=1e-5, atol=1e-5)
+    _fails(sgemm.matmul, a, b, "fast", naming="auto")

@@ -12,11 +12,13 @@ performance" (2022), rebuilt in Python:
     level 5   vectorized: 128-bit loads and stores, A's tile stored transposed, B read
               without bank conflicts, the next tile prefetched into registers
     level 6   autotuned: level 5's kernel with the tile sizes `autotune` found best
+    auto      level 6's kernel with the tile sizes measured best near the product's shape
+              (small products want small tiles, so that every SM has work)
 
 Every kernel is correct for any shape: tiles that hang over the edge of a
 matrix are filled with zeros when loaded and skipped when stored.
 
-The public entry point is ``matmul(a, b, level=6)``. It takes numpy arrays
+The public entry point is ``matmul(a, b, level="auto")``. It takes numpy arrays
 (and returns numpy) or anything with ``__cuda_array_interface__``: a Numba
 device array (returns a Numba device array) or a CUDA torch tensor (returns a
 CUDA torch tensor). ``autotune`` times tile configurations on a GPU and keeps
@@ -198,14 +200,15 @@ def candidate_configs(space: dict | None = None, vectorized: bool = True) -> lis
     return found
 
 
-def _level(level) -> str:
-    """Normalize a level (1, "1", "4a", ...) to its key in LEVELS."""
+def _level(level, auto_ok: bool = False) -> str:
+    """Normalize a level (1, "1", "4a", ..., and "auto" where auto_ok) to its key."""
+    accepted = LEVELS + (("auto",) if auto_ok else ())
     if isinstance(level, (bool, np.bool_)):
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+        raise ValueError(f"level must be one of {', '.join(accepted)}, got {level!r}")
     key = str(level).strip().lower() if isinstance(level, (int, np.integer, str)) else None
-    if key not in LEVELS:
+    if key not in accepted:
         extra = " (level 4 has two kernels: '4a' and '4b')" if key == "4" else ""
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}{extra}")
+        raise ValueError(f"level must be one of {', '.join(accepted)}, got {level!r}{extra}")
     return key
 
 
@@ -760,11 +763,16 @@ def _read_tuned_file(path: str, stamp: int) -> dict:
 def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
     """The kernel, grid and block matmul launches for `level` at shape (m, n, k).
 
+    Level "auto" is level 6's kernel with the tile configuration `auto_config`
+    picks for the shape.
+
     `config` overrides the tile sizes of levels 4a-6 (it must pass check_config).
     Returns (kernel, grid, block).
     """
-    key = _level(level)
+    key = _level(level, auto_ok=True)
     m, n, k = shape
+    if key == "auto":
+        key, config = "6", config or auto_config((m, n, k))
     if key in ("1", "2"):
         block = (NAIVE_BLOCK, NAIVE_BLOCK)
         if key == "1":  # x walks rows of C
@@ -774,19 +782,85 @@ def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
         return (_compiled("shared"), (_blocks(n, SHARED_TILE), _blocks(m, SHARED_TILE)),
                 (SHARED_TILE, SHARED_TILE))
     if config is None:
-        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or tuned_config()
+        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or \
+            _tuned_here(gpu_model())
+    return _tiled_kernel(key, config, bool(vectorized)), \
+        (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
+
+
+@lru_cache(maxsize=None)
+def _tiled_kernel(key: str, config: TileConfig, vectorized: bool):
+    """The kernel of level 4a, 4b, 5 or 6 for `config`, checked once (matmul asks on
+    every call; a configuration that breaks a constraint raises every time)."""
     if key == "4a":
         if config.tn != 1:
             raise ValueError(f"config for level 4a must have tn=1 (a column per thread), got {config}")
         check_config(config, vectorized=False)
-        kernel = _compiled("1d", config)
-    elif key == "4b":
+        return _compiled("1d", config)
+    if key == "4b":
         check_config(config, vectorized=False)
-        kernel = _compiled("2d", config)
+        return _compiled("2d", config)
+    check_config(config, vectorized=True)
+    return _compiled("vectorized", config, vectorized)
+
+
+def auto_config(shape, gpu_name: str | None = None, path=None) -> TileConfig:
+    """The tile configuration level "auto" uses for an (m, n, k) product on `gpu_name`.
+
+    A product too small for level 6's large tiles leaves most of the GPU idle
+    (1024^3 in 128 x 256 tiles is 32 blocks for 132 SMs), so the tuned table
+    keeps, per GPU, the configuration measured fastest at several shapes
+    ("by_shape", written by benchmarks/sgemm_shapes.py). "auto" takes the one
+    measured at the nearest shape, nearness counted in factors of two along
+    m, n and k; with no such entry it is level 6's tuned configuration.
+    """
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    m, n, k = (max(1, _whole_or_zero(name, v)) for name, v in zip("mnk", shape))
+    if gpu_name is None:
+        gpu_name = gpu_model()
+    if path is None:
+        measured = _by_shape_here(gpu_name)
     else:
-        check_config(config, vectorized=True)
-        kernel = _compiled("vectorized", config, bool(vectorized))
-    return kernel, (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
+        measured = _by_shape(_read_tuned(path).get(gpu_name, {}))
+    if not measured:
+        return _tuned_here(gpu_name) if path is None else tuned_config(gpu_name, path)
+
+    def distance(entry):
+        (em, en, ek), _ = entry
+        return abs(math.log2(m / em)) + abs(math.log2(n / en)) + abs(math.log2(k / ek))
+
+    return min(measured, key=distance)[1]
+
+
+def _whole_or_zero(name, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _by_shape(entry: dict) -> list:
+    """[((m, n, k), TileConfig)] of a GPU's entry in the tuned table, each checked:
+    the by-shape measurements, and level 6's own configuration at the shape
+    autotune measured it."""
+    found = []
+    for row in entry.get("by_shape", []) + ([entry] if "m" in entry else []):
+        config = check_config(TileConfig(**{f: row[f] for f in ("bm", "bn", "bk", "tm", "tn")}))
+        found.append(((row["m"], row["n"], row["k"]), config))
+    return found
+
+
+@lru_cache(maxsize=None)
+def _by_shape_here(gpu_name: str) -> tuple:
+    return tuple(_by_shape(_read_tuned().get(gpu_name, {})))
+
+
+@lru_cache(maxsize=None)
+def _tuned_here(gpu_name: str) -> TileConfig:
+    """tuned_config(gpu_name) from the default table, read once per process
+    (autotune, which rewrites the table, forgets it)."""
+    return tuned_config(gpu_name)
 
 
 def _is_torch_tensor(x) -> bool:
@@ -869,12 +943,12 @@ def _matrix_argument(pointer: int, rows: int, cols: int) -> tuple:
     return (0, 0, rows * cols, 4, pointer, rows, cols, cols * 4, 4)
 
 
-def _on_gpu_matrix(x):
-    """(data pointer, rows, cols) of a C-contiguous float32 matrix on Numba's GPU, or
+def _on_gpu_matrix(x, device_id: int):
+    """(data pointer, rows, cols) of a C-contiguous float32 matrix on GPU `device_id`, or
     None when x is anything else (it then takes Numba's own path)."""
     if _is_torch_tensor(x):
         if str(x.dtype) == "torch.float32" and x.is_cuda and x.dim() == 2 \
-                and x.is_contiguous() and x.get_device() == _current_gpu():
+                and x.is_contiguous() and x.get_device() == device_id:
             return x.data_ptr(), int(x.shape[0]), int(x.shape[1])
         return None
     interface = getattr(x, "__cuda_array_interface__", None)
@@ -892,9 +966,17 @@ def _on_gpu_matrix(x):
     return interface["data"][0], int(rows), int(cols)
 
 
+@lru_cache(maxsize=1024)
+def _launch_config(grid: tuple, block: tuple):
+    from cuda.core import LaunchConfig
+
+    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)))
+
+
 def _fast_matmul(a, b, key, config):
     """matmul on GPU matrices without Numba's argument handling; None if not possible."""
-    a_matrix, b_matrix = _on_gpu_matrix(a), _on_gpu_matrix(b)
+    device_id = _current_gpu()
+    a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
     if a_matrix is None or b_matrix is None:
         return None
     (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
@@ -910,20 +992,23 @@ def _fast_matmul(a, b, key, config):
         c_ptr = out.__cuda_array_interface__["data"][0]
     if m and n:
         vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+        if config is None and key == "6":
+            config = _tuned_here(_gpu_name(device_id))
+        elif config is None and key == "auto":
+            key, config = "6", auto_config((m, n, k), _gpu_name(device_id))
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
-        from cuda.core import LaunchConfig, launch
+        from cuda.core import launch
 
-        function, stream = _launchable(kernel, _current_gpu())
-        grid = tuple(grid) + (1,) * (3 - len(grid))
-        block = tuple(block) + (1,) * (3 - len(block))
-        launch(stream, LaunchConfig(grid=grid, block=block), function,
+        function, stream = _launchable(kernel, device_id)
+        launch(stream, _launch_config(grid, block), function,
                *_matrix_argument(a_ptr, m, k), *_matrix_argument(b_ptr, k, n),
                *_matrix_argument(c_ptr, m, n))
     return out
 
 
-def matmul(a, b, level=6, *, config: TileConfig | None = None):
-    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5 or 6).
+def matmul(a, b, level="auto", *, config: TileConfig | None = None):
+    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6 or
+    "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
     a: M x K, b: K x N, both float32 and both of one kind: numpy arrays (the
     result is a numpy array), or device arrays with __cuda_array_interface__
@@ -936,7 +1021,7 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
     non-2D array, mismatched inner dimensions, an unknown level, or a tile
     configuration that breaks a constraint.
     """
-    key = _level(level)
+    key = _level(level, auto_ok=True)
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray) and not hasattr(x, "shape"):
             raise ValueError(f"{name} must be a numpy array, a Numba device array or a CUDA torch "
@@ -955,9 +1040,10 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
             raise ValueError(f"inner dimensions must match: a is {a.shape[0]} x {a.shape[1]} so b "
                              f"must have {a.shape[1]} rows, got b of shape {tuple(b.shape)}")
     if config is not None:
-        if key not in ("4a", "4b", "5", "6"):
-            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 only, got level {level!r}")
-        check_config(config, vectorized=key in ("5", "6"))
+        if key not in ("4a", "4b", "5", "6", "auto"):
+            raise ValueError(f"config applies to levels 4a, 4b, 5, 6 and auto only, got level "
+                             f"{level!r}")
+        check_config(config, vectorized=key in ("5", "6", "auto"))
     if on_gpu() and not a_is_numpy:
         out = _fast_matmul(a, b, key, config)
         if out is not None:
@@ -1087,12 +1173,14 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
     best = min(timed, key=lambda t: t["ms"])
     gpu = gpu_model()
     table = _read_tuned(path)
-    table[gpu] = {**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")},
+    table[gpu] = {**table.get(gpu, {}), **{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")},
                   "m": m, "n": n, "k": k, "ms": best["ms"], "tflops": best["tflops"],
                   "date": _datetime.date.today().isoformat()}
     with open(Path(TUNED_PATH if path is None else path), "w") as f:
         json.dump(table, f, indent=2, sort_keys=True)
         f.write("\n")
+    _tuned_here.cache_clear()
+    _by_shape_here.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}
 
