@@ -6,8 +6,9 @@
    6's kernel with every tile configuration of SEARCH_SPACE that passes
    sgemm.check_config and has 64-256 threads and at most 128 x 256 outputs per
    block: first a quick pass (CUDA events around 20 back-to-back calls of
-   sgemm.matmul), then the three fastest again with the median timing of
-   benchmarks/sgemm.py. The fastest per shape goes into the GPU's "by_shape"
+   sgemm.matmul), then the three fastest again, each with K cut into 1, 2 and
+   4 slices (split-K), with the median timing of benchmarks/sgemm.py. The
+   fastest per shape goes into the GPU's "by_shape"
    list in src/gpucourse/kernels/sgemm_tuned.json, which sgemm.auto_config
    reads (a copy goes to DIR). Small products want small tiles: 1024^3 in
    level 6's 128 x 256 tiles is 32 blocks for the H100's 132 SMs.
@@ -52,6 +53,7 @@ TUNING_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536), (2048,
                  (16384, 1024, 1024), (1024, 1024, 8192)]
 SEARCH_SPACE = {"bm": (64, 128, 256), "bn": (64, 128, 256), "bk": (8, 16, 32),
                 "tm": (4, 8, 16), "tn": (4, 8, 16)}
+SPLITS = (1, 2, 4)  # slices of K tried for each finalist (split-K)
 ROUNDS = 3
 
 
@@ -100,13 +102,17 @@ def search(shapes, progress=True) -> list[dict]:
                 continue
             quick.append((quick_ms(lambda: sgemm.matmul(a, b, 6, config=config)), config))
         finalists = [config for _, config in sorted(quick, key=lambda t: t[0])[:3]]
-        timed = [(time_ms(lambda: sgemm.matmul(a, b, 6, config=config))[0], config)
-                 for config in finalists]
-        ms, best = min(timed, key=lambda t: t[0])
-        found.append({"m": m, "n": n, "k": k, **vars(best), "ms": ms,
+        timed = []
+        for config in finalists:
+            for splits in SPLITS:
+                call = lambda: sgemm.matmul(a, b, 6, config=config, splits=splits)  # noqa: E731
+                if relative_error(call(), reference) <= 1e-4:
+                    timed.append((time_ms(call)[0], config, splits))
+        ms, best, splits = min(timed, key=lambda t: t[0])
+        found.append({"m": m, "n": n, "k": k, **vars(best), "splits": splits, "ms": ms,
                       "tflops": 2 * m * n * k / (ms * 1e-3) / 1e12,
                       "date": datetime.date.today().isoformat()})
-        print(f"{m}x{n}x{k}: {best} {ms * 1e3:.1f} us", flush=True)
+        print(f"{m}x{n}x{k}: {best}, {splits} split(s) of K: {ms * 1e3:.1f} us", flush=True)
     return found
 
 
@@ -145,7 +151,8 @@ def table_rows(shapes, progress=True) -> list[dict]:
                    "kernel_ms": float(np.median(kernels[name])),
                    "max_rel_err": errors[name], "failed": not errors[name] <= 1e-4}
             if name == "auto":
-                row["config"] = vars(sgemm.auto_config((m, n, k)))
+                config, splits = sgemm.auto_plan((m, n, k))
+                row["config"] = {**vars(config), "splits": splits}
             if name == "level6":
                 row["config"] = vars(sgemm.tuned_config())
             rows.append(row)

@@ -338,3 +338,40 @@ def test_auto_is_the_default_and_exact_on_ragged_shapes():
     for c in (sgemm.matmul(a, b), sgemm.matmul(a, b, "auto")):
         assert c.dtype == np.float32 and np.allclose(c, expected, rtol=1e-5, atol=1e-5)
     _fails(sgemm.matmul, a, b, "fast", naming="auto")
+
+
+def test_split_ranges_cover_k_in_aligned_slices():
+    assert sgemm.split_ranges(8192, 2) == [(0, 4096), (4096, 8192)]
+    assert sgemm.split_ranges(50, 3) == [(0, 32), (32, 50)]  # 17 rounds up to 32
+    assert sgemm.split_ranges(10, 4) == [(0, 10)]  # too short to split
+    for k in (1, 15, 16, 17, 100, 1000):
+        for splits in (1, 2, 3, 7):
+            ranges = sgemm.split_ranges(k, splits)
+            assert ranges[0][0] == 0 and ranges[-1][1] == k and len(ranges) <= splits
+            assert all(k0 % 16 == 0 and k1 > k0 for k0, k1 in ranges)
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+SMALL_TILES = TileConfig(32, 32, 8, 4, 8)
+
+
+@pytest.mark.parametrize("level", ["5", "auto"])
+def test_split_k_is_exact_and_propagates_nan_and_inf(level):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((9, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 12)).astype(np.float32)
+    a[2, 40] = np.nan  # in the second slice of K
+    b[3, 5] = np.inf  # in the first
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    c = sgemm.matmul(a, b, level, config=SMALL_TILES, splits=3)
+    assert c.dtype == np.float32 and c.shape == (9, 12)
+    assert np.array_equal(np.isnan(c), np.isnan(expected))
+    assert np.array_equal(np.isinf(c), np.isinf(expected))
+    finite = np.isfinite(expected)
+    assert np.allclose(c[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_splits_are_checked():
+    a = np.ones((2, 3), np.float32)
+    _fails(sgemm.matmul, a, a.T.copy(), 5, splits=0, naming="splits must be a whole number")
+    _fails(sgemm.matmul, a, a.T.copy(), 3, splits=2, naming="splits applies to levels 5, 6")

@@ -814,6 +814,12 @@ def auto_config(shape, gpu_name: str | None = None, path=None) -> TileConfig:
     measured at the nearest shape, nearness counted in factors of two along
     m, n and k; with no such entry it is level 6's tuned configuration.
     """
+    return auto_plan(shape, gpu_name, path)[0]
+
+
+def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
+    """(TileConfig, splits of K) that level "auto" uses for an (m, n, k) product:
+    those measured at the nearest shape (see `auto_config`)."""
     if not (isinstance(shape, tuple) and len(shape) == 3):
         raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
     m, n, k = (max(1, _whole_or_zero(name, v)) for name, v in zip("mnk", shape))
@@ -824,13 +830,14 @@ def auto_config(shape, gpu_name: str | None = None, path=None) -> TileConfig:
     else:
         measured = _by_shape(_read_tuned(path).get(gpu_name, {}))
     if not measured:
-        return _tuned_here(gpu_name) if path is None else tuned_config(gpu_name, path)
+        return (_tuned_here(gpu_name) if path is None else tuned_config(gpu_name, path)), 1
 
     def distance(entry):
-        (em, en, ek), _ = entry
+        em, en, ek = entry[0]
         return abs(math.log2(m / em)) + abs(math.log2(n / en)) + abs(math.log2(k / ek))
 
-    return min(measured, key=distance)[1]
+    _, config, splits = min(measured, key=distance)
+    return config, splits
 
 
 def _whole_or_zero(name, value) -> int:
@@ -841,13 +848,13 @@ def _whole_or_zero(name, value) -> int:
 
 
 def _by_shape(entry: dict) -> list:
-    """[((m, n, k), TileConfig)] of a GPU's entry in the tuned table, each checked:
-    the by-shape measurements, and level 6's own configuration at the shape
-    autotune measured it."""
+    """[((m, n, k), TileConfig, splits)] of a GPU's entry in the tuned table, each
+    checked: the by-shape measurements, and level 6's own configuration at the
+    shape autotune measured it."""
     found = []
     for row in entry.get("by_shape", []) + ([entry] if "m" in entry else []):
         config = check_config(TileConfig(**{f: row[f] for f in ("bm", "bn", "bk", "tm", "tn")}))
-        found.append(((row["m"], row["n"], row["k"]), config))
+        found.append(((row["m"], row["n"], row["k"]), config, _whole("splits", row.get("splits", 1))))
     return found
 
 
@@ -931,16 +938,19 @@ C_MATRIX = types.Array(float32, 2, "C")
 
 
 @lru_cache(maxsize=None)
-def _launchable(kernel, device_id: int):
-    """The kernel compiled for three C-contiguous float32 matrices on one GPU, and
-    the default stream, in the forms `cuda.core.launch` takes."""
-    compiled = kernel.compile((C_MATRIX, C_MATRIX, C_MATRIX))
+def _launchable(kernel, device_id: int, signature=None):
+    """The kernel compiled for `signature` (default: three C-contiguous float32
+    matrices) on one GPU, and the default stream, in the forms
+    `cuda.core.launch` takes."""
+    compiled = kernel.compile(signature or (C_MATRIX, C_MATRIX, C_MATRIX))
     return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
 
 
-def _matrix_argument(pointer: int, rows: int, cols: int) -> tuple:
-    """A C-contiguous float32 matrix as a compiled kernel takes it."""
-    return (0, 0, rows * cols, 4, pointer, rows, cols, cols * 4, 4)
+def _matrix_argument(pointer: int, rows: int, cols: int, row_stride: int | None = None) -> tuple:
+    """A float32 matrix as a compiled kernel takes it: C-contiguous, or with rows
+    `row_stride` elements apart (a slice of columns; the kernel must be compiled
+    for layout "A")."""
+    return (0, 0, rows * cols, 4, pointer, rows, cols, (row_stride or cols) * 4, 4)
 
 
 def _on_gpu_matrix(x, device_id: int):
@@ -973,7 +983,59 @@ def _launch_config(grid: tuple, block: tuple):
     return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)))
 
 
-def _fast_matmul(a, b, key, config):
+# -----------------------------------------------------------------------------
+# Split-K. A product with few output tiles and a deep K (1024 x 1024 x 8192 is
+# 128 tiles of 64 x 128 for the H100's 132 SMs) keeps most SMs idle however
+# fast each block is. Cutting K into `splits` slices gives each slice's
+# product its own blocks, each writing a partial C; a last kernel adds the
+# partials. Slices are whole multiples of 16 columns, so the 128-bit loads of
+# levels 5 and 6 stay aligned.
+
+SPLIT_ALIGN = 16
+
+
+def split_ranges(k: int, splits: int) -> list[tuple[int, int]]:
+    """The K ranges [k0, k1) of at most `splits` slices, each a multiple of 16 long
+    (but the last); fewer when K is too short to give each slice 16 columns."""
+    chunk = max(SPLIT_ALIGN, -(-k // splits // SPLIT_ALIGN) * SPLIT_ALIGN)
+    return [(k0, min(k, k0 + chunk)) for k0 in range(0, k, chunk)]
+
+
+@cuda.jit
+def sum_splits(partial, c):
+    """c[row, col] = the sum over s of partial[s, row, col]."""
+    col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    row = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+    if row < c.shape[0] and col < c.shape[1]:
+        acc = float32(0.0)
+        for s in range(partial.shape[0]):
+            acc += partial[s, row, col]
+        c[row, col] = acc
+
+
+SUM_BLOCK = (32, 8)
+
+
+def _sum_grid(m: int, n: int) -> tuple:
+    return (_blocks(n, SUM_BLOCK[0]), _blocks(m, SUM_BLOCK[1]))
+
+
+def _check_splits(splits, key) -> int:
+    if splits is None:
+        return None
+    if key not in ("5", "6", "auto"):
+        raise ValueError(f"splits applies to levels 5, 6 and auto only, got level {key!r}")
+    if isinstance(splits, (bool, np.bool_)) or not isinstance(splits, (int, np.integer)) \
+            or not 1 <= splits <= 64:
+        raise ValueError(f"splits must be a whole number from 1 to 64, got {splits!r}")
+    return int(splits)
+
+
+A_MATRIX = types.Array(float32, 2, "A")
+C_BLOCK = types.Array(float32, 3, "C")
+
+
+def _fast_matmul(a, b, key, config, splits):
     """matmul on GPU matrices without Numba's argument handling; None if not possible."""
     device_id = _current_gpu()
     a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
@@ -982,7 +1044,8 @@ def _fast_matmul(a, b, key, config):
     (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
     if k != k_b:
         return None  # matmul's own checks explain the mismatch
-    if _is_torch_tensor(a) and _is_torch_tensor(b):
+    torch_out = _is_torch_tensor(a) and _is_torch_tensor(b)
+    if torch_out:
         import torch
 
         out = torch.empty((m, n), dtype=torch.float32, device=a.device)
@@ -990,23 +1053,44 @@ def _fast_matmul(a, b, key, config):
     else:
         out = cuda.device_array((m, n), dtype=np.float32)
         c_ptr = out.__cuda_array_interface__["data"][0]
-    if m and n:
-        vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
-        if config is None and key == "6":
-            config = _tuned_here(_gpu_name(device_id))
-        elif config is None and key == "auto":
-            key, config = "6", auto_config((m, n, k), _gpu_name(device_id))
-        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
-        from cuda.core import launch
+    if not (m and n):
+        return out
+    vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+    if key == "auto":
+        planned, planned_splits = auto_plan((m, n, k), _gpu_name(device_id))
+        key, config, splits = "6", config or planned, splits or planned_splits
+    elif config is None and key == "6":
+        config = _tuned_here(_gpu_name(device_id))
+    from cuda.core import launch
 
+    ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
+    if len(ranges) == 1:
+        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
+        launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
+               *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n))
+        return out
+    if torch_out:
+        partial = torch.empty((len(ranges), m, n), dtype=torch.float32, device=a.device)
+        p_ptr = partial.data_ptr()
+    else:
+        partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+        p_ptr = partial.__cuda_array_interface__["data"][0]
+    for s, (k0, k1) in enumerate(ranges):
+        kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+        function, stream = _launchable(kernel, device_id, (A_MATRIX, C_MATRIX, C_MATRIX))
         launch(stream, _launch_config(grid, block), function,
-               *_matrix_argument(a_ptr, m, k), *_matrix_argument(b_ptr, k, n),
-               *_matrix_argument(c_ptr, m, n))
+               *_matrix_argument(a_ptr + 4 * k0, m, k1 - k0, row_stride=k),
+               *_matrix_argument(b_ptr + 4 * k0 * n, k1 - k0, n),
+               *_matrix_argument(p_ptr + 4 * s * m * n, m, n))
+    function, stream = _launchable(sum_splits, device_id, (C_BLOCK, C_MATRIX))
+    launch(stream, _launch_config(_sum_grid(m, n), SUM_BLOCK), function,
+           0, 0, len(ranges) * m * n, 4, p_ptr, len(ranges), m, n, m * n * 4, n * 4, 4,
+           *_matrix_argument(c_ptr, m, n))
     return out
 
 
-def matmul(a, b, level="auto", *, config: TileConfig | None = None):
+def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int | None = None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6 or
     "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
@@ -1016,6 +1100,9 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None):
     CUDA torch tensor on the same device). Any M, N, K >= 0.
     config: tile sizes for levels 4a-6 (default: each level's own; level 6
     reads sgemm_tuned.json).
+    splits: cut K into this many slices, each multiplied by its own blocks,
+    and add the partial products (split-K; levels 5, 6 and auto; default 1,
+    or what auto measured best near this shape).
 
     Raises ValueError naming what is accepted for a non-float32 dtype, a
     non-2D array, mismatched inner dimensions, an unknown level, or a tile
@@ -1041,11 +1128,12 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None):
                              f"must have {a.shape[1]} rows, got b of shape {tuple(b.shape)}")
     if config is not None:
         if key not in ("4a", "4b", "5", "6", "auto"):
-            raise ValueError(f"config applies to levels 4a, 4b, 5, 6 and auto only, got level "
+            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 (and auto) only, got level "
                              f"{level!r}")
         check_config(config, vectorized=key in ("5", "6", "auto"))
+    splits = _check_splits(splits, key)
     if on_gpu() and not a_is_numpy:
-        out = _fast_matmul(a, b, key, config)
+        out = _fast_matmul(a, b, key, config, splits)
         if out is not None:
             return out
     a_dev, b_dev = _device_view("a", a), _device_view("b", b)
@@ -1063,8 +1151,19 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None):
 
     if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
         vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
-        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
-        kernel[grid, block](a_dev, b_dev, c_dev)
+        if key == "auto":
+            planned, planned_splits = auto_plan((m, n, k))
+            key, config, splits = "6", config or planned, splits or planned_splits
+        ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
+        if len(ranges) == 1:
+            kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+            kernel[grid, block](a_dev, b_dev, c_dev)
+        else:
+            partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+            for s, (k0, k1) in enumerate(ranges):
+                kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+                kernel[grid, block](a_dev[:, k0:k1], b_dev[k0:k1, :], partial[s])
+            sum_splits[_sum_grid(m, n), SUM_BLOCK](partial, c_dev)
     if torch_out:
         return out
     return c_dev.copy_to_host() if a_is_numpy else c_dev
