@@ -318,8 +318,9 @@ TUNING_CANDIDATES = {
          A.FlashConfig(64, 32, 32, 4, 8), A.FlashConfig(64, 128, 32, 8, 16),
          A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 64, 64, 4, 16),
          A.FlashConfig(64, 128, 64, 8, 16)],
-    128: [A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16),
-          A.FlashConfig(128, 16, 16, 4, 16)],
+    128: [A.FlashConfig(128, 128, 64, 4, 8), A.FlashConfig(128, 128, 64, 8, 16),
+          A.FlashConfig(128, 64, 64, 8, 32), A.FlashConfig(128, 64, 32, 4, 8),
+          A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16)],
 }
 
 

@@ -153,6 +153,11 @@ PORTABLE_FLASH_CONFIGS = {
 FLASH_CONFIGS = {
     **PORTABLE_FLASH_CONFIGS,
     64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8),
+    # For head_dim 128, 128 query rows and 64 keys per step (164 KiB of tiles, 256
+    # threads): 1.29-1.36x SDPA memory-efficient's time at seq 1024 and 4096, causal
+    # and not, against 1.65-1.80x for the portable 32 x 16 (H100 probe of 30
+    # shapes, benchmarks/NOTES.md).
+    128: FlashConfig(128, block_rows=128, block_cols=64, thread_rows=4, thread_cols=8),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
