@@ -38,6 +38,7 @@ the notebook's own process.
 from __future__ import annotations
 
 import atexit
+import dis
 import inspect
 import json
 import linecache
@@ -536,7 +537,14 @@ def _is_device_function(value) -> bool:
 
 
 def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
+    """The global names a function's code reads, in order of first use.
+
+    Only loads of globals count: ``co_names`` also lists attribute names, so
+    a kernel reading ``cuda.blockIdx.x`` would otherwise seem to use a
+    notebook's global ``x``.
+    """
+    names = [instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             names += _code_names(constant)
