@@ -422,3 +422,22 @@ def test_the_launch_picture_crosses_out_idle_threads():
 def test_pictures_refuse_bad_input(call, naming):
     with pytest.raises(ValueError, match=naming):
         call()
+
+
+def test_trace_draws_vectors_as_strips_and_refuses_unknown_names():
+    import matplotlib.pyplot as plt
+
+    a = puzzles.random_vector(16, 15)
+    run = inspection.trace(neighbours_from_global, 1, 16, a, puzzles.blank(16))
+    figure = run.draw(["a"])
+    width, height = figure.get_size_inches()
+    assert width > 2 * height  # a strip, not a square
+    reads = figure.axes[0].images[0].get_array()
+    assert reads.tolist() == [[2] + [3] * 14 + [2]]
+    plt.close(figure)
+    square = inspection.trace(copy_rows, 1, (4, 4), puzzles.random_matrix(3, 4, 16),
+                              puzzles.blank((3, 4))).draw()
+    assert tuple(square.get_size_inches()) == (2 * 2.8, 4.2)  # matrices: as before
+    plt.close(square)
+    with pytest.raises(ValueError, match="names must be some of"):
+        run.draw(["b"])

@@ -286,7 +286,16 @@ class Trace:
         import matplotlib.pyplot as plt
 
         names = list(self.arrays) if names is None else list(names)
-        fig, axes = plt.subplots(2, len(names), figsize=(2.8 * len(names), 4.2), squeeze=False)
+        unknown = [name for name in names if name not in self.arrays]
+        if not names or unknown:
+            raise ValueError(f"names must be some of {sorted(self.arrays)}, got {names!r}")
+        if all(self.arrays[name].ndim == 1 for name in names):
+            # Vectors: a strip each, as wide as it is long, not a tall square.
+            longest = max(self.arrays[name].size for name in names)
+            size = (max(2.8, 0.35 * longest + 1.2) * len(names), 2.4)
+        else:
+            size = (2.8 * len(names), 4.2)
+        fig, axes = plt.subplots(2, len(names), figsize=size, squeeze=False)
         for column, name in enumerate(names):
             for row, kind in enumerate(("read", "write")):
                 counts = self.element_counts(name, kind)
