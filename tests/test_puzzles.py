@@ -441,3 +441,19 @@ def test_trace_draws_vectors_as_strips_and_refuses_unknown_names():
     plt.close(square)
     with pytest.raises(ValueError, match="names must be some of"):
         run.draw(["b"])
+
+
+def test_an_interrupted_compile_does_not_hand_its_reply_to_the_next(monkeypatch):
+    a = puzzles.random_vector(8, 17)
+    puzzles.check_compiles(add_one, a, a)  # the compiler process is running
+
+    def interrupted(stream, timeout_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspection, "_read_line", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        inspection.ptx(swap_halves_shared, a, a)
+    assert inspection._compiler._process is None  # stopped: its late reply is gone with it
+    monkeypatch.undo()
+    assert puzzles.check_compiles(swap_halves_shared, a, a, shared=True).shared_bytes > 0
+    assert inspection.facts(add_one, a, a).shared_bytes == 0

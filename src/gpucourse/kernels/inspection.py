@@ -676,9 +676,15 @@ class _Compiler:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            reply = _read_line(self._process.stdout, timeout_s)
+            try:
+                self._process.stdin.write(json.dumps(request) + "\n")
+                self._process.stdin.flush()
+                reply = _read_line(self._process.stdout, timeout_s)
+            except BaseException:
+                # Interrupted (a cell's time limit, Ctrl-C) while waiting: the reply
+                # would arrive for the next request instead, so start afresh.
+                self.close()
+                raise
             if reply is None:
                 error = ""
                 if self._process.poll() is not None:
