@@ -245,7 +245,7 @@ def check_puzzle(kernel, grid, block, args, expected, *, output: str = "out",
                  shared_reads: int | None = None, shared_writes: int | None = None,
                  uses_shared: bool | None = None, total_reads: dict | None = None,
                  coalesced: dict | None = None, not_read: dict | None = None,
-                 rel: float = 1e-5, abs: float = 1e-6) -> inspection.Trace:
+                 rel: float = 1e-5, abs: float = 1e-5) -> inspection.Trace:
     """Launch a puzzle's kernel on the simulator and check its answer and its accesses.
 
     ``kernel[grid, block](*args)`` runs with each array argument counted (see
