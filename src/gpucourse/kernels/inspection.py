@@ -38,6 +38,7 @@ the notebook's own process.
 from __future__ import annotations
 
 import atexit
+import dis
 import inspect
 import json
 import linecache
@@ -286,7 +287,16 @@ class Trace:
         import matplotlib.pyplot as plt
 
         names = list(self.arrays) if names is None else list(names)
-        fig, axes = plt.subplots(2, len(names), figsize=(2.8 * len(names), 4.2), squeeze=False)
+        unknown = [name for name in names if name not in self.arrays]
+        if not names or unknown:
+            raise ValueError(f"names must be some of {sorted(self.arrays)}, got {names!r}")
+        if all(self.arrays[name].ndim == 1 for name in names):
+            # Vectors: a strip each, as wide as it is long, not a tall square.
+            longest = max(self.arrays[name].size for name in names)
+            size = (max(2.8, 0.35 * longest + 1.2) * len(names), 2.4)
+        else:
+            size = (2.8 * len(names), 4.2)
+        fig, axes = plt.subplots(2, len(names), figsize=size, squeeze=False)
         for column, name in enumerate(names):
             for row, kind in enumerate(("read", "write")):
                 counts = self.element_counts(name, kind)
@@ -537,7 +547,14 @@ def _is_device_function(value) -> bool:
 
 
 def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
+    """The global names a function's code reads, in order of first use.
+
+    Only loads of globals count: ``co_names`` also lists attribute names, so
+    a kernel reading ``cuda.blockIdx.x`` would otherwise seem to use a
+    notebook's global ``x``.
+    """
+    names = [instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
             names += _code_names(constant)
@@ -660,9 +677,15 @@ class _Compiler:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            reply = _read_line(self._process.stdout, timeout_s)
+            try:
+                self._process.stdin.write(json.dumps(request) + "\n")
+                self._process.stdin.flush()
+                reply = _read_line(self._process.stdout, timeout_s)
+            except BaseException:
+                # Interrupted (a cell's time limit, Ctrl-C) while waiting: the reply
+                # would arrive for the next request instead, so start afresh.
+                self.close()
+                raise
             if reply is None:
                 error = ""
                 if self._process.poll() is not None:
