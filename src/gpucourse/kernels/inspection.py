@@ -38,7 +38,6 @@ the notebook's own process.
 from __future__ import annotations
 
 import atexit
-import dis
 import inspect
 import json
 import linecache
@@ -57,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
+from gpucourse.verify import global_names
 
 DEFAULT_CC = (9, 0)
 # Library helpers a kernel may call: 128-bit loads and stores.
@@ -546,21 +546,6 @@ def _is_device_function(value) -> bool:
     return bool(getattr(value, "targetoptions", {}).get("device"))
 
 
-def _code_names(code: types.CodeType) -> list[str]:
-    """The global names a function's code reads, in order of first use.
-
-    Only loads of globals count: ``co_names`` also lists attribute names, so
-    a kernel reading ``cuda.blockIdx.x`` would otherwise seem to use a
-    notebook's global ``x``.
-    """
-    names = [instruction.argval for instruction in dis.get_instructions(code)
-             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names += _code_names(constant)
-    return names
-
-
 def kernel_module_source(kernel) -> tuple[str, str]:
     """(source of a module that defines the kernel, the kernel's name).
 
@@ -589,7 +574,7 @@ def kernel_module_source(kernel) -> tuple[str, str]:
             return
         done.add(name)
         scope = fn.__globals__
-        for used in dict.fromkeys(_code_names(fn.__code__)):
+        for used in dict.fromkeys(global_names(fn.__code__)):
             if used in done or used not in scope:
                 continue
             value = scope[used]
