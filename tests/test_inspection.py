@@ -118,9 +118,10 @@ def test_rereading_neighbours_is_counted():
 
 
 def test_out_of_range_and_negative_indices_name_the_thread():
-    with pytest.raises(IndexError, match=r"block \(2, 0, 0\), thread \(2, 0, 0\) used index "
-                                         r"\(10,\) of a, whose shape is \(10,\)"):
-        inspection.trace(unguarded, 3, 4, numbers(10), np.zeros(10, np.float32))
+    # 12 threads for 11 elements: only the last thread is out of range.
+    with pytest.raises(IndexError, match=r"block \(2, 0, 0\), thread \(3, 0, 0\) used index "
+                                         r"\(11,\) of a, whose shape is \(11,\)"):
+        inspection.trace(unguarded, 3, 4, numbers(11), np.zeros(11, np.float32))
     with pytest.raises(IndexError, match="axis 0 must be in"):
         inspection.trace(cuda.jit(_negative), 1, 2, numbers(4), np.zeros(4, np.float32))
 
