@@ -57,6 +57,8 @@ NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
 # A submission whose Amdahl function never returns: its test cell runs into the time limit.
 LOOPING = {"amdahl_solution": "def amdahl_speedup(parallel_fraction, workers):\n"
                               "    while True:\n        pass\n"}
+# A submission that ends its own kernel: nbgrader cannot grade it at all.
+CRASHING = {"amdahl_solution": "import os\nos._exit(1)\n"}
 TEST_TIMEOUT_S = 10  # per cell, in these tests (the course's limit is longer)
 
 
@@ -150,6 +152,7 @@ def page_config(base: str, token: str) -> dict:
     return json.loads(found.group(1))
 
 
+@pytest.mark.slow
 def test_the_students_server_turns_the_instructor_tools_and_the_news_off(student_lab):
     base, token, _ = student_lab
     config = page_config(base, token)
@@ -163,6 +166,7 @@ def test_the_students_server_turns_the_instructor_tools_and_the_news_off(student
     assert _get(f"{base}/assignments?token={token}")[0] == 404
 
 
+@pytest.mark.slow
 def test_the_instructors_server_has_the_instructor_tools(instructor_lab):
     base, token, _ = instructor_lab
     config = page_config(base, token)
@@ -203,6 +207,7 @@ def first_heading() -> str:
     return release_notebook(CHAPTER).cells[0].source.splitlines()[0].lstrip("# ")
 
 
+@pytest.mark.slow
 def test_a_student_opens_a_notebook_without_instructor_tools(student_lab, browser):  # noqa: F811
     base, token, _ = student_lab
     exercise = (ROOT / "exercises" / NOTEBOOK).read_bytes()
@@ -217,6 +222,7 @@ def test_a_student_opens_a_notebook_without_instructor_tools(student_lab, browse
     assert not any("news" in toast.lower() for toast in shown["toasts"]), shown["toasts"]
 
 
+@pytest.mark.slow
 def test_an_instructor_opens_it_with_the_tools(instructor_lab, browser):  # noqa: F811
     base, token, _ = instructor_lab
     shown = open_notebook(browser, f"{base}/lab/tree/exercises/{NOTEBOOK}?token={token}",
@@ -307,6 +313,17 @@ def test_two_notebooks_of_one_chapter_for_one_student_are_both_skipped(tmp_path)
     assert "no known chapter" in skipped[2].reason
 
 
+def test_metadata_nbgrader_would_refuse_is_reported(tmp_path):
+    notebook = filled_in(CHAPTER)
+    for cell in notebook.cells:
+        if "nbgrader" in cell.metadata:
+            cell.metadata["nbgrader"]["schema_version"] = 99  # from a future nbgrader
+    nbformat.write(notebook, tmp_path / "future.ipynb")
+    found, skipped = find_submissions(tmp_path, ROOT)
+    assert found == [] and [s.name for s in skipped] == ["future.ipynb"]
+    assert skipped[0].reason.startswith("malformed nbgrader metadata in intro")
+
+
 def test_bad_arguments_are_named(tmp_path, capsys):
     with pytest.raises(ValueError, match="only must name chapters"):
         find_submissions(tmp_path, ROOT, only=["week_1"])
@@ -348,6 +365,8 @@ def graded(tmp_path_factory):
     (correct / "timestamp.txt").write_text("2026-11-20 10:00:00.000000 UTC")
     nbformat.write(release_notebook(CHAPTER), submissions / "blank.ipynb")  # flat
     nbformat.write(filled_in(CHAPTER, replace=LOOPING), submissions / "looping.ipynb")
+    # First in nbgrader's order, so that what follows it must still be graded.
+    nbformat.write(filled_in(CHAPTER, replace=CRASHING), submissions / "aaron.ipynb")
     broken = nbformat.writes(filled_in(CHAPTER))
     (submissions / "malformed.ipynb").write_text(broken[: len(broken) // 2])
     (submissions / "notes.txt").write_text("not a notebook\n")
@@ -371,6 +390,7 @@ def points_of(chapter: str) -> dict[str, float]:
             for gid, points in group["tests"].items()}
 
 
+@pytest.mark.slow
 def test_grades_csv_has_one_row_per_graded_submission(graded):
     points = points_of(CHAPTER)
     total = sum(points.values())
@@ -393,6 +413,7 @@ def test_grades_csv_has_one_row_per_graded_submission(graded):
         assert feedback.is_file() and "<html" in feedback.read_text().lower()
 
 
+@pytest.mark.slow
 def test_the_summary_shows_points_failures_and_what_was_skipped(graded):
     summary = graded["summary"]
     total = sum(points_of(CHAPTER).values())
@@ -407,12 +428,14 @@ def test_the_summary_shows_points_failures_and_what_was_skipped(graded):
     assert "blank 01_hpc_foundations: test_amdahl (NotImplementedError)" in summary
     skipped = summary.split("Skipped (not graded):")[1].split("\n\n")[0]
     for name, reason in [("malformed.ipynb", "not a readable notebook"),
+                         ("aaron.ipynb", "nbgrader could not grade it: Kernel died"),
                          ("notes.txt", "not a notebook"),
                          ("dora/", "a student's folder with no notebook"),
                          ("other.ipynb", "a notebook of 02_tensor_and_pipeline_parallelism")]:
         assert re.search(rf"^  {re.escape(name)}: {re.escape(reason)}", skipped, re.M), name
 
 
+@pytest.mark.slow
 def test_the_gradebook_only_gains_grades(graded):
     from nbgrader.api import Gradebook
 
@@ -420,10 +443,11 @@ def test_the_gradebook_only_gains_grades(graded):
     gradebook = InstructorGradebook.of(course)
     with Gradebook(gradebook.url, gradebook.course_id) as grades:
         students = {s.id: (s.first_name, s.last_name) for s in grades.students}
-        assert students.pop("zoe") == ("Zoe", "Earlier")
-        assert set(students) == {"correct", "blank", "looping"}
         assert [a.name for a in grades.assignments] == [CHAPTER]
         scores = {s.student.id: s.score for s in grades.find_assignment(CHAPTER).submissions}
+    # The earlier student is as they were; the one nbgrader could not grade left no trace.
+    assert students.pop("zoe") == ("Zoe", "Earlier")
+    assert set(students) == set(scores) == {"correct", "blank", "looping"}
     assert scores == {s: float(graded["rows"][s]["points"]) for s in scores}
     # The course's own folders are as they were; what nbgrader writes lies in its layout.
     assert _tree(course / "exercises") == graded["before"]["exercises"]
@@ -434,6 +458,7 @@ def test_the_gradebook_only_gains_grades(graded):
     assert (course / "submitted" / "correct" / CHAPTER / "timestamp.txt").is_file()
 
 
+@pytest.mark.slow
 def test_a_gradebook_older_than_the_solutions_is_pointed_out(graded, tmp_path):
     changed = tmp_path / "course"
     shutil.copytree(graded["course"] / "solutions", changed / "solutions")

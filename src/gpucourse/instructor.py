@@ -110,7 +110,7 @@ class GradingReport:
     results: list[Result]
     skipped: list[Skipped]
     notes: list[str]
-    csv_path: Path
+    csv_path: Path | None  # None when nothing was graded (and no CSV written)
     gradebook: str
 
 
@@ -527,8 +527,10 @@ def grade(submissions: Path, root: Path = Path("."), only: list[str] | None = No
                 results += _collect(chapter, graded, course, root, gradebook)
 
     results.sort(key=lambda r: (r.student, r.chapter))
-    _write_csv(csv_path, results, root)
-    return GradingReport(results, sorted(skipped, key=lambda s: s.name), notes, csv_path, db_url)
+    if results:  # a run that graded nothing leaves an earlier grades.csv as it was
+        _write_csv(csv_path, results, root)
+    return GradingReport(results, sorted(skipped, key=lambda s: s.name), notes,
+                         csv_path if results else None, db_url)
 
 
 def _collect(chapter: str, graded: list[Submission], course: Path, root: Path,
@@ -601,9 +603,11 @@ def format_report(report: GradingReport) -> str:
         lines += [f"  {s.name}: {s.reason}" for s in report.skipped]
     if report.notes:
         lines += ["", "Notes:"] + [f"  {note}" for note in report.notes]
-    lines += ["", f"Grades: {report.csv_path}"]
     if report.results:
-        lines.append("Feedback: feedback/<student>/<chapter>/<chapter>.html in the course folder")
+        lines += ["", f"Grades: {report.csv_path}",
+                  "Feedback: feedback/<student>/<chapter>/<chapter>.html in the course folder"]
+    else:
+        lines += ["", "Nothing was graded; grades.csv is left as it was."]
     return "\n".join(lines)
 
 
@@ -626,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     print(format_report(report))
-    return 0 if report.results or not report.skipped else 1
+    return 0 if report.results else 1
 
 
 if __name__ == "__main__":
