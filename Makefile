@@ -40,10 +40,13 @@ test: $(STAMP)
 # Two doors to JupyterLab. Each reads its settings from its folder in jupyter/,
 # put first on Jupyter's config path (above the user's home and the environment):
 # the student's hides nbgrader's instructor tools, the instructor's shows them.
-# Neither shows Jupyter's news pop-up. LAB_OPTIONS adds options (the tests pass a
-# port and a token). JupyterLab refuses to run as root unless told (containers
-# often run as root).
+# Neither shows Jupyter's news pop-up. The environment's programs come first on
+# PATH, as if it were activated (nbgrader's formgrader calls its `alembic` by
+# name, and notebooks' shell commands find the course's python). LAB_OPTIONS adds
+# options (the tests pass a port and a token). JupyterLab refuses to run as root
+# unless told (containers often run as root).
 JUPYTERLAB = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/$(1)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	PATH="$(abspath $(BIN)):$$PATH" \
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(2) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_OPTIONS)
 
 lab: $(STAMP)

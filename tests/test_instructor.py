@@ -88,16 +88,19 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 @contextlib.contextmanager
-def jupyterlab(door: str, tmp: Path):
-    """`make DOOR` running headless; yields its base URL, its token and its log."""
+def jupyterlab(door: str, tmp: Path, options: str = ""):
+    """`make DOOR` running headless, from a shell where the environment is not
+    activated; yields its base URL, its token and its log."""
     if not shutil.which("make"):
         pytest.skip("the doors are make targets and this machine has no make")
     token, port = secrets.token_hex(16), _free_port()
     # Checkpoints go to the temporary folder, not beside the course's notebooks.
-    options = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
-               f"--ServerApp.port_retries=0 --IdentityProvider.token={token} "
-               f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}")
+    options += (f" --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
+                f"--ServerApp.port_retries=0 --IdentityProvider.token={token} "
+                f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}")
     env = {key: value for key, value in os.environ.items() if key != "JUPYTER_CONFIG_PATH"}
+    here = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != here)
     for name, folder in (("JUPYTER_CONFIG_DIR", "home-config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
                          ("JUPYTERLAB_SETTINGS_DIR", "user-settings"),
                          ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
@@ -138,7 +141,10 @@ def student_lab(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def instructor_lab(tmp_path_factory):
-    with jupyterlab("instructor", tmp_path_factory.mktemp("instructor-lab")) as server:
+    # The formgrader opens (and would create) a gradebook: a temporary one, not the course's.
+    tmp = tmp_path_factory.mktemp("instructor-lab")
+    options = f"--CourseDirectory.db_url=sqlite:///{tmp / 'gradebook.db'}"
+    with jupyterlab("instructor", tmp, options) as server:
         yield server
 
 
@@ -175,6 +181,10 @@ def test_the_instructors_server_has_the_instructor_tools(instructor_lab):
     assert NEWS_PLUGIN in disabled and config["news"]["disabled"]
     assert Path(config["serverRoot"]).resolve() == ROOT.resolve()
     assert _get(f"{base}/formgrader?token={token}")[0] in (200, 302)
+    # The formgrader reads the course: every chapter in solutions/ is an assignment.
+    status, text = _get(f"{base}/formgrader/api/assignments?token={token}")
+    assert status == 200, "the formgrader cannot read the course"
+    assert sorted(a["name"] for a in json.loads(text)) == chapters(ROOT)
 
 
 # What the page shows: its menu bar, its side-bar tabs, the notebook's toolbar and text.
