@@ -2,9 +2,10 @@
 
 - `make lab`, the student's door, starts JupyterLab with nbgrader's instructor
   tools (formgrader, create-assignment, course and assignment lists, the
-  Nbgrader menu) and Jupyter's news pop-up turned off, and its Validate button
-  on: in a real headless browser a notebook opens without them, where the same
-  checks find them behind `make instructor`, the instructor's door.
+  Nbgrader menu) and Jupyter's news pop-up turned off, and nbgrader's Validate
+  on. In a real headless browser a notebook opens there without those tools,
+  while the same checks find them behind `make instructor`, the instructor's
+  door, whose formgrader reads the course.
 - `gpucourse.instructor grade` (what `make grade` runs) grades a folder of a
   correct, a blank, a looping and a malformed submission beside things that
   are not submissions; the CSV, the summary, the feedback pages and the
@@ -66,6 +67,11 @@ TEST_TIMEOUT_S = 10  # per cell, in these tests (the course's limit is longer)
 # The two doors
 # ---------------------------------------------------------------------------
 
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -80,6 +86,13 @@ def _get(url: str) -> tuple[int, str]:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, ""
+
+
+def _post_json(url: str, data: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read())
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -106,6 +119,12 @@ def jupyterlab(door: str, tmp: Path, options: str = ""):
                          ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
         env[name] = str(tmp / folder)
         (tmp / folder).mkdir(parents=True, exist_ok=True)
+    # This user never saves: a notebook left open would otherwise be autosaved into
+    # the course (with the kernel's metadata) while other tests run.
+    autosave = tmp / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    autosave.mkdir(parents=True)
+    (autosave / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
+    course = _tree(ROOT / "exercises")
     log_path = tmp / f"{door}.log"
     # -o: the environment exists (this test runs in it); never reinstall it from here.
     command = ["make", "-s", "-o", ".venv/.installed", door,
@@ -131,6 +150,7 @@ def jupyterlab(door: str, tmp: Path, options: str = ""):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+    assert _tree(ROOT / "exercises") == course, f"make {door} changed the course's notebooks"
 
 
 @pytest.fixture(scope="module")
@@ -167,9 +187,12 @@ def test_the_students_server_turns_the_instructor_tools_and_the_news_off(student
     assert NEWS_PLUGIN in disabled and config["news"]["disabled"]
     assert "@jupyter/nbgrader:validate-assignment" not in disabled
     assert Path(config["serverRoot"]).resolve() == (ROOT / "exercises").resolve()
-    # nbgrader's instructor pages are not served at all, its Validate service is.
+    # nbgrader's instructor pages are not served at all, its Validate service is:
+    # an untouched exercise validates with its visible tests failing.
     assert _get(f"{base}/formgrader?token={token}")[0] == 404
     assert _get(f"{base}/assignments?token={token}")[0] == 404
+    validated = _post_json(f"{base}/assignments/validate?token={token}", {"path": NOTEBOOK})
+    assert validated["success"] and validated["value"]["failed"], validated
 
 
 @pytest.mark.slow
@@ -350,11 +373,6 @@ def test_bad_arguments_are_named(tmp_path, capsys):
 # ---------------------------------------------------------------------------
 # Grading a folder of submissions
 # ---------------------------------------------------------------------------
-
-def _tree(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
