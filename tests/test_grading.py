@@ -135,11 +135,11 @@ def misbehaving(chapter: str, how: str):
     return filled_in(chapter, replace={first: body}), first
 
 
-@pytest.fixture(scope="module", params=CHAPTERS)
-def autograded(request, tmp_path_factory):
-    """Autograde five submissions of one chapter with nbgrader, once."""
-    chapter = request.param
-    course = tmp_path_factory.mktemp(f"course-{chapter}")
+def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
+    """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
+    machinery, in the fresh course folder ``course``, as an instructor would: one run
+    that grades every submission in turn. Returns {student: {grade_id: (score, max)}};
+    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     db = f"sqlite:///{course / 'gradebook.db'}"
@@ -151,10 +151,6 @@ def autograded(request, tmp_path_factory):
     done = nbgrader("generate_assignment", chapter, "--force")
     assert done.returncode == 0, done.stderr
 
-    first = None
-    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
-    for how in ("raises", "loops", "deletes"):
-        submissions[how], first = misbehaving(chapter, how)
     for student, notebook in submissions.items():
         folder = course / "submitted" / student / chapter
         folder.mkdir(parents=True)
@@ -162,7 +158,6 @@ def autograded(request, tmp_path_factory):
         # A file of the student's own, for the deleting submission to find.
         (folder / "notes.txt").write_text("my notes\n")
 
-    # One run grades every submission in turn, as an instructor's would.
     done = nbgrader("autograde", chapter, "--force", f"--Execute.timeout={TEST_TIMEOUT_S}")
     assert done.returncode == 0, f"autograde broke:\n{done.stderr[-4000:]}"
 
@@ -174,6 +169,19 @@ def autograded(request, tmp_path_factory):
             notebook = gradebook.find_submission_notebook(chapter, chapter, student)
             scores[student] = {grade.name: (grade.score, grade.max_score)
                                for grade in notebook.grades}
+    return scores
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def autograded(request, tmp_path_factory):
+    """Autograde five submissions of one chapter with nbgrader, once."""
+    chapter = request.param
+    course = tmp_path_factory.mktemp(f"course-{chapter}")
+    first = None
+    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
+    for how in ("raises", "loops", "deletes"):
+        submissions[how], first = misbehaving(chapter, how)
+    scores = autograde(chapter, submissions, course)
     return {"chapter": chapter, "course": course, "scores": scores, "first": first}
 
 

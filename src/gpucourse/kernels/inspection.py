@@ -37,6 +37,7 @@ the notebook's own process.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import inspect
 import json
@@ -384,21 +385,35 @@ def _simulated(kernel):
 
 @contextmanager
 def _device_functions_simulated(function):
-    """On a GPU machine, the device functions a kernel calls run as Python while tracing."""
+    """On a GPU machine, the device functions a kernel calls run as Python while tracing
+    (those it names as globals and those a kernel factory gave it)."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    swapped = {}
+    def is_real_device_function(value):
+        return value is not None and not isinstance(value, FakeCUDAKernel) and \
+            getattr(value, "targetoptions", {}).get("device") and hasattr(value, "py_func")
+
+    swapped, swapped_cells = {}, []
     scope = function.__globals__
     for name in function.__code__.co_names:
         value = scope.get(name)
-        if value is not None and not isinstance(value, FakeCUDAKernel) and \
-                getattr(value, "targetoptions", {}).get("device") and hasattr(value, "py_func"):
+        if is_real_device_function(value):
             swapped[name] = value
             scope[name] = FakeCUDAKernel(value.py_func, device=True)
+    for cell in function.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if is_real_device_function(value):
+            swapped_cells.append((cell, value))
+            cell.cell_contents = FakeCUDAKernel(value.py_func, device=True)
     try:
         yield
     finally:
         scope.update(swapped)
+        for cell, value in swapped_cells:
+            cell.cell_contents = value
 
 
 _trace_lock = threading.Lock()
@@ -543,76 +558,91 @@ def _code_names(code: types.CodeType) -> list[str]:
     return names
 
 
+def _visible_names(fn) -> dict:
+    """What a function's code can name: its module's globals, then the variables it
+    captured from an enclosing function (a kernel factory's constants)."""
+    scope = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # a variable the enclosing function has not assigned yet
+            pass
+    return scope
+
+
 def kernel_module_source(kernel) -> tuple[str, str]:
     """(source of a module that defines the kernel, the kernel's name).
 
     The module holds the kernel's own source, the device functions it calls
     (their sources, first), the numeric constants it reads (as literals) and
-    imports of the modules and Numba types it names. Anything else a kernel
-    refers to cannot run on a GPU and is a :class:`KernelSourceError`.
+    imports of the modules and Numba types it names. A kernel made by a
+    factory (a function that computes tile sizes and defines the kernel
+    inside it) works too: the values it captured become the module's
+    constants. Anything else a kernel refers to cannot run on a GPU and is a
+    :class:`KernelSourceError`, and so is one name that two of the functions
+    see with different values.
     """
     import numba
 
     function = getattr(kernel, "py_func", None)
     if function is None or not isinstance(function, types.FunctionType):
         raise ValueError(f"kernel must be a @cuda.jit function, got {type(kernel).__name__}")
-    if function.__closure__:
-        raise KernelSourceError(
-            f"{function.__name__} reads variables of an enclosing function "
-            f"({', '.join(function.__code__.co_freevars)}); define the kernel and its "
-            "constants at the top level of the cell")
     # `_real_cuda` is provided by the compiler process (see _ptx_compiler).
     header = ["import math", "import numpy", "import numba"]
     constants, sources = [], []
+    defined: dict[str, str] = {}  # each name's line in the module, to catch two values
     done: set[str] = set()
+
+    def define(fn, used: str, line: str) -> None:
+        if defined.setdefault(used, line) != line:
+            raise KernelSourceError(
+                f"{fn.__name__} sees {used} as `{line}`, another function of the kernel as "
+                f"`{defined[used]}`; give the two different names")
+        constants.append(line)
 
     def add(fn, name: str) -> None:
         if name in done:
             return
         done.add(name)
-        scope = fn.__globals__
-        for used in dict.fromkeys(_code_names(fn.__code__)):
-            if used in done or used not in scope:
+        scope = _visible_names(fn)
+        for used in dict.fromkeys(_code_names(fn.__code__) + list(fn.__code__.co_freevars)):
+            if used not in scope or (used in done and used not in defined):
                 continue
             value = scope[used]
             if isinstance(value, types.ModuleType):
                 if value.__name__ in ("numba.cuda", "gpucourse.device") or \
                         value.__name__.startswith("numba.cuda.simulator"):
-                    constants.append(f"{used} = _real_cuda")
+                    define(fn, used, f"{used} = _real_cuda")
                 elif value.__name__ in ("math", "numpy", "numba", "cmath", "operator"):
-                    constants.append(f"import {value.__name__} as {used}")
+                    define(fn, used, f"import {value.__name__} as {used}")
                 elif value.__name__ in ALLOWED_HELPER_MODULES:
-                    constants.append(f"import {value.__name__} as {used}")
+                    define(fn, used, f"import {value.__name__} as {used}")
                 else:
                     raise KernelSourceError(
                         f"{fn.__name__} uses the module {value.__name__} ({used}); a GPU "
                         "kernel can only use cuda, math and the course's vector helpers")
-                done.add(used)
             elif isinstance(value, (bool, int, float, complex)) or value is None:
-                constants.append(f"{used} = {value!r}")
-                done.add(used)
+                define(fn, used, f"{used} = {value!r}")
             elif isinstance(value, np.generic):
-                constants.append(f"{used} = numpy.{value.dtype.name}({value.item()!r})")
-                done.add(used)
+                define(fn, used, f"{used} = numpy.{value.dtype.name}({value.item()!r})")
             elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-                constants.append(f"{used} = {value!r}")
-                done.add(used)
+                define(fn, used, f"{used} = {value!r}")
             elif isinstance(value, numba.core.types.Type):
                 if getattr(numba, str(value), None) is value:
-                    constants.append(f"{used} = numba.{value}")
+                    define(fn, used, f"{used} = numba.{value}")
                 else:
-                    constants.append(f"{used} = numba.types.{value}")
-                done.add(used)
+                    define(fn, used, f"{used} = numba.types.{value}")
             elif _is_jitted(value):
                 if not _is_device_function(value):
                     raise KernelSourceError(f"{fn.__name__} calls {used}, a kernel; a kernel "
                                             "can only call device functions "
                                             "(@cuda.jit(device=True))")
-                add(value.py_func, used)
-                sources.append(_function_source(value.py_func, used))
+                if used not in done:
+                    add(value.py_func, used)
+                    sources.append(_function_source(value.py_func, used, device=True))
+                continue
             elif getattr(value, "__module__", "") in ALLOWED_HELPER_MODULES:
-                constants.append(f"from {value.__module__} import {value.__name__} as {used}")
-                done.add(used)
+                define(fn, used, f"from {value.__module__} import {value.__name__} as {used}")
             elif used in ("range", "len", "min", "max", "abs", "float", "int", "bool", "round"):
                 continue
             else:
@@ -622,6 +652,7 @@ def kernel_module_source(kernel) -> tuple[str, str]:
                     "which a GPU kernel cannot call; a kernel may use numbers, cuda, math, "
                     "its own device functions (@cuda.jit(device=True)) and the course's "
                     "vector helpers")
+            done.add(used)
 
     add(function, function.__name__)
     sources.append(_function_source(function, function.__name__))
@@ -629,12 +660,23 @@ def kernel_module_source(kernel) -> tuple[str, str]:
     return body + "\n\n".join(sources) + "\n", function.__name__
 
 
-def _function_source(function, name: str) -> str:
+def _function_source(function, name: str, device: bool = False) -> str:
+    """The function's source without its decorators, defined under `name`; a device
+    function is made one again with ``cuda.jit(device=True)``. (A decorator may name
+    things the compiler process does not have, such as a module's option dict.)"""
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError) as error:
         raise KernelSourceError(f"the source of {name} cannot be found ({error}); define it "
                                 "in a notebook cell or a file") from None
+    tree = ast.parse(source)
+    definition = next((node for node in tree.body
+                       if isinstance(node, ast.FunctionDef) and node.name == function.__name__),
+                      None)
+    if definition is not None:
+        source = "\n".join(source.splitlines()[definition.lineno - 1:]) + "\n"
+    if device:
+        source += f"\n{function.__name__} = _real_cuda.jit(device=True)({function.__name__})\n"
     if function.__name__ != name:
         source += f"\n{name} = {function.__name__}\n"
     return source
@@ -654,6 +696,12 @@ class _Compiler:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=env)
         atexit.register(self.close)
+
+    def start(self):
+        """Start the process if it is not running (it then loads Numba in the background)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
 
     def compile(self, request: dict, timeout_s: float) -> dict:
         with self._lock:
@@ -688,6 +736,15 @@ def _read_line(stream, timeout_s: float):
 
 
 _compiler = _Compiler()
+
+
+def start_compiler() -> None:
+    """Start the compiler behind :func:`ptx` now, in the background, so that the first
+    kernel compiled later does not wait the two seconds it takes to load (a notebook
+    calls this in its set-up cell). On a GPU machine, where kernels compile in the
+    notebook's own process, it does nothing."""
+    if not on_gpu():
+        _compiler.start()
 
 
 def ptx(kernel, *example_args, cc=DEFAULT_CC, timeout_s: float = 120.0) -> str:
@@ -743,7 +800,8 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
                      vector_global_loads: bool | None = None,
                      vector_shared_loads: bool | None = None,
                      min_fma: int | None = None, max_local_bytes: int | None = None,
-                     max_shared_bytes: int | None = None) -> PTXFacts:
+                     max_shared_bytes: int | None = None,
+                     max_scalar_global_loads: int | None = None) -> PTXFacts:
     """Compile ``kernel`` for a GPU and fail when its PTX lacks a required property.
 
     ``what`` names the exercise in messages ("level 5"). ``shared``: must (True)
@@ -754,7 +812,9 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
     keeping N accumulators has at least N, once the compiler unrolls its
     loops); ``max_local_bytes``: the most per-thread local memory (a large
     local buffer is a sign of an array the size of the problem);
-    ``max_shared_bytes``: the most static shared memory.
+    ``max_shared_bytes``: the most static shared memory;
+    ``max_scalar_global_loads``: the most loads from global memory that are not
+    128 bits wide (0: every load of the inputs is a vector load).
     """
     found = facts(kernel, *example_args, cc=cc)
     problems = []
@@ -770,8 +830,16 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
         problems.append(f"{what} must synchronise its block (cuda.syncthreads()) between "
                         "loading a tile and using it; the compiled kernel has no barrier")
     if vector_global_loads is True and not found.vector_global_loads:
-        problems.append(f"{what} must load A and B 128 bits at a time (load_float4); the "
-                        f"compiled kernel issues only {found.global_loads} scalar loads")
+        problems.append(f"{what} must load A and B 128 bits at a time (load_float4); your "
+                        f"kernel issues only 32-bit loads ({found.global_loads} of them)")
+    scalar_loads = found.global_loads - found.vector_global_loads
+    said_already = vector_global_loads is True and not found.vector_global_loads
+    if max_scalar_global_loads is not None and scalar_loads > max_scalar_global_loads \
+            and not said_already:
+        problems.append(f"{what} must load its inputs 128 bits at a time (load_float4); your "
+                        f"kernel issues {scalar_loads} narrower loads from global memory "
+                        f"beside {found.vector_global_loads} 128-bit ones (at most "
+                        f"{max_scalar_global_loads} allowed)")
     if vector_shared_loads is True and not found.vector_shared_loads:
         problems.append(f"{what} must read its shared tiles 128 bits at a time "
                         "(load_float4_flat); the compiled kernel issues only scalar "
