@@ -236,6 +236,9 @@ def plot_tflops(rows, ax=None, title: str | None = None):
             ax.plot(*zip(*points), marker="o", label=variant,
                     linestyle="--" if variant == "cublas" else "-")
     ax.set_xscale("log", base=2)
+    sizes = sorted({r["m"] for r in rows})
+    ax.set_xticks(sizes, [str(size) for size in sizes])
+    ax.minorticks_off()
     ax.set_xlabel("M = N = K")
     ax.set_ylabel("TFLOP/s")
     if title:
