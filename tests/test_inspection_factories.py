@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpucourse.device import cuda
-from gpucourse.kernels import inspection
+from gpucourse.kernels import inspection, vector
 from gpucourse.kernels.vector import load_float4
 from numba import float32
 
@@ -99,3 +99,28 @@ def test_the_compiler_can_be_started_ahead():
     inspection.start_compiler()  # a second call keeps the running process
     assert inspection.facts(vector_loads_only, np.zeros((4, 4), np.float32),
                             np.zeros((4, 4), np.float32)).vector_global_loads == 1
+
+
+@cuda.jit(device=True)
+def sum_of_four(a, col):
+    x0, x1, x2, x3 = load_float4(a, 0, col)
+    return x0 + x1 + x2 + x3
+
+
+def make_summing(col):
+    @cuda.jit
+    def summing(a, out):
+        y0, y1, y2, y3 = load_float4(a, 0, col)  # captured helper use and a device function
+        out[0] = y0 + y1 + y2 + y3 + sum_of_four(a, 0)
+
+    return summing
+
+
+def test_tracing_runs_the_vector_helpers_as_python_and_puts_them_back():
+    a, out = np.arange(8, dtype=np.float32).reshape(1, 8), np.zeros(1, np.float32)
+    run = inspection.trace(make_summing(4), 1, 1, a, out)
+    assert out[0] == (4 + 5 + 6 + 7) + (0 + 1 + 2 + 3)
+    run.expect(reads={"a": 8})
+    assert run.counts("a")[((0, 0, 0), (0, 0, 0))] == 8
+    assert globals()["load_float4"] is vector.load_float4
+    assert globals()["sum_of_four"] is sum_of_four

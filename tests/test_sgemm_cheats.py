@@ -19,101 +19,15 @@ constraint check keeps its points.
 
 from __future__ import annotations
 
+import inspect
+
 import nbformat
 import pytest
 
 from test_grading import autograde, filled_in, nbgrader_meta
+from test_sgemm_checks import _one_output_at_a_time, numpy_in_disguise
 
 CHAPTER = "08_sgemm"
-
-NUMPY_IN_DISGUISE = '''
-@cuda.jit
-def matmul_naive(a, b, c):
-    if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.threadIdx.x == 0 \\
-            and cuda.threadIdx.y == 0:
-        c[:, :] = np.dot(np.asarray(a), np.asarray(b))
-'''
-
-LIBRARY_KERNEL = '''
-from gpucourse.kernels import sgemm
-
-matmul_coalesced = sgemm.sgemm_coalesced
-'''
-
-HARD_CODED_SHAPE = '''
-TILE = 16
-TILE_ELEMENTS = TILE * TILE
-
-
-@cuda.jit
-def matmul_shared(a, b, c):
-    a_tile = cuda.shared.array(TILE_ELEMENTS, float32)
-    b_tile = cuda.shared.array(TILE_ELEMENTS, float32)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    row = cuda.blockIdx.y * TILE + ty
-    col = cuda.blockIdx.x * TILE + tx
-    acc = float32(0.0)
-    for k0 in range(0, 20, TILE):  # the visible test's 17 x 20 times 20 x 12
-        a_tile[ty * TILE + tx] = a[row, k0 + tx] if row < 17 and k0 + tx < 20 else 0.0
-        b_tile[ty * TILE + tx] = b[k0 + ty, col] if k0 + ty < 20 and col < 12 else 0.0
-        cuda.syncthreads()
-        for i in range(TILE):
-            acc += a_tile[ty * TILE + i] * b_tile[i * TILE + tx]
-        cuda.syncthreads()
-    if row < 17 and col < 12:
-        c[row, col] = acc
-'''
-
-LIBRARY_FACTORY = '''
-from gpucourse.kernels import sgemm
-
-
-def make_matmul_1d(bm, bn, bk, tm):
-    return sgemm._make_1d_kernel(sgemm.TileConfig(bm, bn, bk, tm, 1))
-'''
-
-ONE_OUTPUT_AT_A_TIME = '''
-def make_matmul_2d(bm, bn, bk, tm, tn):
-    threads = (bm // tm) * (bn // tn)
-    a_elements = bm * bk
-    b_elements = bk * bn
-    a_loads = a_elements // threads
-    b_loads = b_elements // threads
-    per_row = bn // tn
-
-    @cuda.jit
-    def matmul_2d(a, b, c):
-        a_tile = cuda.shared.array(a_elements, float32)
-        b_tile = cuda.shared.array(b_elements, float32)
-        m, k = a.shape
-        n = b.shape[1]
-        t = cuda.threadIdx.x
-        row0 = cuda.blockIdx.y * bm
-        col0 = cuda.blockIdx.x * bn
-        for i in range(tm):
-            for j in range(tn):
-                r = (t // per_row) * tm + i
-                q = (t % per_row) * tn + j
-                acc = float32(0.0)
-                for k0 in range(0, k, bk):
-                    for s in range(a_loads):
-                        e = t + s * threads
-                        inside = row0 + e // bk < m and k0 + e % bk < k
-                        a_tile[e] = a[row0 + e // bk, k0 + e % bk] if inside else 0.0
-                    for s in range(b_loads):
-                        e = t + s * threads
-                        inside = k0 + e // bn < k and col0 + e % bn < n
-                        b_tile[e] = b[k0 + e // bn, col0 + e % bn] if inside else 0.0
-                    cuda.syncthreads()
-                    for dot in range(bk):
-                        acc += a_tile[r * bk + dot] * b_tile[dot * bn + q]
-                    cuda.syncthreads()
-                if row0 + r < m and col0 + q < n:
-                    c[row0 + r, col0 + q] = acc
-
-    return matmul_2d
-'''
 
 
 def _solution_body(grade_id: str) -> str:
@@ -122,21 +36,49 @@ def _solution_body(grade_id: str) -> str:
     return next(c.source for c in notebook.cells if nbgrader_meta(c).get("grade_id") == grade_id)
 
 
+def _renamed(function, name: str) -> str:
+    """The source of one of test_sgemm_checks' cheating kernels, under the exercise's name."""
+    function = getattr(function, "py_func", function)
+    return inspect.getsource(function).replace(f"def {function.__name__}(", f"def {name}(")
+
+
+LIBRARY_KERNEL = """
+from gpucourse.kernels import sgemm
+
+matmul_coalesced = sgemm.sgemm_coalesced
+"""
+
+LIBRARY_FACTORY = """
+from gpucourse.kernels import sgemm
+
+
+def make_matmul_1d(bm, bn, bk, tm):
+    return sgemm._make_1d_kernel(sgemm.TileConfig(bm, bn, bk, tm, 1))
+"""
+
+
 def cheats() -> dict[str, str]:
     """{solution grade_id: cheating code}."""
+    # Level 3: the model solution with the visible test's shape (17 x 20 times 20 x 12)
+    # written in.
+    level_3 = _solution_body("shared_solution")
+    hard_coded_shape = level_3.replace("m, k = a.shape", "m, k = 17, 20").replace(
+        "n = b.shape[1]", "n = 12")
+    assert hard_coded_shape.count("= 17, 20") == 1 and "n = 12" in hard_coded_shape
     # Level 5: the model level-4b kernel, renamed (right values, right counts, scalar loads).
     scalar_level_5 = _solution_body("tiling_2d_solution").replace(
         "def make_matmul_2d(", "def make_matmul_vectorized(")
     # Level 6: the model search, with the visible test's answer written in.
     hard_coded_best = _solution_body("autotune_solution").replace(
-        'return {"best": best, "tried": tried}', 'return {"best": (64, 32, 8, 8, 8), "tried": tried}')
+        'return {"best": best, "tried": tried}',
+        'return {"best": (64, 32, 8, 8, 8), "tried": tried}')
     assert hard_coded_best != _solution_body("autotune_solution")
     return {
-        "naive_solution": NUMPY_IN_DISGUISE,
+        "naive_solution": _renamed(numpy_in_disguise, "matmul_naive"),
         "coalesced_solution": LIBRARY_KERNEL,
-        "shared_solution": HARD_CODED_SHAPE,
+        "shared_solution": hard_coded_shape,
         "tiling_1d_solution": LIBRARY_FACTORY,
-        "tiling_2d_solution": ONE_OUTPUT_AT_A_TIME,
+        "tiling_2d_solution": _renamed(_one_output_at_a_time, "make_matmul_2d"),
         "vectorized_solution": scalar_level_5,
         "autotune_solution": hard_coded_best,
     }

@@ -383,37 +383,80 @@ def _simulated(kernel):
     return FakeCUDAKernel(function, device=False)
 
 
+def _python_load(array, *index):
+    """The four neighbours along the last index that a 128-bit load reads, one by one."""
+    *lead, last = index
+    return tuple(array[(*lead, last + q)] for q in range(4))
+
+
+def _python_store(array, *index_and_values):
+    """The four writes of a 128-bit store, one by one."""
+    *index, x0, x1, x2, x3 = index_and_values
+    *lead, last = index
+    for q, value in enumerate((x0, x1, x2, x3)):
+        array[(*lead, last + q)] = value
+
+
+def _python_vector_helpers() -> dict:
+    """{id of a course 128-bit helper: the same access in plain Python}. On a GPU
+    machine the helpers are compiler intrinsics, which Python cannot call."""
+    from gpucourse.kernels import vector
+
+    return {id(vector.load_float4): _python_load, id(vector.load_float4_flat): _python_load,
+            id(vector.store_float4): _python_store, id(vector.store_float4_flat): _python_store}
+
+
 @contextmanager
 def _device_functions_simulated(function):
-    """On a GPU machine, the device functions a kernel calls run as Python while tracing
-    (those it names as globals and those a kernel factory gave it)."""
+    """While a kernel is traced, what it calls runs as Python: its device functions (on
+    a GPU machine, compiled ones) and the course's 128-bit helpers (there, intrinsics),
+    whether named as globals or captured by a kernel factory, and in turn what those
+    device functions call."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    def is_real_device_function(value):
-        return value is not None and not isinstance(value, FakeCUDAKernel) and \
-            getattr(value, "targetoptions", {}).get("device") and hasattr(value, "py_func")
+    helpers = _python_vector_helpers()
+    undo: list = []
+    seen: set = set()
 
-    swapped, swapped_cells = {}, []
-    scope = function.__globals__
-    for name in function.__code__.co_names:
-        value = scope.get(name)
-        if is_real_device_function(value):
-            swapped[name] = value
-            scope[name] = FakeCUDAKernel(value.py_func, device=True)
-    for cell in function.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if is_real_device_function(value):
-            swapped_cells.append((cell, value))
-            cell.cell_contents = FakeCUDAKernel(value.py_func, device=True)
+    def as_python(value):
+        if id(value) in helpers:
+            return helpers[id(value)]
+        if not isinstance(value, FakeCUDAKernel) and hasattr(value, "py_func") and \
+                getattr(value, "targetoptions", {}).get("device"):
+            return FakeCUDAKernel(value.py_func, device=True)
+        return None
+
+    def visit(fn) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        scope = fn.__globals__
+        for name in dict.fromkeys(_code_names(fn.__code__)):
+            replacement = as_python(scope.get(name))
+            if replacement is not None:
+                undo.append((scope.__setitem__, name, scope[name]))
+                scope[name] = replacement
+            if isinstance(scope.get(name), FakeCUDAKernel):
+                visit(scope[name].fn)
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not assigned yet
+                continue
+            replacement = as_python(value)
+            if replacement is not None:
+                undo.append((lambda _, old, cell=cell: setattr(cell, "cell_contents", old),
+                             None, value))
+                cell.cell_contents = value = replacement
+            if isinstance(value, FakeCUDAKernel):
+                visit(value.fn)
+
     try:
+        visit(function)
         yield
     finally:
-        scope.update(swapped)
-        for cell, value in swapped_cells:
-            cell.cell_contents = value
+        for restore, key, value in reversed(undo):
+            restore(key, value)
 
 
 _trace_lock = threading.Lock()
