@@ -122,7 +122,8 @@ def misbehaving(chapter: str, how: str):
     first = next(iter(exercises_of(source_notebook(chapter))))
     original = next(c.source for c in source_notebook(chapter).cells
                     if nbgrader_meta(c).get("grade_id") == first)
-    definition = original.split("### BEGIN SOLUTION")[0]
+    # The code before the marker, without the marker line's indentation.
+    definition = original.split("### BEGIN SOLUTION")[0].rstrip(" ")
     body = {
         # The solution cell itself raises: its function is never defined.
         "raises": "raise RuntimeError('this submission is broken')\n",

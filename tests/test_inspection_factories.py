@@ -6,12 +6,14 @@ constants; decorators with their own options do not get in the way; the
 structure check can demand that every global load is 128 bits wide.
 """
 
+import _thread
 import re
+import threading
 
 import numpy as np
 import pytest
 
-from gpucourse.device import cuda
+from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import inspection, vector
 from gpucourse.kernels.vector import load_float4
 from numba import float32
@@ -124,3 +126,48 @@ def test_tracing_runs_the_vector_helpers_as_python_and_puts_them_back():
     assert run.counts("a")[((0, 0, 0), (0, 0, 0))] == 8
     assert globals()["load_float4"] is vector.load_float4
     assert globals()["sum_of_four"] is sum_of_four
+
+
+@cuda.jit
+def spins(out):
+    while True:
+        pass
+
+
+@cuda.jit
+def one_fails_the_others_spin(out):
+    if cuda.threadIdx.x == 0:
+        out[5] = 1.0  # out of range: this thread raises
+    while True:
+        pass
+
+
+def _still_running():
+    from numba.cuda.simulator.kernel import BlockThread
+
+    for thread in threading.enumerate():
+        if isinstance(thread, BlockThread):
+            thread.join(timeout=5)
+    return [t for t in threading.enumerate() if isinstance(t, BlockThread) and t.is_alive()]
+
+
+# The stopped threads end with SystemExit, which Python's thread hook ignores and pytest's reports.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.skipif(on_gpu(), reason="a spinning kernel on a GPU cannot be stopped this way")
+def test_an_interrupted_launch_leaves_no_simulated_thread_running():
+    timer = threading.Timer(0.5, _thread.interrupt_main)  # as a cell's time limit does
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with inspection.stopping_simulated_threads():
+            spins[1, 8](np.zeros(1, np.float32))
+    assert not _still_running()
+
+
+# The stopped threads end with SystemExit, which Python's thread hook ignores and pytest's reports.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.skipif(on_gpu(), reason="a spinning kernel on a GPU cannot be stopped this way")
+def test_a_failing_thread_takes_its_spinning_neighbours_down_with_it():
+    with pytest.raises(IndexError):
+        with inspection.stopping_simulated_threads():
+            one_fails_the_others_spin[1, 8](np.zeros(1, np.float32))
+    assert not _still_running()

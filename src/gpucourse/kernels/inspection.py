@@ -459,6 +459,36 @@ def _device_functions_simulated(function):
             restore(key, value)
 
 
+@contextmanager
+def stopping_simulated_threads():
+    """Stop the simulator's threads that a launch inside leaves running when it fails.
+
+    The simulator runs each CUDA thread as an OS thread. When a launch is
+    interrupted (a notebook cell stopped for taking too long) or one thread
+    raises, the other threads of the block go on: a kernel stuck in a loop
+    would keep running beside every later cell and slow them all. Here, when
+    the code inside raises, each simulator thread started inside that is still
+    alive gets an exception raised in it (and is woken if it waits at a
+    barrier), so it ends; the original exception then propagates.
+    """
+    import ctypes
+
+    from numba.cuda.simulator.kernel import BlockThread
+
+    before = set(threading.enumerate())
+    try:
+        yield
+    except BaseException:
+        for thread in threading.enumerate():
+            if thread in before or not isinstance(thread, BlockThread) or not thread.is_alive():
+                continue
+            thread.abort = True  # a thread waiting at a barrier raises when woken
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                       ctypes.py_object(SystemExit))
+            thread.syncthreads_event.set()
+        raise
+
+
 _trace_lock = threading.Lock()
 
 
@@ -484,7 +514,7 @@ def trace(kernel, grid, block, *args) -> Trace:
     simulated = _simulated(kernel)
     shared: dict = {}
     with _trace_lock, _counting_shared_arrays(shared), \
-            _device_functions_simulated(simulated.fn):
+            _device_functions_simulated(simulated.fn), stopping_simulated_threads():
         simulated[grid, block](*wrapped)
     threads = [(b, t) for b in np.ndindex(*grid) for t in np.ndindex(*block)]
     threads = [(tuple(int(i) for i in b), tuple(int(i) for i in t)) for b, t in threads]
