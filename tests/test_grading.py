@@ -131,21 +131,25 @@ def misbehaving_in_turn(chapter: str):
     broken = dict(zip(exercises_of(source_notebook(chapter)), MISBEHAVIOURS))
     replace = {}
     for grade_id, how in broken.items():
-        definition = sources[grade_id].split("### BEGIN SOLUTION")[0]
+        # The code before the marker, without the marker line's indentation.
+        definition = sources[grade_id].split("### BEGIN SOLUTION")[0].rstrip(" ")
         replace[grade_id] = {
+            # The solution cell itself raises: its function is never defined.
             "raises": "raise RuntimeError('this submission is broken')\n",
+            # The function never returns: its test cell hangs until interrupted.
             "loops": definition + "    while True:\n        pass\n",
+            # Deletes every file it can reach in its folder, itself included.
             "deletes": ("import os\nfor name in os.listdir('.'):\n"
                         "    if os.path.isfile(name):\n        os.remove(name)\n"),
         }[how]
     return filled_in(chapter, replace=replace), broken
 
 
-@pytest.fixture(scope="module", params=CHAPTERS)
-def autograded(request, tmp_path_factory):
-    """Autograde three submissions of one chapter with nbgrader, once."""
-    chapter = request.param
-    course = tmp_path_factory.mktemp(f"course-{chapter}")
+def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
+    """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
+    machinery, in the fresh course folder ``course``, as an instructor would: one run
+    that grades every submission in turn. Returns {student: {grade_id: (score, max)}};
+    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     db = f"sqlite:///{course / 'gradebook.db'}"
@@ -157,8 +161,6 @@ def autograded(request, tmp_path_factory):
     done = nbgrader("generate_assignment", chapter, "--force")
     assert done.returncode == 0, done.stderr
 
-    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
-    submissions["misbehaving"], broken = misbehaving_in_turn(chapter)
     for student, notebook in submissions.items():
         folder = course / "submitted" / student / chapter
         folder.mkdir(parents=True)
@@ -166,7 +168,6 @@ def autograded(request, tmp_path_factory):
         # A file of the student's own, for the deleting submission to find.
         (folder / "notes.txt").write_text("my notes\n")
 
-    # One run grades every submission in turn, as an instructor's would.
     done = nbgrader("autograde", chapter, "--force", f"--Execute.timeout={TEST_TIMEOUT_S}")
     assert done.returncode == 0, f"autograde broke:\n{done.stderr[-4000:]}"
 
@@ -178,6 +179,18 @@ def autograded(request, tmp_path_factory):
             notebook = gradebook.find_submission_notebook(chapter, chapter, student)
             scores[student] = {grade.name: (grade.score, grade.max_score)
                                for grade in notebook.grades}
+    return scores
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def autograded(request, tmp_path_factory):
+    """Autograde three submissions of one chapter with nbgrader, once: the solution, the
+    untouched student version and one whose first exercises misbehave in turn."""
+    chapter = request.param
+    course = tmp_path_factory.mktemp(f"course-{chapter}")
+    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
+    submissions["misbehaving"], broken = misbehaving_in_turn(chapter)
+    scores = autograde(chapter, submissions, course)
     return {"chapter": chapter, "course": course, "scores": scores, "broken": broken}
 
 

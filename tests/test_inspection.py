@@ -197,7 +197,7 @@ def test_objects_a_gpu_cannot_use_are_named():
     def uses_a_dict(a, out):
         out[0] = lookup[1]
 
-    with pytest.raises(inspection.KernelSourceError, match="enclosing function"):
+    with pytest.raises(inspection.KernelSourceError, match="lookup, a dict"):
         inspection.ptx(uses_a_dict, numbers(4), numbers(4))
     globals()["LOOKUP_TABLE"] = lookup
     try:

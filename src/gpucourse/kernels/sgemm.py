@@ -1240,18 +1240,9 @@ def resource_usage(level, config: TileConfig | None = None) -> dict:
 
 def _time_ms(function, warmup: int, repeats: int) -> float:
     """Median milliseconds of function() over `repeats` runs, with CUDA events."""
-    for _ in range(warmup):
-        function()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        function()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times))
+    from gpucourse.kernels.timing import median_time_s
+
+    return median_time_s(function, warmup, repeats) * 1e3
 
 
 def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> dict:
