@@ -17,7 +17,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from gpucourse.device import cuda
+from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import inspection, puzzles
 from numba import float32
 
@@ -444,6 +444,7 @@ def test_trace_draws_vectors_as_strips_and_refuses_unknown_names():
         run.draw(["b"])
 
 
+@pytest.mark.skipif(on_gpu(), reason="on a GPU, kernels compile in this process, not a compiler's")
 def test_an_interrupted_compile_does_not_hand_its_reply_to_the_next(monkeypatch):
     a = puzzles.random_vector(8, 17)
     puzzles.check_compiles(add_one, a, a)  # the compiler process is running
