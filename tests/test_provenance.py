@@ -1,0 +1,256 @@
+"""Every number in the prose has a provenance.
+
+The chapters (the markdown cells of ``notebooks/*.ipynb``) and the book's own
+pages (``book/*.md``) may state a number in one of three ways:
+
+1. **computed at build time**: a ``{glue:text}`` (or ``{glue}``) role, a
+   ``{glue:md}`` directive, or a table or figure drawn by a code cell. These
+   never reach the prose as digits, so there is nothing to check;
+2. **cited**: the sentence that holds the number also holds a ``{cite}``,
+   ``{cite:p}`` or ``{cite:t}`` role naming its source;
+3. **listed**: ``book/provenance.yml`` has an entry with the number, the file
+   it appears in, a piece of the sentence (``context``) that pins it down,
+   and its source or the reason it needs none (a definition, a choice made in
+   the chapter's own code, arithmetic shown on the page). The list is meant to
+   stay small.
+
+Anything else fails the test, which names the file, the cell and the sentence.
+
+What counts as "a number" (the rules, in the order they are applied):
+
+- Text that is not prose is removed first: fenced code blocks and directives
+  (````` ``` ````` and ``~~~``), display math (``$$ ... $$`` and
+  ``\\begin ... \\end``), inline math (``$ ... $``), inline code, HTML tags
+  and comments, link targets (the text of a link stays), MyST roles other than
+  citations (``{glue:text}`...```, ``{numref}`...```, ``{doc}`...```), and
+  the ``(label)=`` targets. Math is the place for variables and formulas; a
+  formula states no fact about the world.
+- A number is a run of digits, with optional thousands commas and a decimal
+  part (``3.35``, ``1,979``, ``10^18`` counts as ``10``), that is not part of
+  a name: digits glued to letters or underscores on either side (``H100``,
+  ``fp32``, ``sm_90``, ``1F1B``, ``4b``) and digits after a letter and a
+  hyphen (``GPT-3``, ``ZeRO-1``, ``top-1``) are names, not numbers. So is a
+  dotted version or instance name (``trn2.48xlarge``, ``3.11.7``).
+- Numbering is not a fact: a number right after *week, chapter, part, level,
+  exercise, section, figure, table, step, stage or question* (and lists such
+  as "weeks 8 and 9" or "levels 4-6"), and the marker of a numbered list
+  (``1.`` at the start of a line) are skipped.
+- Years (four digits from 1900 to 2099) are skipped: a date is where a fact
+  sits in time, not the fact.
+- A sentence ends at ``.``, ``!`` or ``?`` followed by a space and a capital,
+  at a blank line, at each list item, table row and heading. Common
+  abbreviations (*e.g.*, *i.e.*, *et al.*, *vs.*, *cf.*) do not end one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROVENANCE_FILE = ROOT / "book" / "provenance.yml"
+
+# -----------------------------------------------------------------------------
+# Reading the prose
+
+
+def markdown_cells(path: Path) -> list[tuple[str, str]]:
+    """(where, text) for each stretch of prose in one page: a notebook's
+    markdown cells ("cell 3") or a markdown page as a whole ("page")."""
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return [(f"cell {i}", "".join(c["source"])) for i, c in enumerate(cells)
+                if c["cell_type"] == "markdown"]
+    return [("page", path.read_text(encoding="utf-8"))]
+
+
+def pages() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "book").glob("*.md"))
+
+
+CITE_ROLE = re.compile(r"\{cite(?::[a-z]+)?\}`[^`]*`")
+CITE_MARK = "\u27e6cite\u27e7"  # stands in for a citation once the text is cleaned
+
+_REMOVE = [
+    re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.S | re.M),  # fences and directives
+    re.compile(r"\$\$.*?\$\$", re.S),  # display math
+    re.compile(r"\\begin\{(\w+\*?)\}.*?\\end\{\1\}", re.S),
+    re.compile(r"(?<![\\$])\$(?!\$)(?:[^$\\\n]|\\.)+?\$"),  # inline math
+    re.compile(r"<!--.*?-->", re.S),
+    re.compile(r"\{[\w:-]+\}`[^`]*`"),  # MyST roles (citations are marked before this runs)
+    re.compile(r"``[^`]+``|`[^`\n]+`"),  # inline code
+    re.compile(r"<[^>\n]+>"),  # HTML tags
+    re.compile(r"^\([\w-]+\)=[ \t]*$", re.M),  # (label)= targets
+]
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+
+
+def clean(text: str) -> str:
+    """The prose of a markdown text: citations replaced by a marker, and code,
+    math, roles, tags and link targets removed (see the module's docstring)."""
+    text = CITE_ROLE.sub(CITE_MARK, text)
+    for pattern in _REMOVE:
+        text = pattern.sub(" ", text)
+    return _LINK.sub(r"\1", text)
+
+
+_ABBREVIATIONS = re.compile(r"\b(e\.g|i\.e|et al|vs|cf|approx|resp|Eq|Fig)\.", re.I)
+_SENTENCE_END = re.compile(r"(?<=[.!?])[)\"'*_]*\s+(?=[A-Z(\[*_\"'\u27e6])")
+
+
+def sentences(prose: str) -> list[str]:
+    """Split cleaned prose into sentences: at blank lines, list items, table
+    rows, headings, and a full stop before a capital."""
+    protected = _ABBREVIATIONS.sub(lambda m: m.group(0)[:-1] + "\u2024", prose)
+    blocks = re.split(r"\n\s*\n|\n(?=\s*(?:[-*+]|\d+\.)\s)|\n(?=\s*[|#])", protected)
+    out = []
+    for block in blocks:
+        if block.lstrip().startswith("|"):
+            out.extend(row for row in block.split("\n") if row.strip())
+            continue
+        out.extend(_SENTENCE_END.split(" ".join(block.split())))
+    return [s.replace("\u2024", ".").strip() for s in out if s.strip()]
+
+
+_ORDINAL_WORDS = (r"weeks?|chapters?|parts?|levels?|exercises?|sections?|figures?|tables?"
+                  r"|steps?|stages?|questions?")
+_NUMBERING = re.compile(
+    rf"\b(?:{_ORDINAL_WORDS})\s+\d+[a-z]?(?:(?:\s*[-\u2013,]\s*|\s+(?:and|or|to)\s+)\d+[a-z]?)*",
+    re.I)
+_LIST_MARKER = re.compile(r"^\s*\d+\.\s")
+_NUMBER = re.compile(
+    r"(?<![\w.\-])(?<![A-Za-z]-)"  # not the tail of a name (H100, GPT-3, trn2.48xlarge)
+    r"(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?"
+    r"(?![\w]|\.\d)")  # not the head of a name (1F1B, 4b) or of a version (3.11.7)
+_YEAR = re.compile(r"^(19|20)\d\d$")
+
+
+def numbers_in(sentence: str) -> list[str]:
+    """The numbers of one sentence that need a provenance (see the docstring)."""
+    text = _LIST_MARKER.sub(" ", sentence)
+    text = _NUMBERING.sub(" ", text)
+    found = []
+    for match in _NUMBER.finditer(text):
+        number = match.group(0)
+        if _YEAR.match(number):
+            continue
+        found.append(number)
+    return found
+
+
+# -----------------------------------------------------------------------------
+# The provenance file
+
+
+@dataclass(frozen=True)
+class Entry:
+    number: str
+    where: str  # a path relative to the repository root
+    context: str  # a piece of the sentence the number sits in
+    source: str  # a bib key or a reason
+
+
+def load_entries(path: Path = PROVENANCE_FILE) -> list[Entry]:
+    import yaml
+
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    entries = []
+    for i, item in enumerate(raw):
+        missing = {"number", "where", "context", "source"} - set(item)
+        if missing:
+            raise ValueError(f"{path.name} entry {i} lacks {', '.join(sorted(missing))}")
+        entries.append(Entry(str(item["number"]), item["where"], item["context"], item["source"]))
+    return entries
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    cell: str
+    number: str
+    sentence: str
+
+    def __str__(self):
+        return f"{self.where}, {self.cell}: {self.number!r} in: {self.sentence}"
+
+
+def unsourced(texts, entries, used=None) -> list[Finding]:
+    """Numbers with no provenance in `texts`, an iterable of (file, cell, markdown).
+    `used`, if given, collects the entries that matched something."""
+    findings = []
+    for where, cell, markdown in texts:
+        for sentence in sentences(clean(markdown)):
+            if CITE_MARK in sentence:
+                continue
+            for number in numbers_in(sentence):
+                entry = next((e for e in entries if e.number == number and e.where == where
+                              and e.context in sentence), None)
+                if entry is None:
+                    findings.append(Finding(where, cell, number, sentence.replace(CITE_MARK, "")))
+                elif used is not None:
+                    used.add(entry)
+    return findings
+
+
+def book_texts():
+    for path in pages():
+        where = path.relative_to(ROOT).as_posix()
+        for cell, text in markdown_cells(path):
+            yield where, cell, text
+
+
+# -----------------------------------------------------------------------------
+# The tests
+
+
+def test_every_number_in_the_book_has_a_provenance():
+    entries = load_entries()
+    used: set[Entry] = set()
+    findings = unsourced(book_texts(), entries, used)
+    assert not findings, ("numbers with no glue, no citation in their sentence and no entry in "
+                          "book/provenance.yml:\n" + "\n".join(map(str, findings)))
+    stale = [e for e in entries if e not in used]
+    assert not stale, ("book/provenance.yml entries that match no sentence any more (remove "
+                       "them or fix their context):\n" + "\n".join(map(str, stale)))
+
+
+def test_an_unsourced_number_fails_and_is_located():
+    page = ("# Week 3: a synthetic page\n\n"
+            "The H100 SXM has 132 multiprocessors.\n\n"
+            "Its fp32 peak is 67 TFLOP/s {cite}`nvidia_h100_datasheet`. It has "
+            "{glue:text}`sms` of them, and $p - 1$ idle stages. GPT-3 and ZeRO-1 are names.\n")
+    findings = unsourced([("book/synthetic.md", "cell 0", page)], [])
+    assert [(f.where, f.cell, f.number) for f in findings] == [("book/synthetic.md", "cell 0", "132")]
+    assert "132 multiprocessors" in findings[0].sentence
+    assert "book/synthetic.md, cell 0" in str(findings[0])
+
+
+def test_an_entry_covers_only_its_own_sentence():
+    page = "A warp has 32 threads.\n\nA block had 32 warps."
+    entry = Entry("32", "book/synthetic.md", "A warp has", "definition")
+    findings = unsourced([("book/synthetic.md", "page", page)], [entry])
+    assert [f.sentence for f in findings] == ["A block had 32 warps."]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("At 3.35 TB/s and 1,979 TFLOPS.", ["3.35", "1,979"]),
+    ("GPT-3, H100, sm_90, 1F1B, 4b, trn2.48xlarge, numpy 2.4.6 and fp32.", []),
+    ("In weeks 8 and 9, level 4-6 and week 1, in 2022.", []),
+    ("1. First a step of 10 ms.", ["10"]),
+    ("Math $2(N-1)\\alpha$ and `code 42` and {glue:text}`x` hold none.", []),
+    ("A [link to 5 things](https://example.org/7) is prose.", ["5"]),
+])
+def test_what_counts_as_a_number(text, expected):
+    found = [n for s in sentences(clean(text)) for n in numbers_in(s)]
+    assert found == expected
+
+
+def test_sentences_split_where_a_reader_would():
+    text = "One is 1.5 GB, e.g. here. Two ends et al. {cite}`x` here.\n\n- a list item\n| a | 3 |"
+    assert sentences(clean(text)) == ["One is 1.5 GB, e.g. here.",
+                                      f"Two ends et al. {CITE_MARK} here.", "- a list item",
+                                      "| a | 3 |"]
