@@ -194,7 +194,8 @@ def run_cost_usd(wall_clock_s, price_per_hour_usd, instances=1, spot_discount=0.
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """One way to do a training run: which instance, how many, how long, how much."""
+    """One way to do a training run: which instance (its key in INSTANCES, or
+    the name of an Instance given directly), how many, how long, how much."""
 
     instance: str
     instances: int
@@ -225,7 +226,8 @@ def estimate_run(total_flops, instance, instances=1, mfu=0.4,
     n = _count("instances", instances)
     seconds = run_time_s(total_flops, n * inst.peak_flops_per_s, mfu)
     cost = run_cost_usd(seconds, inst.price_per_hour_usd, n, spot_discount)
-    return RunEstimate(inst.name, n, n * inst.chips, float(mfu), float(spot_discount), seconds, cost)
+    label = instance if isinstance(instance, str) else inst.name  # the key of INSTANCES, if given one
+    return RunEstimate(label, n, n * inst.chips, float(mfu), float(spot_discount), seconds, cost)
 
 
 def cost_per_exaflop_usd(instance, mfu=0.4, spot_discount=0.0) -> float:
@@ -263,23 +265,24 @@ def cheapest_instance(total_flops, budget_usd, deadline_s, instances=None, mfu=0
     For each instance type, the fewest machines (at most `max_instances`)
     that finish by `deadline_s`; of those that also cost at most
     `budget_usd`, the cheapest (ties go to the shorter run). None when no
-    type meets both. `instances` is a list of names or `Instance` objects
-    (default: all of `INSTANCES`).
+    type meets both. `instances` is a list of keys of `INSTANCES` or
+    `Instance` objects (default: every sourced price in `INSTANCES`).
     """
     work = _positive("total_flops", total_flops)
     budget = _positive("budget_usd", budget_usd)
     deadline = _positive("deadline_s", deadline_s)
     cap = _count("max_instances", max_instances)
-    candidates = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    candidates = list(INSTANCES) if instances is None else list(instances)
     if not candidates:
         raise ValueError("instances must name at least one instance type")
     best = None
-    for inst in candidates:
+    for candidate in candidates:
+        inst = _instance(candidate)
         one_s = run_time_s(work, inst.peak_flops_per_s, mfu)
         needed = max(1, math.ceil(one_s / deadline * (1 - 1e-12)))
         if needed > cap:
             continue
-        run = estimate_run(work, inst, needed, mfu, spot_discount)
+        run = estimate_run(work, candidate, needed, mfu, spot_discount)
         if run.cost_usd > budget:
             continue
         if best is None or (run.cost_usd, run.wall_clock_s) < (best.cost_usd, best.wall_clock_s):
@@ -336,15 +339,17 @@ def plot_instances(total_flops, mfu=0.4, instances=None, n_instances=None, spot_
     time, for each instance type (`n_instances` machines of each; default 1)."""
     import matplotlib.pyplot as plt
 
-    chosen = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    keys = list(INSTANCES) if instances is None else list(instances)
+    chosen = [_instance(i) for i in keys]
     counts = [1] * len(chosen) if n_instances is None else [_count("n_instances", n) for n in n_instances]
     if len(counts) != len(chosen):
         raise ValueError(f"n_instances must have one count per instance ({len(chosen)}), "
                          f"got {len(counts)}")
-    runs = [estimate_run(total_flops, inst, n, mfu, spot_discount) for inst, n in zip(chosen, counts)]
+    runs = [estimate_run(total_flops, key, n, mfu, spot_discount) for key, n in zip(keys, counts)]
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    labels = [f"{r.instance}\n× {r.instances}" for r in runs]
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    labels = [f"{inst.name}\n{inst.kind}\n{inst.date} × {r.instances}" if inst.kind
+              else f"{inst.name}\n× {r.instances}" for inst, r in zip(chosen, runs)]
     colours = ["C2" if inst.chip == "H100" else "C1" for inst in chosen]
     costs = [r.cost_usd for r in runs]
     days = [r.wall_clock_days for r in runs]
@@ -373,7 +378,7 @@ def plot_cost_vs_mfu(total_flops, instances=None, mfus=None, spot_discount=0.0, 
     """The cost of a run against MFU, one curve per instance type (log scale)."""
     import matplotlib.pyplot as plt
 
-    chosen = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    chosen = [_instance(i) for i in (list(INSTANCES) if instances is None else instances)]
     mfus = np.linspace(0.1, 0.7, 61) if mfus is None else np.asarray(mfus, dtype=float)
     for u in mfus:
         _fraction("mfus", u, open_at_zero=True)
@@ -381,7 +386,8 @@ def plot_cost_vs_mfu(total_flops, instances=None, mfus=None, spot_discount=0.0, 
         _, ax = plt.subplots(figsize=(7, 4))
     for inst in chosen:
         costs = [estimate_run(total_flops, inst, 1, u, spot_discount).cost_usd for u in mfus]
-        ax.plot(mfus, costs, lw=2, label=f"{inst.name} ({inst.chips} × {inst.chip})")
+        when = f", {inst.kind}, {inst.date}" if inst.kind else ""
+        ax.plot(mfus, costs, lw=2, label=f"{inst.name} ({inst.chips} × {inst.chip}{when})")
     ax.set_yscale("log")
     ax.set_xlabel("model FLOPs utilization (MFU)")
     ax.set_ylabel("cost of the run (US$, log scale)")
