@@ -5,9 +5,9 @@ For every chapter in solutions/:
 - the source notebook is well formed (solutions, graded tests with points,
   hidden tests) and the student version hides what it should;
 - `nbgrader autograde` gives a correct submission full points, an untouched
-  one zero on every graded cell without breaking, and a submission that
-  raises, hangs or deletes files loses only the points of the exercise that
-  misbehaves;
+  one zero on every graded cell without breaking, and a submission whose
+  exercises raise, hang or delete files (one exercise each) loses only the
+  points of the exercises that misbehave;
 - the students' self-check reports the same.
 """
 
@@ -117,29 +117,39 @@ def filled_in(chapter: str, replace: dict[str, str] | None = None):
     return notebook
 
 
-def misbehaving(chapter: str, how: str):
-    """A submission whose first exercise misbehaves and whose others are right."""
-    first = next(iter(exercises_of(source_notebook(chapter))))
-    original = next(c.source for c in source_notebook(chapter).cells
-                    if nbgrader_meta(c).get("grade_id") == first)
-    definition = original.split("### BEGIN SOLUTION")[0]
-    body = {
-        # The solution cell itself raises: its function is never defined.
-        "raises": "raise RuntimeError('this submission is broken')\n",
-        # The function never returns: its test cell hangs until interrupted.
-        "loops": definition + "    while True:\n        pass\n",
-        # Deletes every file it can reach in its folder, itself included.
-        "deletes": ("import os\nfor name in os.listdir('.'):\n"
-                    "    if os.path.isfile(name):\n        os.remove(name)\n"),
-    }[how]
-    return filled_in(chapter, replace={first: body}), first
+MISBEHAVIOURS = ("raises", "loops", "deletes")
 
 
-@pytest.fixture(scope="module", params=CHAPTERS)
-def autograded(request, tmp_path_factory):
-    """Autograde five submissions of one chapter with nbgrader, once."""
-    chapter = request.param
-    course = tmp_path_factory.mktemp(f"course-{chapter}")
+def misbehaving_in_turn(chapter: str):
+    """One submission whose first three exercises misbehave, each its own way (raises,
+    loops, deletes files), and whose other exercises are right. One grading run then
+    shows that each misbehaviour costs only its own exercise's points.
+
+    Returns the notebook and {grade_id of a broken solution: how it misbehaves}.
+    """
+    sources = {nbgrader_meta(c).get("grade_id"): c.source for c in source_notebook(chapter).cells}
+    broken = dict(zip(exercises_of(source_notebook(chapter)), MISBEHAVIOURS))
+    replace = {}
+    for grade_id, how in broken.items():
+        # The code before the marker, without the marker line's indentation.
+        definition = sources[grade_id].split("### BEGIN SOLUTION")[0].rstrip(" ")
+        replace[grade_id] = {
+            # The solution cell itself raises: its function is never defined.
+            "raises": "raise RuntimeError('this submission is broken')\n",
+            # The function never returns: its test cell hangs until interrupted.
+            "loops": definition + "    while True:\n        pass\n",
+            # Deletes every file it can reach in its folder, itself included.
+            "deletes": ("import os\nfor name in os.listdir('.'):\n"
+                        "    if os.path.isfile(name):\n        os.remove(name)\n"),
+        }[how]
+    return filled_in(chapter, replace=replace), broken
+
+
+def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
+    """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
+    machinery, in the fresh course folder ``course``, as an instructor would: one run
+    that grades every submission in turn. Returns {student: {grade_id: (score, max)}};
+    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     db = f"sqlite:///{course / 'gradebook.db'}"
@@ -151,10 +161,6 @@ def autograded(request, tmp_path_factory):
     done = nbgrader("generate_assignment", chapter, "--force")
     assert done.returncode == 0, done.stderr
 
-    first = None
-    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
-    for how in ("raises", "loops", "deletes"):
-        submissions[how], first = misbehaving(chapter, how)
     for student, notebook in submissions.items():
         folder = course / "submitted" / student / chapter
         folder.mkdir(parents=True)
@@ -162,7 +168,6 @@ def autograded(request, tmp_path_factory):
         # A file of the student's own, for the deleting submission to find.
         (folder / "notes.txt").write_text("my notes\n")
 
-    # One run grades every submission in turn, as an instructor's would.
     done = nbgrader("autograde", chapter, "--force", f"--Execute.timeout={TEST_TIMEOUT_S}")
     assert done.returncode == 0, f"autograde broke:\n{done.stderr[-4000:]}"
 
@@ -174,7 +179,19 @@ def autograded(request, tmp_path_factory):
             notebook = gradebook.find_submission_notebook(chapter, chapter, student)
             scores[student] = {grade.name: (grade.score, grade.max_score)
                                for grade in notebook.grades}
-    return {"chapter": chapter, "course": course, "scores": scores, "first": first}
+    return scores
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def autograded(request, tmp_path_factory):
+    """Autograde three submissions of one chapter with nbgrader, once: the solution, the
+    untouched student version and one whose first exercises misbehave in turn."""
+    chapter = request.param
+    course = tmp_path_factory.mktemp(f"course-{chapter}")
+    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
+    submissions["misbehaving"], broken = misbehaving_in_turn(chapter)
+    scores = autograde(chapter, submissions, course)
+    return {"chapter": chapter, "course": course, "scores": scores, "broken": broken}
 
 
 def test_a_correct_submission_earns_full_points(autograded):
@@ -193,16 +210,17 @@ def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
     assert graded.is_file(), "the grader did not write the autograded notebook"
 
 
-@pytest.mark.parametrize("how", ["raises", "loops", "deletes"])
-def test_a_misbehaving_exercise_loses_only_its_own_points(autograded, how):
+def test_a_misbehaving_exercise_loses_only_its_own_points(autograded):
     groups = exercises_of(source_notebook(autograded["chapter"]))
-    own = set(groups[autograded["first"]]["tests"])
-    scores = autograded["scores"][how]
+    scores = autograded["scores"]["misbehaving"]
+    owner = {test: solution for solution, group in groups.items() for test in group["tests"]}
     for name, (score, max_score) in scores.items():
-        if name in own:
-            assert score == 0, f"{how}: {name} should earn nothing, earned {score}"
+        how = autograded["broken"].get(owner.get(name))
+        if how:
+            assert score == 0, f"{name} belongs to an exercise that {how}: it earned {score}"
         else:
-            assert score == max_score, f"{how}: {name} lost points it had earned"
+            assert score == max_score, (f"{name} lost points it had earned, beside exercises "
+                                        f"that {', '.join(autograded['broken'].values())}")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

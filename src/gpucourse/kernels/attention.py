@@ -50,6 +50,7 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
@@ -152,6 +153,11 @@ PORTABLE_FLASH_CONFIGS = {
 FLASH_CONFIGS = {
     **PORTABLE_FLASH_CONFIGS,
     64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8),
+    # For head_dim 128, 128 query rows and 64 keys per step (164 KiB of tiles, 256
+    # threads): 1.29-1.36x SDPA memory-efficient's time at seq 1024 and 4096, causal
+    # and not, against 1.65-1.80x for the portable 32 x 16 (H100 probe of 30
+    # shapes, benchmarks/NOTES.md).
+    128: FlashConfig(128, block_rows=128, block_cols=64, thread_rows=4, thread_cols=8),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
@@ -911,19 +917,6 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
     return function.kernel, kernel.configure((1,), (1,)).stream
 
 
-def _current_gpu() -> int:
-    """The GPU of the calling thread's current CUDA context: the one a launch
-    runs on, and the one Numba reports (it attaches to the current context).
-    Asked of the driver directly, since Numba's `get_current_device` costs
-    several microseconds of Python on every call."""
-    from cuda.bindings import driver as cu
-
-    error, device = cu.cuCtxGetDevice()
-    if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
-        return cuda.get_current_device().id
-    return int(device)
-
-
 def _config_for(head_dim: int) -> FlashConfig:
     """The tile shape for head_dim: FLASH_CONFIGS', or the portable one where
     this GPU cannot give a block that much shared memory."""
@@ -1165,20 +1158,21 @@ def load_benchmark(path):
     return data
 
 
-def _rows(results, variant, causal):
-    return sorted((r for r in results if r["variant"] == variant and r["causal"] == causal),
-                  key=lambda r: r["seq"])
+def _rows(results, variant, causal, head_dim=64):
+    return sorted((r for r in results if r["variant"] == variant and r["causal"] == causal
+                   and r.get("head_dim", 64) == head_dim), key=lambda r: r["seq"])
 
 
-def first_oom_seq(results, variant, causal=False):
+def first_oom_seq(results, variant, causal=False, head_dim=64):
     """The shortest sequence at which ``variant`` ran out of memory (None if never)."""
-    rows = [r for r in _rows(results, variant, causal) if r.get("status") == "oom"]
+    rows = [r for r in _rows(results, variant, causal, head_dim) if r.get("status") == "oom"]
     return rows[0]["seq"] if rows else None
 
 
-def plot_benchmark(results, metric="ms", causal=False, ax=None):
-    """One line per variant against the sequence length; an x marks where a
-    variant ran out of memory. metric: 'ms', 'tflops' or 'peak_mem_bytes'."""
+def plot_benchmark(results, metric="ms", causal=False, ax=None, head_dim=64):
+    """One line per variant against the sequence length, at one head dimension;
+    an x marks where a variant ran out of memory. metric: 'ms', 'tflops' or
+    'peak_mem_bytes'."""
     import matplotlib.pyplot as plt
 
     labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s",
@@ -1190,14 +1184,14 @@ def plot_benchmark(results, metric="ms", causal=False, ax=None):
         _, ax = plt.subplots(figsize=(6.5, 4))
     scale = 1e-9 if metric == "peak_mem_bytes" else 1.0
     for variant, label in VARIANT_LABELS.items():
-        rows = _rows(results, variant, causal)
+        rows = _rows(results, variant, causal, head_dim)
         done = [r for r in rows if r.get(metric) is not None]
         if not done:
             continue
         style = dict(lw=2.5 if variant == "flash" else 1.3, color=VARIANT_COLORS[variant])
         (line,) = ax.plot([r["seq"] for r in done], [r[metric] * scale for r in done],
                           marker="o", ms=4, label=label, **style)
-        oom = first_oom_seq(results, variant, causal)
+        oom = first_oom_seq(results, variant, causal, head_dim)
         if oom is not None:
             ax.plot([oom], [done[-1][metric] * scale], marker="x", ms=10, mew=2.5,
                     color=line.get_color(), ls="none")
@@ -1296,12 +1290,12 @@ def _fmt(value, spec, missing="–"):
     return missing if value is None else format(value, spec)
 
 
-def _ratio_span(results, variant, peer, causal):
+def _ratio_span(results, variant, peer, causal, head_dim=64):
     """(least, greatest) of variant's time over peer's, over the sequence
-    lengths where both ran, with the least and greatest of those lengths;
-    None if they never both ran."""
-    ours = {r["seq"]: r["ms"] for r in _rows(results, variant, causal) if r["ms"]}
-    theirs = {r["seq"]: r["ms"] for r in _rows(results, peer, causal) if r["ms"]}
+    lengths where both ran at one head dimension, with the least and greatest
+    of those lengths; None if they never both ran."""
+    ours = {r["seq"]: r["ms"] for r in _rows(results, variant, causal, head_dim) if r["ms"]}
+    theirs = {r["seq"]: r["ms"] for r in _rows(results, peer, causal, head_dim) if r["ms"]}
     both = sorted(set(ours) & set(theirs))
     if not both:
         return None
@@ -1344,15 +1338,22 @@ def benchmark_markdown(data, causal=False):
                   f"inputs, allocating the outputs and launching."]
     if ours.get("ms") and efficient.get("ms"):
         ratio = ours["ms"] / efficient["ms"]
+        verdict = (" (the same, to two digits)." if f"{ratio:.2f}" == "1.00" else
+                   " (faster)." if ratio < 1 else " (slower).")
         lines += ["", f"Against PyTorch's memory-efficient backend, the fp32 peer, ours takes "
-                  f"{ratio:.2f} times its time"
-                  + (" (faster)." if ratio < 1 else " (slower).")]
+                  f"{ratio:.2f} times its time" + verdict]
     spans = [_ratio_span(results, "flash", "sdpa_efficient", mask) for mask in (False, True)]
     if all(spans):
         (low, high, n_low, n_high), (c_low, c_high, _, _) = spans
         lines += ["", f"Over N = {n_low:,} to {n_high:,} ours takes {low:.2f} to {high:.2f} "
                   f"times the memory-efficient backend's time without a mask, and "
                   f"{c_low:.2f} to {c_high:.2f} times with the causal mask."]
+    spans = [_ratio_span(results, "flash", "sdpa_efficient", mask, 128) for mask in (False, True)]
+    if all(spans):
+        (low, high, n_low, n_high), (c_low, c_high, _, _) = spans
+        lines += ["", f"At head dimension 128, over N = {n_low:,} to {n_high:,}, ours takes "
+                  f"{low:.2f} to {high:.2f} times the memory-efficient backend's time without a "
+                  f"mask, and {c_low:.2f} to {c_high:.2f} times with the causal mask."]
     lines += ["", "The source's measurement at the same configuration, on a laptop RTX 2050:",
               "", "| variant | time (ms) |", "|---|---|"]
     lines += [f"| {name} | {ms:.2f} |" for name, ms in SOURCE_RTX2050_MS.items()]

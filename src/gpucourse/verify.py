@@ -1,0 +1,287 @@
+"""Checks for graded test cells that a submission cannot fake.
+
+A test cell that writes ``assert math.isclose(answer(...), 19.6357)`` trusts
+three things the student's code controls: the type of the answer (a float
+subclass whose ``==`` is always True passes), the comparison function (a
+student cell can replace ``math.isclose`` or ``numpy.allclose``), and that
+the answer was computed at all (calling the course's own implementation
+passes too). The checks here trust none of them:
+
+* **Exact types.** A result must be exactly a ``float`` (or numpy float
+  scalar), an ``int`` (or numpy integer), or an ``ndarray`` of the stated
+  dtype; subclasses are refused. The value is then converted to plain Python
+  floats through C methods of built-in types (``float()``, ``ndarray.tolist``)
+  that no Python code can override.
+* **Own arithmetic.** Comparisons are written out with ``<=`` and ``-`` on
+  plain floats, not with ``math`` or ``numpy`` functions that a student cell
+  could have replaced.
+* **Own work.** :func:`expect_own_work` fails a function that refers to the
+  course's package (or another forbidden module), directly or through the
+  notebook functions it calls.
+
+Each check raises ``AssertionError`` with a message that says what was
+expected, what came back, and what to fix; that is what a student sees under
+a failed test. The checks themselves reject bad arguments with ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import types
+
+import numpy as np
+
+# Captured at import, before any student code runs in the notebook.
+_float = builtins.float
+_int = builtins.int
+_isinstance = builtins.isinstance
+_type = builtins.type
+_len = builtins.len
+_ndarray = np.ndarray
+_np_array = np.array
+_np_dtype = np.dtype
+_np_float64 = np.float64
+_unravel_index = np.unravel_index
+_FLOAT_SCALARS = (np.float64, np.float32, np.float16)
+_INT_SCALARS = (np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+
+# The modules a student's answer may not call in place of doing the work.
+FORBIDDEN_MODULES = ("gpucourse", "torch")
+
+
+def _check_tolerance(name, value):
+    if _type(value) not in (float, int) or not value >= 0:
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    return _float(value)
+
+
+def _plain_float(value, what: str) -> float:
+    """``value`` as a Python float, refusing anything but exact float types."""
+    kind = _type(value)
+    if kind is float or kind in _FLOAT_SCALARS:
+        return _float(value)
+    if kind is int or kind in _INT_SCALARS:
+        return _float(value)
+    raise AssertionError(f"{what} must be a float, got {_describe_type(value)}")
+
+
+def _describe_type(value) -> str:
+    kind = _type(value)
+    if kind in (float, int, bool) or kind in _FLOAT_SCALARS or kind in _INT_SCALARS:
+        return f"{kind.__name__} {value!r}"
+    if _isinstance(value, (float, int)):
+        return f"an object of type {kind.__name__} (a subclass of {kind.__mro__[1].__name__}; " \
+               "return a plain number)"
+    return f"an object of type {kind.__name__}"
+
+
+def _close(actual: float, expected: float, rel: float, abs_: float) -> bool:
+    """|actual - expected| <= max(rel * max(|actual|, |expected|), abs_), NaN equal to NaN."""
+    if actual != actual or expected != expected:  # NaN
+        return actual != actual and expected != expected
+    if actual == expected:  # equal infinities too
+        return True
+    if actual - actual != 0 or expected - expected != 0:  # an infinity against anything else
+        return False
+    difference = actual - expected
+    if difference < 0:
+        difference = -difference
+    size_a = actual if actual >= 0 else -actual
+    size_e = expected if expected >= 0 else -expected
+    scale = size_a if size_a > size_e else size_e
+    allowed = rel * scale
+    if abs_ > allowed:
+        allowed = abs_
+    return difference <= allowed
+
+
+def expect_float(value, expected, *, rel: float = 1e-9, abs: float = 0.0,
+                 name: str = "the result") -> float:
+    """Check that ``value`` is a float within ``rel``/``abs`` of ``expected``.
+
+    Integers are accepted where a float is asked for (``4`` for ``4.0``);
+    bools, strings, subclasses and arrays are not. Returns the value as a
+    plain float.
+    """
+    rel = _check_tolerance("rel", rel)
+    abs_ = _check_tolerance("abs", abs)
+    expected = _float(expected)
+    if _type(value) is bool:
+        raise AssertionError(f"{name} must be a float, got the bool {value!r}")
+    actual = _plain_float(value, name)
+    if not _close(actual, expected, rel, abs_):
+        raise AssertionError(f"{name} should be {expected!r} (to a relative {rel:g}), "
+                             f"got {actual!r}")
+    return actual
+
+
+def expect_int(value, expected: int, *, name: str = "the result") -> int:
+    """Check that ``value`` is an integer (``int`` or numpy integer) equal to ``expected``."""
+    kind = _type(value)
+    if not (kind is int or kind in _INT_SCALARS):
+        raise AssertionError(f"{name} must be an int, got {_describe_type(value)}")
+    actual = _int(value)
+    if actual != _int(expected):
+        raise AssertionError(f"{name} should be {_int(expected)}, got {actual}")
+    return actual
+
+
+def _flatten(nested) -> list:
+    if _type(nested) is list:
+        out = []
+        for item in nested:
+            out.extend(_flatten(item))
+        return out
+    return [nested]
+
+
+def expect_array(value, expected, *, dtype=None, rel: float = 1e-9, abs: float = 0.0,
+                 name: str = "the result", show: int = 3) -> np.ndarray:
+    """Check that ``value`` is an ndarray of ``expected``'s shape, close to it elementwise.
+
+    ``dtype``: the dtype the result must have exactly (for example
+    ``np.float32``); ``None`` accepts any float or integer dtype. NaN matches
+    NaN and infinities match themselves. The message names the first
+    ``show`` elements that differ.
+    """
+    rel = _check_tolerance("rel", rel)
+    abs_ = _check_tolerance("abs", abs)
+    reference = _np_array(expected, dtype=_np_float64)
+    if _type(value) is not _ndarray:
+        raise AssertionError(f"{name} must be a numpy array (np.ndarray), got "
+                             f"{_describe_type(value)}")
+    if dtype is not None:
+        wanted = _np_dtype(dtype)
+        if not value.dtype == wanted:
+            raise AssertionError(f"{name} must have dtype {wanted}, got {value.dtype}")
+    elif value.dtype.kind not in "fiu":
+        raise AssertionError(f"{name} must hold numbers, got dtype {value.dtype}")
+    if tuple(value.shape) != tuple(reference.shape):
+        raise AssertionError(f"{name} should have shape {tuple(reference.shape)}, "
+                             f"got {tuple(value.shape)}")
+    actual = _flatten(_ndarray.tolist(_ndarray.astype(value, _np_float64)))
+    wanted_values = _flatten(reference.tolist())
+    wrong = []
+    for position in range(_len(wanted_values)):
+        if not _close(_float(actual[position]), wanted_values[position], rel, abs_):
+            wrong.append(position)
+    if wrong:
+        shape = tuple(reference.shape)
+        shown = []
+        for position in wrong[:show]:
+            index = tuple(_int(i) for i in _unravel_index(position, shape)) if shape else ()
+            shown.append(f"at {index}: expected {wanted_values[position]!r}, "
+                         f"got {actual[position]!r}")
+        raise AssertionError(f"{name} differs from the reference in {_len(wrong)} of "
+                             f"{_len(wanted_values)} elements; " + "; ".join(shown))
+    return value
+
+
+def expect_raises(function, *args, error=ValueError, naming: str = "", **kwargs) -> None:
+    """Check that ``function(*args, **kwargs)`` raises ``error`` whose message names ``naming``.
+
+    Any other exception propagates as it is (a stub's NotImplementedError
+    fails loudly); returning normally fails.
+    """
+    if not (_isinstance(error, type) and issubclass(error, BaseException)):
+        raise ValueError(f"error must be an exception class, got {error!r}")
+    try:
+        function(*args, **kwargs)
+    except error as raised:
+        if naming and naming not in str(raised):
+            raise AssertionError(f"{error.__name__} raised, but its message {str(raised)!r} "
+                                 f"does not name {naming!r}") from None
+        return
+    raise AssertionError(f"{getattr(function, '__name__', function)}"
+                         f"{args!r} should raise {error.__name__}"
+                         + (f" naming {naming!r}" if naming else "") + ", and returned normally")
+
+
+def global_names(code: types.CodeType) -> list[str]:
+    """The global names a function's code reads, and the modules it imports, in
+    order of first use, its nested functions included.
+
+    Only loads of globals count: ``co_names`` also lists attribute names, so a
+    function reading ``cuda.blockIdx.x`` would otherwise seem to use a
+    notebook's global ``x``.
+    """
+    names = [instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME", "IMPORT_NAME")]
+    for constant in code.co_consts:
+        if _isinstance(constant, types.CodeType):
+            names += global_names(constant)
+    return names
+
+
+def _module_of(value) -> str:
+    if _isinstance(value, types.ModuleType):
+        return value.__name__
+    module = getattr(value, "__module__", None)
+    return module if _isinstance(module, str) else ""
+
+
+def _within(module: str, packages) -> bool:
+    """True when ``module`` is one of ``packages`` or inside one of them."""
+    return any(module == name or module.startswith(name + ".") for name in packages)
+
+
+def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]:
+    """What ``function`` refers to in the ``forbidden`` modules, as "name (module)" strings.
+
+    The function's own code is read (names it uses, ``import`` statements
+    inside it) and so is every function of the notebook it calls, however
+    deep (functions defined beside it, in the same module). ``allowed``: names of modules or objects (``"gpucourse.kernels.vector"``)
+    that are fine to use. A simulator or GPU kernel is read through its
+    Python function.
+    """
+    if _isinstance(forbidden, str) or _isinstance(allowed, str):
+        raise ValueError("forbidden and allowed must be sequences of module names, not strings")
+    found: list[str] = []
+    seen: set[int] = set()
+
+    def is_forbidden(module: str) -> bool:
+        return _within(module, forbidden) and not _within(module, allowed)
+
+    def visit(fn, path: str) -> None:
+        fn = getattr(fn, "py_func", fn)
+        code = getattr(fn, "__code__", None)
+        if code is None or id(code) in seen:
+            return
+        seen.add(id(code))
+        scope = dict(getattr(fn, "__globals__", {}))
+        for cell_name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            try:
+                scope[cell_name] = cell.cell_contents
+            except ValueError:  # an empty closure cell
+                pass
+        for name in sorted(set(global_names(code)) | set(code.co_freevars)):
+            if is_forbidden(name):  # `import gpucourse...` inside the function
+                found.append(f"{path} imports {name}")
+                continue
+            if name not in scope:
+                continue
+            value = scope[name]
+            module = _module_of(value)
+            if module and is_forbidden(module):
+                found.append(f"{path} uses {name} ({module})")
+            elif module == home and (_isinstance(value, types.FunctionType)
+                                     or hasattr(value, "py_func")):
+                visit(value, f"{path} -> {name}")  # another function of the notebook
+
+    home = _module_of(function)
+    visit(function, getattr(function, "__name__", "the function"))
+    return found
+
+
+def expect_own_work(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> None:
+    """Fail when ``function`` (or what it calls) uses the course's package or another
+    forbidden module in place of doing the work itself."""
+    module = _module_of(function)
+    if _within(module, forbidden) and not _within(module, allowed):
+        raise AssertionError(f"{getattr(function, '__name__', function)} comes from {module}: "
+                             "write it yourself instead of importing the course's version")
+    uses = library_uses(function, forbidden, allowed)
+    if uses:
+        raise AssertionError("your answer must do the work itself, not call the course's "
+                             "package or another library: " + "; ".join(uses))
