@@ -16,8 +16,11 @@ pages (``book/*.md``) may state a number in one of three ways:
 3. **listed**: ``book/provenance.yml`` has an entry with the number, the file
    it appears in, a piece of the sentence (``context``) that pins it down,
    and its source or the reason it needs none (a definition, a choice made in
-   the chapter's own code, arithmetic shown on the page). The list is meant to
-   stay small.
+   the chapter's own code, arithmetic shown on the page). An entry whose
+   file is ``"*"`` holds on every page: that is the place for facts of the
+   trade such as the 32 threads of a warp. The list is meant to stay small.
+   A ``source`` is either the key of a bibliography entry (one word) or a
+   reason in words; a key must exist.
 
 Anything else fails the test, which names the file, the cell and the sentence.
 
@@ -37,7 +40,7 @@ What counts as "a number" (the rules, in the order they are applied):
   hyphen (``GPT-3``, ``ZeRO-1``, ``top-1``) are names, not numbers. So is a
   dotted version or instance name (``trn2.48xlarge``, ``3.11.7``).
 - Numbering is not a fact: a number right after *week, chapter, part, level,
-  exercise, section, figure, table, step, stage or question* (and lists such
+  exercise, section, figure, table, step, stage, question or puzzle* (and lists such
   as "weeks 8 and 9" or "levels 4-6"), and the marker of a numbered list
   (``1.`` at the start of a line) are skipped, as is a page's front matter.
 - Years (four digits from 1900 to 2099) are skipped: a date is where a fact
@@ -126,7 +129,7 @@ def sentences(prose: str) -> list[str]:
 
 
 _ORDINAL_WORDS = (r"weeks?|chapters?|parts?|levels?|exercises?|sections?|figures?|tables?"
-                  r"|steps?|stages?|questions?")
+                  r"|steps?|stages?|questions?|puzzles?")
 _NUMBERING = re.compile(
     rf"\b(?:{_ORDINAL_WORDS})\s+\d+[a-z]?(?:(?:\s*[-\u2013,]\s*|\s+(?:and|or|to)\s+)\d+[a-z]?)*",
     re.I)
@@ -176,7 +179,7 @@ def code_literals(path: Path) -> set[str]:
 @dataclass(frozen=True)
 class Entry:
     number: str
-    where: str  # a path relative to the repository root
+    where: str  # a path relative to the repository root, or "*" for every page
     context: str  # a piece of the sentence the number sits in
     source: str  # a bib key or a reason
 
@@ -218,7 +221,7 @@ def unsourced(texts, entries, used=None, literals=None) -> list[Finding]:
             for number, has_unit in numbers_in(sentence):
                 if not has_unit and number.replace(",", "") in literals.get(where, ()):
                     continue
-                entry = next((e for e in entries if e.number == number and e.where == where
+                entry = next((e for e in entries if e.number == number and e.where in (where, "*")
                               and e.context in sentence), None)
                 if entry is None:
                     findings.append(Finding(where, cell, number, sentence.replace(CITE_MARK, "")))
@@ -304,3 +307,69 @@ def test_sentences_split_where_a_reader_would():
     assert sentences(clean(text)) == ["One is 1.5 GB, e.g. here.",
                                       f"Two ends et al. {CITE_MARK} here.", "- a list item",
                                       "| a | 3 |"]
+
+
+def test_an_entry_for_every_page_covers_every_page():
+    entry = Entry("32", "*", "threads of a warp", "nvidia_cuda_programming_guide")
+    texts = [("book/a.md", "page", "The 32 threads of a warp."),
+             ("notebooks/b.ipynb", "cell 1", "The 32 threads of a warp, and 32 lanes."),
+             ("notebooks/b.ipynb", "cell 2", "A block of 32 warps.")]
+    assert [(f.where, f.cell) for f in unsourced(texts, [entry])] == [("notebooks/b.ipynb", "cell 2")]
+
+
+# -----------------------------------------------------------------------------
+# The bibliography: every source a reader can follow
+
+BIB_FILES = [ROOT / "book" / "references.bib", *sorted((ROOT / "book" / "bib").glob("*.bib"))]
+_IDENTIFIER_FIELDS = ("doi", "eprint", "isbn", "url")
+# An identifier written into a free-text field: a URL, an arXiv id or a DOI.
+_IDENTIFIER_IN_TEXT = re.compile(r"\\url\{https?://|\barXiv:\d{4}\.\d{4,5}|\bdoi\.org/|\bdoi:10\.")
+
+
+def bibliography():
+    from pybtex.database import parse_file
+
+    entries = {}
+    for path in BIB_FILES:
+        for key, entry in parse_file(str(path)).entries.items():
+            assert key not in entries, f"{key} is defined twice (again in {path.name})"
+            entries[key] = entry
+    return entries
+
+
+def test_the_bibliography_config_lists_every_bib_file():
+    import yaml
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert sorted(config["bibtex_bibfiles"]) == sorted(p.relative_to(ROOT).as_posix() for p in BIB_FILES)
+
+
+def test_every_bibliography_entry_can_be_followed():
+    problems = []
+    for key, entry in bibliography().items():
+        fields = {name.lower(): value for name, value in entry.fields.items()}
+        if not (any(name in fields for name in _IDENTIFIER_FIELDS)
+                or any(_IDENTIFIER_IN_TEXT.search(fields.get(name, ""))
+                       for name in ("howpublished", "note", "journal"))):
+            problems.append(f"{key}: no DOI, arXiv id, ISBN or URL")
+        if not (entry.persons.get("author") or entry.persons.get("editor")
+                or "organization" in fields or "institution" in fields):
+            problems.append(f"{key}: no author, editor or organization")
+        if "title" not in fields:
+            problems.append(f"{key}: no title")
+        if re.search(r"course (notes|source)|source material|unpublished", str(fields), re.I):
+            problems.append(f"{key}: stands for material a reader cannot find")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_citation_and_every_sourced_entry_names_a_bibliography_entry():
+    keys = set(bibliography())
+    cited = set()
+    for path in pages():
+        for _, text in markdown_cells(path):
+            for role in CITE_ROLE.findall(text):
+                cited.update(k.strip() for k in role.split("`")[1].split(","))
+    assert not cited - keys, f"cited but not in the bibliography: {sorted(cited - keys)}"
+    for entry in load_entries():
+        if " " not in entry.source.strip():
+            assert entry.source in keys, f"provenance entry {entry}: {entry.source!r} is no bib key"
