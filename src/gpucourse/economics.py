@@ -130,6 +130,11 @@ INSTANCES = {
         "Capacity Block, ap-southeast-4", "2024-12"),
 }
 
+# AWS's own announcement of June 2025: On-Demand prices of P5 (H100) instances
+# cut by "up to 45%" from June 1, 2025 (aws_gpu_price_update_2025). It gives the
+# size of the cut, not the new prices.
+AWS_JUNE_2025_P5_CUT = 0.45
+
 # The instance types, whatever their price: (chip, chips per instance). The
 # trn2.48xlarge has 16 Trainium2 chips (AWS Neuron documentation, "Amazon EC2
 # Trn2 Architecture"); no price for it could be sourced.
