@@ -373,3 +373,20 @@ def test_every_citation_and_every_sourced_entry_names_a_bibliography_entry():
     for entry in load_entries():
         if " " not in entry.source.strip():
             assert entry.source in keys, f"provenance entry {entry}: {entry.source!r} is no bib key"
+
+
+def test_every_chapter_records_what_was_checked_against_what():
+    """Each chapter ends its prose with a "Sources checked" section: a list of
+    what was compared with which source, every item citing its sources."""
+    problems = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        sections = [text for _, text in markdown_cells(path) if text.startswith("## Sources checked")]
+        if len(sections) != 1:
+            problems.append(f"{path.name}: {len(sections)} 'Sources checked' sections, expected one")
+            continue
+        items = re.split(r"\n(?=- )", sections[0].split("\n\n", 1)[1])
+        bare = [item for item in items if item.startswith("- ") and not CITE_ROLE.search(item)]
+        problems += [f"{path.name}: an item cites nothing: {item[:60]!r}" for item in bare]
+        if not any(item.startswith("- ") for item in items):
+            problems.append(f"{path.name}: the 'Sources checked' section lists nothing")
+    assert not problems, "\n".join(problems)
