@@ -57,6 +57,19 @@ def exercises_of(notebook) -> dict[str, dict]:
     return groups
 
 
+def written_answers(notebook) -> dict[str, float]:
+    """The manually graded answers: markdown cells an nbgrader grader scores by hand
+    ({grade_id: points})."""
+    return {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in notebook.cells
+            if c.cell_type == "markdown" and nbgrader_meta(c).get("grade")}
+
+
+def autograded_ids(chapter: str) -> set[str]:
+    """The graded test cells of a chapter, the ones nbgrader scores by itself."""
+    return {gid for group in exercises_of(source_notebook(chapter)).values()
+            for gid in group["tests"]}
+
+
 def test_there_is_a_chapter_to_grade():
     assert CHAPTERS, "solutions/ holds no nbgrader source notebook"
 
@@ -94,8 +107,33 @@ def test_student_version_hides_solutions_and_hidden_tests(chapter):
         assert marker not in text
     notebook = release_notebook(chapter)
     stubs = [c for c in notebook.cells if nbgrader_meta(c).get("solution")]
-    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs
+                         if c.cell_type == "code")
     assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")
+    # A written answer's model answer stays in the source notebook.
+    for cell in stubs:
+        if cell.cell_type == "markdown":
+            assert cell.source.strip() == "YOUR ANSWER HERE", (
+                f"{nbgrader_meta(cell)['grade_id']}: the student version shows {cell.source!r}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_written_answers_have_a_model_answer_and_a_rubric(chapter):
+    notebook = source_notebook(chapter)
+    cells = notebook.cells
+    for index, cell in enumerate(cells):
+        meta = nbgrader_meta(cell)
+        if cell.cell_type != "markdown" or not meta.get("grade"):
+            continue
+        assert meta.get("solution") and meta["points"] > 0, f"{meta['grade_id']}: not an answer"
+        model = cell.source.split("### BEGIN SOLUTION")[-1].split("### END SOLUTION")[0]
+        assert "### BEGIN SOLUTION" in cell.source and len(model.split()) >= 30, (
+            f"{meta['grade_id']}: the source notebook needs a model answer of a few sentences "
+            "between ### BEGIN SOLUTION and ### END SOLUTION")
+        question = cells[index - 1].source if index else ""
+        assert "rubric" in question.lower() or "points:" in question.lower(), (
+            f"{meta['grade_id']}: the question before the answer must state how it is graded "
+            "(a rubric)")
 
 
 def filled_in(chapter: str, replace: dict[str, str] | None = None):
@@ -149,7 +187,8 @@ def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
     """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
     machinery, in the fresh course folder ``course``, as an instructor would: one run
     that grades every submission in turn. Returns {student: {grade_id: (score, max)}};
-    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``."""
+    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``. A written
+    answer's score is "manual": it waits for a person."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     db = f"sqlite:///{course / 'gradebook.db'}"
@@ -177,7 +216,9 @@ def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
     with Gradebook(db) as gradebook:
         for student in submissions:
             notebook = gradebook.find_submission_notebook(chapter, chapter, student)
-            scores[student] = {grade.name: (grade.score, grade.max_score)
+            # A written answer waits for a person: nbgrader records 0 and flags it.
+            scores[student] = {grade.name: ("manual" if grade.needs_manual_grade
+                                            else grade.score, grade.max_score)
                                for grade in notebook.grades}
     return scores
 
@@ -194,14 +235,30 @@ def autograded(request, tmp_path_factory):
     return {"chapter": chapter, "course": course, "scores": scores, "broken": broken}
 
 
+def _autograded_scores(autograded, student) -> dict:
+    """A submission's scores of the cells nbgrader grades by itself (written answers
+    wait for a person)."""
+    own = autograded_ids(autograded["chapter"])
+    return {name: s for name, s in autograded["scores"][student].items() if name in own}
+
+
+def test_written_answers_wait_for_a_person(autograded):
+    """An answer waits for a person; one left as the student version has it earns 0."""
+    written = written_answers(source_notebook(autograded["chapter"]))
+    for student, score in (("solution", "manual"), ("untouched", 0)):
+        scores = autograded["scores"][student]
+        assert {name: scores[name] for name in written} == \
+            {name: (score, points) for name, points in written.items()}, student
+
+
 def test_a_correct_submission_earns_full_points(autograded):
-    scores = autograded["scores"]["solution"]
+    scores = _autograded_scores(autograded, "solution")
     missing = {name: s for name, s in scores.items() if s[0] != s[1]}
     assert scores and not missing, f"points lost by the model solution: {missing}"
 
 
 def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
-    scores = autograded["scores"]["untouched"]
+    scores = _autograded_scores(autograded, "untouched")
     assert scores, "no graded cells were recorded"
     earned = {name: s for name, s in scores.items() if s[0] != 0}
     assert not earned, f"points earned by an empty notebook: {earned}"
@@ -212,7 +269,7 @@ def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
 
 def test_a_misbehaving_exercise_loses_only_its_own_points(autograded):
     groups = exercises_of(source_notebook(autograded["chapter"]))
-    scores = autograded["scores"]["misbehaving"]
+    scores = _autograded_scores(autograded, "misbehaving")
     owner = {test: solution for solution, group in groups.items() for test in group["tests"]}
     for name, (score, max_score) in scores.items():
         how = autograded["broken"].get(owner.get(name))
