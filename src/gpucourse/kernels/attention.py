@@ -50,6 +50,7 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels._launch import core_launch
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -236,7 +237,17 @@ def _is_c_contiguous(x, kind: str) -> bool:
 
 
 def _dtype_name(x, kind: str) -> str:
-    return str(x.dtype).replace("torch.", "")
+    dtype = x.dtype
+    if kind == "torch" and dtype is _torch_float32():
+        return "float32"
+    return str(dtype).replace("torch.", "")
+
+
+@lru_cache(maxsize=None)
+def _torch_float32():
+    import torch
+
+    return torch.float32
 
 
 def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
@@ -917,13 +928,19 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
     return function.kernel, kernel.configure((1,), (1,)).stream
 
 
-def _config_for(head_dim: int) -> FlashConfig:
+def _config_for(head_dim: int, device_id: int | None = None) -> FlashConfig:
     """The tile shape for head_dim: FLASH_CONFIGS', or the portable one where
-    this GPU cannot give a block that much shared memory."""
+    GPU device_id (default: the current one) cannot give a block that much
+    shared memory."""
     config = FLASH_CONFIGS[head_dim]
-    if on_gpu() and config.dynamic_shared and \
-            config.shared_bytes > _max_shared_bytes_per_block(_current_gpu()):
-        return PORTABLE_FLASH_CONFIGS[head_dim]
+    if not on_gpu():
+        return config
+    return _fitting_config(config, _current_gpu() if device_id is None else device_id)
+
+
+def _fitting_config(config: FlashConfig, device_id: int) -> FlashConfig:
+    if config.dynamic_shared and config.shared_bytes > _max_shared_bytes_per_block(device_id):
+        return PORTABLE_FLASH_CONFIGS[config.head_dim]
     return config
 
 
@@ -937,7 +954,14 @@ def _max_shared_bytes_per_block(device_id: int) -> int:
     return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
 
 
-def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale):
+@lru_cache(maxsize=1024)
+def _flash_launch_config(grid: tuple, threads: int, dynamic_bytes: int):
+    from cuda.core import LaunchConfig
+
+    return LaunchConfig(grid=grid, block=(threads, 1, 1), shmem_size=dynamic_bytes)
+
+
+def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale, device_id=None):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
     GPU, flat arrays on the simulator. `scale` already carries log2(e).
 
@@ -947,15 +971,15 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale):
     own path re-checks every argument's type and looks up the context on each
     call, about 20 microseconds of Python that showed in the timings."""
     grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
-    kernel = _flash_kernel(config, causal, on_gpu(), fastmath)
+    gpu = on_gpu()
+    kernel = _flash_kernel(config, causal, gpu, fastmath)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
-    if on_gpu():
-        from cuda.core import LaunchConfig, launch
-
-        function, stream = _compiled_flash(kernel, dynamic_bytes, _current_gpu())
-        shape = LaunchConfig(grid=grid, block=(config.threads, 1, 1), shmem_size=dynamic_bytes)
-        launch(stream, shape, function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
-               ctypes.c_float(scale))
+    if gpu:
+        device_id = _current_gpu() if device_id is None else device_id
+        function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
+        core_launch()(stream, _flash_launch_config(grid, config.threads, dynamic_bytes),
+                            function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
+                            ctypes.c_float(scale))
     else:
         kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(heads),
                                                        np.float32(scale))
@@ -978,13 +1002,16 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
-    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim), causal, s, FAST_MATH)
+    device_id = _current_gpu() if on_gpu() else None
+    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim, device_id), causal, s, FAST_MATH,
+                          device_id)
     return (out, lse) if return_lse else out
 
 
-def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
+def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
     """Launch the tiled kernel on checked inputs (the benchmark also calls
-    this, to compare tile shapes)."""
+    this, to compare tile shapes); device_id, where known, spares asking the
+    driver again."""
     batch, heads, seq, head_dim = (int(n) for n in q.shape)
     # The kernel works with scores in base 2: it multiplies Q by scale * log2(e)
     # and uses exp2, since e^x = 2^(x log2 e) and exp2 is one instruction on a GPU.
@@ -994,7 +1021,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
 
         # Raw pointers carry no device: they must belong to the GPU Numba
         # launches on, or the kernel would read another GPU's addresses.
-        numba_device = _current_gpu()
+        numba_device = _current_gpu() if device_id is None else device_id
         if not q.get_device() == k.get_device() == v.get_device() == numba_device:
             devices = {name: x.device.index for name, x in (("q", q), ("k", k), ("v", v))}
             raise ValueError(f"q, k and v must be on the GPU Numba launches on (cuda:"
@@ -1003,7 +1030,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
         out = torch.empty_like(q)  # q is a contiguous float32 tensor: so is out
         lse = q.new_empty((batch, heads, seq))
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
-        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2)
+        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2, numba_device)
         return out, lse
     qd, kd, vd = (_to_kernel(x, kind) for x in (q, k, v))
     out = cuda.device_array((batch, heads, seq, head_dim), dtype=np.float32)

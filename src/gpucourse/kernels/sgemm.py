@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._launch import core_launch
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
@@ -825,12 +826,15 @@ def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
     m, n, k = (max(1, _whole_or_zero(name, v)) for name, v in zip("mnk", shape))
     if gpu_name is None:
         gpu_name = gpu_model()
-    if path is None:
-        measured = _by_shape_here(gpu_name)
-    else:
-        measured = _by_shape(_read_tuned(path).get(gpu_name, {}))
+    if path is None:  # the package's own table: the answer is kept per shape
+        return _plan_here(gpu_name, m, n, k)
+    return _nearest_plan(_by_shape(_read_tuned(path).get(gpu_name, {})),
+                         lambda: tuned_config(gpu_name, path), m, n, k)
+
+
+def _nearest_plan(measured, fallback, m: int, n: int, k: int) -> tuple:
     if not measured:
-        return (_tuned_here(gpu_name) if path is None else tuned_config(gpu_name, path)), 1
+        return fallback(), 1
 
     def distance(entry):
         em, en, ek = entry[0]
@@ -838,6 +842,13 @@ def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
 
     _, config, splits = min(measured, key=distance)
     return config, splits
+
+
+@lru_cache(maxsize=4096)
+def _plan_here(gpu_name: str, m: int, n: int, k: int) -> tuple:
+    """auto_plan from the package's table, found once per shape: a loop calling
+    matmul on one shape pays for the search only once."""
+    return _nearest_plan(_by_shape_here(gpu_name), lambda: _tuned_here(gpu_name), m, n, k)
 
 
 def _whole_or_zero(name, value) -> int:
@@ -1063,8 +1074,7 @@ def _fast_matmul(a, b, key, config, splits, out=None):
         key, config, splits = "6", config or planned, splits or planned_splits
     elif config is None and key == "6":
         config = _tuned_here(_gpu_name(device_id))
-    from cuda.core import launch
-
+    launch = core_launch()
     ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
     if len(ranges) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
@@ -1302,6 +1312,7 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
         f.write("\n")
     _tuned_here.cache_clear()
     _by_shape_here.cache_clear()
+    _plan_here.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}
 
