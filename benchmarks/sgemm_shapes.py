@@ -123,6 +123,7 @@ def save_by_shape(gpu: str, rows: list[dict]) -> None:
     sgemm.TUNED_PATH.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
     sgemm._tuned_here.cache_clear()
     sgemm._by_shape_here.cache_clear()
+    sgemm._plan_here.cache_clear()
 
 
 def table_rows(shapes, progress=True) -> list[dict]:

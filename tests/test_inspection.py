@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpucourse.device import cuda
+from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import inspection
 from gpucourse.kernels.vector import load_float4
 from numba import float32
@@ -118,9 +118,10 @@ def test_rereading_neighbours_is_counted():
 
 
 def test_out_of_range_and_negative_indices_name_the_thread():
-    with pytest.raises(IndexError, match=r"block \(2, 0, 0\), thread \(2, 0, 0\) used index "
-                                         r"\(10,\) of a, whose shape is \(10,\)"):
-        inspection.trace(unguarded, 3, 4, numbers(10), np.zeros(10, np.float32))
+    # 12 threads for 11 elements: only the last thread is out of range.
+    with pytest.raises(IndexError, match=r"block \(2, 0, 0\), thread \(3, 0, 0\) used index "
+                                         r"\(11,\) of a, whose shape is \(11,\)"):
+        inspection.trace(unguarded, 3, 4, numbers(11), np.zeros(11, np.float32))
     with pytest.raises(IndexError, match="axis 0 must be in"):
         inspection.trace(cuda.jit(_negative), 1, 2, numbers(4), np.zeros(4, np.float32))
 
@@ -189,6 +190,8 @@ def test_a_kernel_that_cannot_run_on_a_gpu_fails_with_the_compilers_message():
         inspection.ptx(whole_job_in_thread_zero, numbers(4), numbers(4))
 
 
+@pytest.mark.skipif(on_gpu(), reason="on a GPU Numba compiles the kernel itself and names "
+                    "the object in its own typing error")
 def test_objects_a_gpu_cannot_use_are_named():
     lookup = {1: 2}
 
@@ -196,7 +199,7 @@ def test_objects_a_gpu_cannot_use_are_named():
     def uses_a_dict(a, out):
         out[0] = lookup[1]
 
-    with pytest.raises(inspection.KernelSourceError, match="enclosing function"):
+    with pytest.raises(inspection.KernelSourceError, match="lookup, a dict"):
         inspection.ptx(uses_a_dict, numbers(4), numbers(4))
     globals()["LOOKUP_TABLE"] = lookup
     try:

@@ -375,3 +375,20 @@ def test_splits_are_checked():
     a = np.ones((2, 3), np.float32)
     _fails(sgemm.matmul, a, a.T.copy(), 5, splits=0, naming="splits must be a whole number")
     _fails(sgemm.matmul, a, a.T.copy(), 3, splits=2, naming="splits applies to levels 5, 6")
+
+
+def test_out_receives_the_product_and_is_checked():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 6)).astype(np.float32)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    out = np.full((7, 6), np.nan, np.float32)
+    assert sgemm.matmul(a, b, 2, out=out) is out
+    assert np.allclose(out, expected, rtol=1e-5, atol=1e-5)
+    a_dev, b_dev = sgemm.cuda.to_device(a), sgemm.cuda.to_device(b)
+    out_dev = sgemm.cuda.device_array((7, 6), np.float32)
+    assert sgemm.matmul(a_dev, b_dev, 1, out=out_dev) is out_dev
+    assert np.allclose(out_dev.copy_to_host(), expected, rtol=1e-5, atol=1e-5)
+    _fails(sgemm.matmul, a, b, 2, out=np.zeros((6, 7), np.float32), naming=r"shape \(7, 6\)")
+    _fails(sgemm.matmul, a, b, 2, out=np.zeros((7, 6)), naming="C-contiguous float32")
+    _fails(sgemm.matmul, a, b, 2, out=out_dev, naming="must be a numpy array")

@@ -9,6 +9,8 @@ function and the arguments in the form it takes, found once per GPU.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def current_gpu() -> int:
     """The GPU of the calling thread's current CUDA context: the one a launch
@@ -23,3 +25,12 @@ def current_gpu() -> int:
     if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
         return cuda.get_current_device().id
     return int(device)
+
+
+@lru_cache(maxsize=None)
+def core_launch():
+    """`cuda.core.launch`, imported once (an import statement on every call costs
+    a microsecond or two of Python)."""
+    from cuda.core import launch
+
+    return launch

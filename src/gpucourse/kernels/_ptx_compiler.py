@@ -89,6 +89,20 @@ def compile_request(request: dict) -> dict:
         return {"error": f"{type(error).__name__}: {error}"}
 
 
+def _warm_up() -> None:
+    """Compile a tiny kernel once, so that the first request finds the compiler loaded
+    (started early, the process does this while the notebook goes on)."""
+    from numba import cuda, float32
+
+    def warm(x):
+        x[0] = float32(1.0)
+
+    try:
+        cuda.compile_ptx(warm, (float32[:],), cc=(9, 0))
+    except Exception:  # a request will meet the same problem and report it
+        pass
+
+
 def main() -> int:
     import numpy as np
 
@@ -97,6 +111,7 @@ def main() -> int:
     import numba.cuda  # noqa: F401  (before gpucourse.device: the real one, not the simulator)
 
     _compile_without_a_gpu()
+    _warm_up()
 
     for line in sys.stdin:
         if not line.strip():

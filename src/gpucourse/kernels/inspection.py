@@ -37,6 +37,7 @@ the notebook's own process.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import inspect
 import json
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
+from gpucourse.verify import global_names
 
 DEFAULT_CC = (9, 0)
 # Library helpers a kernel may call: 128-bit loads and stores.
@@ -286,7 +288,16 @@ class Trace:
         import matplotlib.pyplot as plt
 
         names = list(self.arrays) if names is None else list(names)
-        fig, axes = plt.subplots(2, len(names), figsize=(2.8 * len(names), 4.2), squeeze=False)
+        unknown = [name for name in names if name not in self.arrays]
+        if not names or unknown:
+            raise ValueError(f"names must be some of {sorted(self.arrays)}, got {names!r}")
+        if all(self.arrays[name].ndim == 1 for name in names):
+            # Vectors: a strip each, as wide as it is long, not a tall square.
+            longest = max(self.arrays[name].size for name in names)
+            size = (max(2.8, 0.35 * longest + 1.2) * len(names), 2.4)
+        else:
+            size = (2.8 * len(names), 4.2)
+        fig, axes = plt.subplots(2, len(names), figsize=size, squeeze=False)
         for column, name in enumerate(names):
             for row, kind in enumerate(("read", "write")):
                 counts = self.element_counts(name, kind)
@@ -383,23 +394,110 @@ def _simulated(kernel):
     return FakeCUDAKernel(function, device=False)
 
 
+def _python_load(array, *index):
+    """The four neighbours along the last index that a 128-bit load reads, one by one."""
+    *lead, last = index
+    return tuple(array[(*lead, last + q)] for q in range(4))
+
+
+def _python_store(array, *index_and_values):
+    """The four writes of a 128-bit store, one by one."""
+    *index, x0, x1, x2, x3 = index_and_values
+    *lead, last = index
+    for q, value in enumerate((x0, x1, x2, x3)):
+        array[(*lead, last + q)] = value
+
+
+def _python_vector_helpers() -> dict:
+    """{id of a course 128-bit helper: the same access in plain Python}. On a GPU
+    machine the helpers are compiler intrinsics, which Python cannot call."""
+    from gpucourse.kernels import vector
+
+    return {id(vector.load_float4): _python_load, id(vector.load_float4_flat): _python_load,
+            id(vector.store_float4): _python_store, id(vector.store_float4_flat): _python_store}
+
+
 @contextmanager
 def _device_functions_simulated(function):
-    """On a GPU machine, the device functions a kernel calls run as Python while tracing."""
+    """While a kernel is traced, what it calls runs as Python: its device functions (on
+    a GPU machine, compiled ones) and the course's 128-bit helpers (there, intrinsics),
+    whether named as globals or captured by a kernel factory, and in turn what those
+    device functions call."""
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
-    swapped = {}
-    scope = function.__globals__
-    for name in function.__code__.co_names:
-        value = scope.get(name)
-        if value is not None and not isinstance(value, FakeCUDAKernel) and \
-                getattr(value, "targetoptions", {}).get("device") and hasattr(value, "py_func"):
-            swapped[name] = value
-            scope[name] = FakeCUDAKernel(value.py_func, device=True)
+    helpers = _python_vector_helpers()
+    undo: list = []
+    seen: set = set()
+
+    def as_python(value):
+        if id(value) in helpers:
+            return helpers[id(value)]
+        if not isinstance(value, FakeCUDAKernel) and hasattr(value, "py_func") and \
+                getattr(value, "targetoptions", {}).get("device"):
+            return FakeCUDAKernel(value.py_func, device=True)
+        return None
+
+    def visit(fn) -> None:
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        scope = fn.__globals__
+        for name in dict.fromkeys(global_names(fn.__code__)):
+            replacement = as_python(scope.get(name))
+            if replacement is not None:
+                undo.append((scope.__setitem__, name, scope[name]))
+                scope[name] = replacement
+            if isinstance(scope.get(name), FakeCUDAKernel):
+                visit(scope[name].fn)
+        for cell in fn.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # not assigned yet
+                continue
+            replacement = as_python(value)
+            if replacement is not None:
+                undo.append((lambda _, old, cell=cell: setattr(cell, "cell_contents", old),
+                             None, value))
+                cell.cell_contents = value = replacement
+            if isinstance(value, FakeCUDAKernel):
+                visit(value.fn)
+
     try:
+        visit(function)
         yield
     finally:
-        scope.update(swapped)
+        for restore, key, value in reversed(undo):
+            restore(key, value)
+
+
+@contextmanager
+def stopping_simulated_threads():
+    """Stop the simulator's threads that a launch inside leaves running when it fails.
+
+    The simulator runs each CUDA thread as an OS thread. When a launch is
+    interrupted (a notebook cell stopped for taking too long) or one thread
+    raises, the other threads of the block go on: a kernel stuck in a loop
+    would keep running beside every later cell and slow them all. Here, when
+    the code inside raises, each simulator thread started inside that is still
+    alive gets an exception raised in it (and is woken if it waits at a
+    barrier), so it ends; the original exception then propagates.
+    """
+    import ctypes
+
+    from numba.cuda.simulator.kernel import BlockThread
+
+    before = set(threading.enumerate())
+    try:
+        yield
+    except BaseException:
+        for thread in threading.enumerate():
+            if thread in before or not isinstance(thread, BlockThread) or not thread.is_alive():
+                continue
+            thread.abort = True  # a thread waiting at a barrier raises when woken
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                       ctypes.py_object(SystemExit))
+            thread.syncthreads_event.set()
+        raise
 
 
 _trace_lock = threading.Lock()
@@ -427,7 +525,7 @@ def trace(kernel, grid, block, *args) -> Trace:
             wrapped.append(value)
     shared: dict = {}
     with _trace_lock, _counting_shared_arrays(shared), \
-            _device_functions_simulated(simulated.fn):
+            _device_functions_simulated(simulated.fn), stopping_simulated_threads():
         simulated[grid, block](*wrapped)
     threads = [(b, t) for b in np.ndindex(*grid) for t in np.ndindex(*block)]
     threads = [(tuple(int(i) for i in b), tuple(int(i) for i in t)) for b, t in threads]
@@ -536,12 +634,16 @@ def _is_device_function(value) -> bool:
     return bool(getattr(value, "targetoptions", {}).get("device"))
 
 
-def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names += _code_names(constant)
-    return names
+def _visible_names(fn) -> dict:
+    """What a function's code can name: its module's globals, then the variables it
+    captured from an enclosing function (a kernel factory's constants)."""
+    scope = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # a variable the enclosing function has not assigned yet
+            pass
+    return scope
 
 
 def kernel_module_source(kernel) -> tuple[str, str]:
@@ -549,71 +651,74 @@ def kernel_module_source(kernel) -> tuple[str, str]:
 
     The module holds the kernel's own source, the device functions it calls
     (their sources, first), the numeric constants it reads (as literals) and
-    imports of the modules and Numba types it names. Anything else a kernel
-    refers to cannot run on a GPU and is a :class:`KernelSourceError`.
+    imports of the modules and Numba types it names. A kernel made by a
+    factory (a function that computes tile sizes and defines the kernel
+    inside it) works too: the values it captured become the module's
+    constants. Anything else a kernel refers to cannot run on a GPU and is a
+    :class:`KernelSourceError`, and so is one name that two of the functions
+    see with different values.
     """
     import numba
 
     function = getattr(kernel, "py_func", None)
     if function is None or not isinstance(function, types.FunctionType):
         raise ValueError(f"kernel must be a @cuda.jit function, got {type(kernel).__name__}")
-    if function.__closure__:
-        raise KernelSourceError(
-            f"{function.__name__} reads variables of an enclosing function "
-            f"({', '.join(function.__code__.co_freevars)}); define the kernel and its "
-            "constants at the top level of the cell")
     # `_real_cuda` is provided by the compiler process (see _ptx_compiler).
     header = ["import math", "import numpy", "import numba"]
     constants, sources = [], []
+    defined: dict[str, str] = {}  # each name's line in the module, to catch two values
     done: set[str] = set()
+
+    def define(fn, used: str, line: str) -> None:
+        if defined.setdefault(used, line) != line:
+            raise KernelSourceError(
+                f"{fn.__name__} sees {used} as `{line}`, another function of the kernel as "
+                f"`{defined[used]}`; give the two different names")
+        constants.append(line)
 
     def add(fn, name: str) -> None:
         if name in done:
             return
         done.add(name)
-        scope = fn.__globals__
-        for used in dict.fromkeys(_code_names(fn.__code__)):
-            if used in done or used not in scope:
+        scope = _visible_names(fn)
+        for used in dict.fromkeys(global_names(fn.__code__) + list(fn.__code__.co_freevars)):
+            if used not in scope or (used in done and used not in defined):
                 continue
             value = scope[used]
             if isinstance(value, types.ModuleType):
                 if value.__name__ in ("numba.cuda", "gpucourse.device") or \
                         value.__name__.startswith("numba.cuda.simulator"):
-                    constants.append(f"{used} = _real_cuda")
+                    define(fn, used, f"{used} = _real_cuda")
                 elif value.__name__ in ("math", "numpy", "numba", "cmath", "operator"):
-                    constants.append(f"import {value.__name__} as {used}")
+                    define(fn, used, f"import {value.__name__} as {used}")
                 elif value.__name__ in ALLOWED_HELPER_MODULES:
-                    constants.append(f"import {value.__name__} as {used}")
+                    define(fn, used, f"import {value.__name__} as {used}")
                 else:
                     raise KernelSourceError(
                         f"{fn.__name__} uses the module {value.__name__} ({used}); a GPU "
                         "kernel can only use cuda, math and the course's vector helpers")
-                done.add(used)
             elif isinstance(value, (bool, int, float, complex)) or value is None:
-                constants.append(f"{used} = {value!r}")
-                done.add(used)
+                define(fn, used, f"{used} = {value!r}")
             elif isinstance(value, np.generic):
-                constants.append(f"{used} = numpy.{value.dtype.name}({value.item()!r})")
-                done.add(used)
+                define(fn, used, f"{used} = numpy.{value.dtype.name}({value.item()!r})")
             elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
-                constants.append(f"{used} = {value!r}")
-                done.add(used)
+                define(fn, used, f"{used} = {value!r}")
             elif isinstance(value, numba.core.types.Type):
                 if getattr(numba, str(value), None) is value:
-                    constants.append(f"{used} = numba.{value}")
+                    define(fn, used, f"{used} = numba.{value}")
                 else:
-                    constants.append(f"{used} = numba.types.{value}")
-                done.add(used)
+                    define(fn, used, f"{used} = numba.types.{value}")
             elif _is_jitted(value):
                 if not _is_device_function(value):
                     raise KernelSourceError(f"{fn.__name__} calls {used}, a kernel; a kernel "
                                             "can only call device functions "
                                             "(@cuda.jit(device=True))")
-                add(value.py_func, used)
-                sources.append(_function_source(value.py_func, used))
+                if used not in done:
+                    add(value.py_func, used)
+                    sources.append(_function_source(value.py_func, used, device=True))
+                continue
             elif getattr(value, "__module__", "") in ALLOWED_HELPER_MODULES:
-                constants.append(f"from {value.__module__} import {value.__name__} as {used}")
-                done.add(used)
+                define(fn, used, f"from {value.__module__} import {value.__name__} as {used}")
             elif used in ("range", "len", "min", "max", "abs", "float", "int", "bool", "round"):
                 continue
             else:
@@ -623,6 +728,7 @@ def kernel_module_source(kernel) -> tuple[str, str]:
                     "which a GPU kernel cannot call; a kernel may use numbers, cuda, math, "
                     "its own device functions (@cuda.jit(device=True)) and the course's "
                     "vector helpers")
+            done.add(used)
 
     add(function, function.__name__)
     sources.append(_function_source(function, function.__name__))
@@ -630,12 +736,23 @@ def kernel_module_source(kernel) -> tuple[str, str]:
     return body + "\n\n".join(sources) + "\n", function.__name__
 
 
-def _function_source(function, name: str) -> str:
+def _function_source(function, name: str, device: bool = False) -> str:
+    """The function's source without its decorators, defined under `name`; a device
+    function is made one again with ``cuda.jit(device=True)``. (A decorator may name
+    things the compiler process does not have, such as a module's option dict.)"""
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError) as error:
         raise KernelSourceError(f"the source of {name} cannot be found ({error}); define it "
                                 "in a notebook cell or a file") from None
+    tree = ast.parse(source)
+    definition = next((node for node in tree.body
+                       if isinstance(node, ast.FunctionDef) and node.name == function.__name__),
+                      None)
+    if definition is not None:
+        source = "\n".join(source.splitlines()[definition.lineno - 1:]) + "\n"
+    if device:
+        source += f"\n{function.__name__} = _real_cuda.jit(device=True)({function.__name__})\n"
     if function.__name__ != name:
         source += f"\n{name} = {function.__name__}\n"
     return source
@@ -656,13 +773,25 @@ class _Compiler:
             env=env)
         atexit.register(self.close)
 
+    def start(self):
+        """Start the process if it is not running (it then loads Numba in the background)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+
     def compile(self, request: dict, timeout_s: float) -> dict:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            reply = _read_line(self._process.stdout, timeout_s)
+            try:
+                self._process.stdin.write(json.dumps(request) + "\n")
+                self._process.stdin.flush()
+                reply = _read_line(self._process.stdout, timeout_s)
+            except BaseException:
+                # Interrupted (a cell's time limit, Ctrl-C) while waiting: the reply
+                # would arrive for the next request instead, so start afresh.
+                self.close()
+                raise
             if reply is None:
                 error = ""
                 if self._process.poll() is not None:
@@ -689,6 +818,15 @@ def _read_line(stream, timeout_s: float):
 
 
 _compiler = _Compiler()
+
+
+def start_compiler() -> None:
+    """Start the compiler behind :func:`ptx` now, in the background, so that the first
+    kernel compiled later does not wait the two seconds it takes to load (a notebook
+    calls this in its set-up cell). On a GPU machine, where kernels compile in the
+    notebook's own process, it does nothing."""
+    if not on_gpu():
+        _compiler.start()
 
 
 def ptx(kernel, *example_args, cc=DEFAULT_CC, timeout_s: float = 120.0) -> str:
@@ -744,7 +882,8 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
                      vector_global_loads: bool | None = None,
                      vector_shared_loads: bool | None = None,
                      min_fma: int | None = None, max_local_bytes: int | None = None,
-                     max_shared_bytes: int | None = None) -> PTXFacts:
+                     max_shared_bytes: int | None = None,
+                     max_scalar_global_loads: int | None = None) -> PTXFacts:
     """Compile ``kernel`` for a GPU and fail when its PTX lacks a required property.
 
     ``what`` names the exercise in messages ("level 5"). ``shared``: must (True)
@@ -755,7 +894,9 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
     keeping N accumulators has at least N, once the compiler unrolls its
     loops); ``max_local_bytes``: the most per-thread local memory (a large
     local buffer is a sign of an array the size of the problem);
-    ``max_shared_bytes``: the most static shared memory.
+    ``max_shared_bytes``: the most static shared memory;
+    ``max_scalar_global_loads``: the most loads from global memory that are not
+    128 bits wide (0: every load of the inputs is a vector load).
     """
     found = facts(kernel, *example_args, cc=cc)
     problems = []
@@ -771,8 +912,16 @@ def expect_structure(kernel, *example_args, cc=DEFAULT_CC, what: str = "this ker
         problems.append(f"{what} must synchronise its block (cuda.syncthreads()) between "
                         "loading a tile and using it; the compiled kernel has no barrier")
     if vector_global_loads is True and not found.vector_global_loads:
-        problems.append(f"{what} must load A and B 128 bits at a time (load_float4); the "
-                        f"compiled kernel issues only {found.global_loads} scalar loads")
+        problems.append(f"{what} must load A and B 128 bits at a time (load_float4); your "
+                        f"kernel issues only 32-bit loads ({found.global_loads} of them)")
+    scalar_loads = found.global_loads - found.vector_global_loads
+    said_already = vector_global_loads is True and not found.vector_global_loads
+    if max_scalar_global_loads is not None and scalar_loads > max_scalar_global_loads \
+            and not said_already:
+        problems.append(f"{what} must load its inputs 128 bits at a time (load_float4); your "
+                        f"kernel issues {scalar_loads} narrower loads from global memory "
+                        f"beside {found.vector_global_loads} 128-bit ones (at most "
+                        f"{max_scalar_global_loads} allowed)")
     if vector_shared_loads is True and not found.vector_shared_loads:
         problems.append(f"{what} must read its shared tiles 128 bits at a time "
                         "(load_float4_flat); the compiled kernel issues only scalar "

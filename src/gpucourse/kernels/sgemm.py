@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._launch import core_launch
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
@@ -825,12 +826,15 @@ def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
     m, n, k = (max(1, _whole_or_zero(name, v)) for name, v in zip("mnk", shape))
     if gpu_name is None:
         gpu_name = gpu_model()
-    if path is None:
-        measured = _by_shape_here(gpu_name)
-    else:
-        measured = _by_shape(_read_tuned(path).get(gpu_name, {}))
+    if path is None:  # the package's own table: the answer is kept per shape
+        return _plan_here(gpu_name, m, n, k)
+    return _nearest_plan(_by_shape(_read_tuned(path).get(gpu_name, {})),
+                         lambda: tuned_config(gpu_name, path), m, n, k)
+
+
+def _nearest_plan(measured, fallback, m: int, n: int, k: int) -> tuple:
     if not measured:
-        return (_tuned_here(gpu_name) if path is None else tuned_config(gpu_name, path)), 1
+        return fallback(), 1
 
     def distance(entry):
         em, en, ek = entry[0]
@@ -838,6 +842,13 @@ def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
 
     _, config, splits = min(measured, key=distance)
     return config, splits
+
+
+@lru_cache(maxsize=4096)
+def _plan_here(gpu_name: str, m: int, n: int, k: int) -> tuple:
+    """auto_plan from the package's table, found once per shape: a loop calling
+    matmul on one shape pays for the search only once."""
+    return _nearest_plan(_by_shape_here(gpu_name), lambda: _tuned_here(gpu_name), m, n, k)
 
 
 def _whole_or_zero(name, value) -> int:
@@ -1035,7 +1046,7 @@ A_MATRIX = types.Array(float32, 2, "A")
 C_BLOCK = types.Array(float32, 3, "C")
 
 
-def _fast_matmul(a, b, key, config, splits):
+def _fast_matmul(a, b, key, config, splits, out=None):
     """matmul on GPU matrices without Numba's argument handling; None if not possible."""
     device_id = _current_gpu()
     a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
@@ -1048,10 +1059,12 @@ def _fast_matmul(a, b, key, config, splits):
     if torch_out:
         import torch
 
-        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
         c_ptr = out.data_ptr()
     else:
-        out = cuda.device_array((m, n), dtype=np.float32)
+        if out is None:
+            out = cuda.device_array((m, n), dtype=np.float32)
         c_ptr = out.__cuda_array_interface__["data"][0]
     if not (m and n):
         return out
@@ -1061,8 +1074,7 @@ def _fast_matmul(a, b, key, config, splits):
         key, config, splits = "6", config or planned, splits or planned_splits
     elif config is None and key == "6":
         config = _tuned_here(_gpu_name(device_id))
-    from cuda.core import launch
-
+    launch = core_launch()
     ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
     if len(ranges) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
@@ -1090,7 +1102,8 @@ def _fast_matmul(a, b, key, config, splits):
     return out
 
 
-def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int | None = None):
+def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int | None = None,
+           out=None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6 or
     "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
@@ -1103,10 +1116,13 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int 
     splits: cut K into this many slices, each multiplied by its own blocks,
     and add the partial products (split-K; levels 5, 6 and auto; default 1,
     or what auto measured best near this shape).
+    out: where to write C (returned): an M x N C-contiguous float32 array of
+    the inputs' kind. A call that allocates C each time pays for the
+    allocation; a loop can pass the same `out` instead.
 
     Raises ValueError naming what is accepted for a non-float32 dtype, a
-    non-2D array, mismatched inner dimensions, an unknown level, or a tile
-    configuration that breaks a constraint.
+    non-2D array, mismatched inner dimensions, an unknown level, a tile
+    configuration that breaks a constraint, or an unfit `out`.
     """
     key = _level(level, auto_ok=True)
     for name, x in (("a", a), ("b", b)):
@@ -1132,10 +1148,12 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int 
                              f"{level!r}")
         check_config(config, vectorized=key in ("5", "6", "auto"))
     splits = _check_splits(splits, key)
+    if out is not None:
+        _check_out(out, a, (int(a.shape[0]), int(b.shape[1])))
     if on_gpu() and not a_is_numpy:
-        out = _fast_matmul(a, b, key, config, splits)
-        if out is not None:
-            return out
+        result = _fast_matmul(a, b, key, config, splits, out)
+        if result is not None:
+            return result
     a_dev, b_dev = _device_view("a", a), _device_view("b", b)
     m, k = a_dev.shape
     n = b_dev.shape[1]
@@ -1144,8 +1162,11 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int 
     if torch_out:
         import torch
 
-        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
         c_dev = cuda.as_cuda_array(out)
+    elif out is not None and not a_is_numpy:
+        c_dev = out
     else:
         c_dev = cuda.device_array((m, n), dtype=np.float32)
 
@@ -1166,7 +1187,27 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int 
             sum_splits[_sum_grid(m, n), SUM_BLOCK](partial, c_dev)
     if torch_out:
         return out
-    return c_dev.copy_to_host() if a_is_numpy else c_dev
+    if a_is_numpy:
+        return c_dev.copy_to_host() if out is None else c_dev.copy_to_host(out)
+    return c_dev
+
+
+def _check_out(out, a, shape) -> None:
+    """`out` must be an M x N C-contiguous float32 array of a's kind."""
+    if isinstance(a, np.ndarray):
+        kind, fits = "a numpy array", isinstance(out, np.ndarray) and out.dtype == np.float32 \
+            and out.flags.c_contiguous
+    elif _is_torch_tensor(a):
+        kind = "a CUDA torch tensor on the inputs' GPU"
+        fits = _is_torch_tensor(out) and str(out.dtype) == "torch.float32" and \
+            out.device == a.device and out.is_contiguous()
+    else:
+        kind = "a Numba device array"
+        fits = type(out) is type(a) and out.dtype == np.float32 and out.is_c_contiguous()
+    if not fits or tuple(out.shape) != shape:
+        raise ValueError(f"out must be {kind} of shape {shape}, C-contiguous float32, like the "
+                         f"inputs; got {type(out).__name__} of shape "
+                         f"{tuple(getattr(out, 'shape', ()))}")
 
 
 # -----------------------------------------------------------------------------
@@ -1209,18 +1250,9 @@ def resource_usage(level, config: TileConfig | None = None) -> dict:
 
 def _time_ms(function, warmup: int, repeats: int) -> float:
     """Median milliseconds of function() over `repeats` runs, with CUDA events."""
-    for _ in range(warmup):
-        function()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        function()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times))
+    from gpucourse.kernels.timing import median_time_s
+
+    return median_time_s(function, warmup, repeats) * 1e3
 
 
 def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> dict:
@@ -1280,6 +1312,7 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
         f.write("\n")
     _tuned_here.cache_clear()
     _by_shape_here.cache_clear()
+    _plan_here.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}
 
