@@ -58,6 +58,22 @@ def _nbgrader(args: list[str], cwd: Path) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
+def release_in_course(root: Path, course: Path, chapter: str) -> Path:
+    """Make ``course`` (a scratch folder) an nbgrader course of the chapters in
+    ``root/solutions`` and generate ``chapter``'s student version in it, as
+    ``nbgrader generate_assignment`` does, with the gradebook in
+    ``course/gradebook.db``. Returns the student notebook's path,
+    ``course/exercises/<chapter>/<chapter>.ipynb``."""
+    root, course = Path(root).resolve(), Path(course)
+    if not (course / "nbgrader_config.py").exists():
+        shutil.copy(root / "nbgrader_config.py", course)
+        shutil.copytree(root / "solutions", course / "solutions",
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    _nbgrader(["generate_assignment", chapter, "--force", f"--CourseDirectory.db_url="
+               f"sqlite:///{course / 'gradebook.db'}", "--log-level=WARN"], cwd=course)
+    return course / "exercises" / chapter / f"{chapter}.ipynb"
+
+
 def generate_exercises(root: Path, into: Path | None = None,
                        only: list[str] | None = None) -> Path:
     """Write the student version of every chapter's notebook (or of ``only`` these).
@@ -77,13 +93,8 @@ def generate_exercises(root: Path, into: Path | None = None,
     target = (root / "exercises") if into is None else Path(into).resolve()
     with tempfile.TemporaryDirectory(prefix="gpucourse-release-") as scratch:
         course = Path(scratch)
-        shutil.copy(root / "nbgrader_config.py", course)
-        shutil.copytree(root / "solutions", course / "solutions",
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        db = f"sqlite:///{course / 'gradebook.db'}"
         for name in names:
-            _nbgrader(["generate_assignment", name, "--force",
-                       f"--CourseDirectory.db_url={db}", "--log-level=WARN"], cwd=course)
+            release_in_course(root, course, name)
         for name in names:
             destination = target / name
             if destination.exists():
