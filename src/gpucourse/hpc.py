@@ -22,8 +22,11 @@ functions, and nothing of Numba or torch is touched.
 
 from __future__ import annotations
 
+import json
 import math
+import time
 from dataclasses import dataclass
+from importlib import resources
 
 import numpy as np
 
@@ -118,6 +121,169 @@ def gustafson_speedup(parallel_fraction, workers):
     p = _fraction("parallel_fraction", parallel_fraction)
     n = _at_least("workers", workers, 1, array_ok=True)
     return _scalar_or_array((1.0 - p) + p * n)
+
+
+# -----------------------------------------------------------------------------
+# A small real workload, to measure speed-ups rather than assume them
+#
+# The job has a serial part, run in the calling process, and a parallel part
+# split into `workers` equal chunks that as many processes run at once. Both
+# parts are chains of a linear congruential generator in pure Python: each
+# step needs the step before (so a chain cannot be split), every step costs
+# the same on any core, and the interpreter lock keeps threads from running
+# them in parallel, so only processes help. Everything else a real parallel
+# program pays, starting the chunks and collecting their results, is paid
+# here too, which is why measured speed-ups fall below Amdahl's curve.
+
+SPEEDUP_RECORD = "speedups_recorded.json"
+SCALINGS = ("strong", "weak")
+
+
+def lcg_chain(steps, seed=1) -> int:
+    """Run a 31-bit linear congruential generator `steps` steps from `seed`
+    and return where it ends: pure-Python arithmetic of fixed cost per step."""
+    x = int(seed)
+    for _ in range(int(steps)):
+        x = (1103515245 * x + 12345) & 0x7FFFFFFF
+    return x
+
+
+def _lcg_chunk(args) -> int:
+    return lcg_chain(*args)
+
+
+def _split(total, parts):
+    """`total` steps as `parts` chunks whose sizes differ by at most one."""
+    base, extra = divmod(total, parts)
+    return [base + 1 if i < extra else base for i in range(parts)]
+
+
+def time_scaling_job(pool, workers, serial_steps, parallel_steps) -> float:
+    """Wall-clock seconds of one run of the job: `serial_steps` in this
+    process, then `parallel_steps` split into `workers` chunks, each run by
+    one process of `pool` (a multiprocessing pool of at least `workers`
+    processes)."""
+    workers = _count("workers", workers)
+    serial_steps = int(_at_least("serial_steps", serial_steps, 0))
+    parallel_steps = int(_at_least("parallel_steps", parallel_steps, 0))
+    chunks = [(size, seed + 2) for seed, size in enumerate(_split(parallel_steps, workers))]
+    start = time.perf_counter()
+    lcg_chain(serial_steps)
+    pool.map(_lcg_chunk, chunks, chunksize=1)
+    return time.perf_counter() - start
+
+
+@dataclass(frozen=True)
+class SpeedupMeasurement:
+    """Measured speed-ups of the scaling job on one machine.
+
+    scaling: "strong" (the same job on more workers: Amdahl's setting) or
+    "weak" (the parallel part grows with the workers: Gustafson's).
+    workers, times_s and speedups are arrays of equal length: the median
+    wall time of the job on that many workers, and the one-worker time of
+    the same job divided by it.
+    """
+
+    scaling: str
+    workers: np.ndarray
+    times_s: np.ndarray
+    one_worker_times_s: np.ndarray
+    speedups: np.ndarray
+    serial_steps: int
+    parallel_steps: int  # in all (strong) or per worker (weak)
+    machine: str
+    date: str
+    method: str
+
+
+def _machine_description() -> str:
+    import os
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo
+                          if line.startswith("model name")), model)
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"{model}, {usable} logical CPUs usable, {platform.system()}, "
+            f"Python {platform.python_version()}")
+
+
+def measure_speedups(worker_counts=(1, 2), scaling="strong", serial_steps=200_000,
+                     parallel_steps=2_000_000, repeats=3) -> SpeedupMeasurement:
+    """Time the scaling job on each number of workers and return the speed-ups.
+
+    Strong scaling splits `parallel_steps` among the workers; weak scaling
+    gives each worker `parallel_steps`, so the job grows with them, and its
+    speed-up compares with the same, larger job on one worker (Gustafson's
+    scaled speed-up). Each time is the median of `repeats` runs, taken in
+    turns over the worker counts so that a busy moment of the machine spreads
+    over all of them. The processes start (with "spawn") and warm up before
+    any timing, and are stopped at the end, whatever happens.
+    """
+    import multiprocessing
+    from datetime import date
+
+    counts = [_count("worker_counts", n) for n in worker_counts]
+    if not counts or len(set(counts)) != len(counts):
+        raise ValueError(f"worker_counts must be distinct whole numbers >= 1, got {worker_counts!r}")
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    serial_steps = int(_at_least("serial_steps", serial_steps, 0))
+    parallel_steps = _count("parallel_steps", parallel_steps)
+    repeats = _count("repeats", repeats)
+
+    def job_steps(n):
+        return parallel_steps * n if scaling == "weak" else parallel_steps
+
+    times = {n: [] for n in counts}
+    one_worker = {n: [] for n in counts}
+    with multiprocessing.get_context("spawn").Pool(max(counts)) as pool:
+        pool.map(_lcg_chunk, [(50_000, 1)] * (2 * max(counts)), chunksize=1)  # warm up
+        for _ in range(repeats):
+            if scaling == "strong":  # one job for every n, so one one-worker time per round
+                baseline = time_scaling_job(pool, 1, serial_steps, parallel_steps)
+            for n in counts:
+                times[n].append(time_scaling_job(pool, n, serial_steps, job_steps(n)))
+                one_worker[n].append(baseline if scaling == "strong" else
+                                     time_scaling_job(pool, 1, serial_steps, job_steps(n)))
+    workers = np.array(counts)
+    times_s = np.array([np.median(times[n]) for n in counts])
+    one_worker_s = np.array([np.median(one_worker[n]) for n in counts])
+    method = (f"gpucourse.hpc.measure_speedups({counts}, {scaling!r}, serial_steps={serial_steps}, "
+              f"parallel_steps={parallel_steps}, repeats={repeats}): median wall time "
+              "(time.perf_counter) of the job, worker counts timed in turns; speed-up = "
+              "one-worker time of the same job / time on n workers")
+    return SpeedupMeasurement(scaling, workers, times_s, one_worker_s, one_worker_s / times_s,
+                              serial_steps, parallel_steps, _machine_description(),
+                              date.today().isoformat(), method)
+
+
+def speedup_record(measurements) -> dict:
+    """Measurements as the JSON-ready dict that `recorded_speedups` reads."""
+    return {m.scaling: {"workers": m.workers.tolist(), "times_s": m.times_s.tolist(),
+                        "one_worker_times_s": m.one_worker_times_s.tolist(),
+                        "speedups": m.speedups.tolist(), "serial_steps": m.serial_steps,
+                        "parallel_steps": m.parallel_steps, "machine": m.machine,
+                        "date": m.date, "method": m.method}
+            for m in measurements}
+
+
+def recorded_speedups(scaling="strong") -> SpeedupMeasurement:
+    """The speed-ups of the scaling job measured once on a 16-core machine and
+    shipped with the course (gpucourse/data/speedups_recorded.json): a
+    2-core laptop cannot show how they bend."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    text = resources.files("gpucourse").joinpath("data", SPEEDUP_RECORD).read_text(encoding="utf-8")
+    entry = json.loads(text)[scaling]
+    return SpeedupMeasurement(scaling, np.array(entry["workers"]), np.array(entry["times_s"]),
+                              np.array(entry["one_worker_times_s"]), np.array(entry["speedups"]),
+                              entry["serial_steps"], entry["parallel_steps"], entry["machine"],
+                              entry["date"], entry["method"])
 
 
 def _plain_log2_ticks(ax):
