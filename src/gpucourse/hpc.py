@@ -247,7 +247,10 @@ def measure_speedups(worker_counts=(1, 2), scaling="strong", serial_steps=200_00
             if scaling == "strong":  # one job for every n, so one one-worker time per round
                 baseline = time_scaling_job(pool, 1, serial_steps, parallel_steps)
             for n in counts:
-                times[n].append(time_scaling_job(pool, n, serial_steps, job_steps(n)))
+                if scaling == "strong" and n == 1:  # the baseline itself: a speed-up of exactly 1
+                    times[n].append(baseline)
+                else:
+                    times[n].append(time_scaling_job(pool, n, serial_steps, job_steps(n)))
                 one_worker[n].append(baseline if scaling == "strong" else
                                      time_scaling_job(pool, 1, serial_steps, job_steps(n)))
     workers = np.array(counts)
@@ -273,7 +276,7 @@ def speedup_record(measurements) -> dict:
 
 
 def recorded_speedups(scaling="strong") -> SpeedupMeasurement:
-    """The speed-ups of the scaling job measured once on a 16-core machine and
+    """The speed-ups of the scaling job measured once on a machine with 16 logical CPUs and
     shipped with the course (gpucourse/data/speedups_recorded.json): a
     2-core laptop cannot show how they bend."""
     if scaling not in SCALINGS:
