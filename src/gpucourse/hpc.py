@@ -289,6 +289,61 @@ def recorded_speedups(scaling="strong") -> SpeedupMeasurement:
                               entry["date"], entry["method"])
 
 
+
+def _scaling_data(workers, speedups):
+    """Workers and speed-ups as equal-length float arrays, at least one n > 1."""
+    n = _at_least("workers", workers, 1, array_ok=True)
+    speedup = _positive("speedups", speedups, array_ok=True)
+    if n.ndim != 1 or speedup.shape != n.shape:
+        raise ValueError(f"workers and speedups must be 1-D arrays of equal length, got shapes "
+                         f"{np.shape(workers)} and {np.shape(speedups)}")
+    if not np.any(n > 1):
+        raise ValueError("workers must include a count above 1: one worker says nothing about "
+                         f"the parallel fraction, got {workers!r}")
+    return n, speedup
+
+
+def fit_amdahl(workers, speedups) -> float:
+    """The parallel fraction p that best explains measured strong-scaling speed-ups.
+
+    Amdahl's law says the time on n workers, as a share of the time on one,
+    is 1 / S = 1 - p (1 - 1/n): a straight line through the origin in
+    x = 1 - 1/n against y = 1 - 1/S. The least-squares slope of that line,
+    p = sum(x y) / sum(x^2), is the fit (residuals are measured in time, where
+    the measurement was taken), clipped to [0, 1].
+    """
+    n, speedup = _scaling_data(workers, speedups)
+    x, y = 1 - 1 / n, 1 - 1 / speedup
+    return float(np.clip(np.sum(x * y) / np.sum(x * x), 0.0, 1.0))
+
+
+def fit_gustafson(workers, speedups) -> float:
+    """The parallel fraction p that best explains measured weak-scaling (scaled) speed-ups.
+
+    Gustafson's law S = 1 + p (n - 1) is a straight line through (1, 1); its
+    least-squares slope p = sum((n - 1)(S - 1)) / sum((n - 1)^2), clipped to
+    [0, 1], is the fit.
+    """
+    n, speedup = _scaling_data(workers, speedups)
+    x, y = n - 1, speedup - 1
+    return float(np.clip(np.sum(x * y) / np.sum(x * x), 0.0, 1.0))
+
+
+def karp_flatt(workers, speedups):
+    """The experimentally determined serial fraction (Karp and Flatt, 1990) of
+    each measurement with more than one worker: e = (1/S - 1/n) / (1 - 1/n).
+
+    Amdahl's law with serial fraction 1 - p gives e = 1 - p at every n; an e
+    that grows with n reveals costs that grow with the workers (starting
+    them, collecting results, sharing the cores), which Amdahl's law leaves
+    out. Returns an array, one value per count above 1 (counts of 1 are skipped).
+    """
+    n, speedup = _scaling_data(workers, speedups)
+    keep = n > 1
+    n, speedup = n[keep], speedup[keep]
+    return (1 / speedup - 1 / n) / (1 - 1 / n)
+
+
 def _plain_log2_ticks(ax):
     """Label base-2 log axes 1, 4, 16, ... rather than 2^0, 2^2, 2^4."""
     from matplotlib.ticker import FuncFormatter
@@ -447,6 +502,99 @@ def matmul_intensity(m, n, k, bytes_per_element=4) -> float:
     m, n, k = _count("m", m), _count("n", n), _count("k", k)
     b = _positive("bytes_per_element", bytes_per_element)
     return 2 * m * n * k / (b * (m * k + k * n + m * n))
+
+
+# What one kernel does, counted: FLOPs and the bytes it must move between
+# memory and the processor at the least (each input read once, each output
+# written once). The intensity is the one a perfect cache would give.
+KERNELS = ("add", "triad", "matvec", "matmul")
+
+
+def kernel_counts(kernel, shape, bytes_per_element=8) -> tuple[int, int]:
+    """(FLOPs, bytes) of one call of a simple kernel, each array crossing memory once.
+
+    kernel and shape: "add" (n,): c = a + b, n FLOPs, 3n elements moved;
+    "triad" (n,): a = b + s c, 2n FLOPs, 3n elements; "matvec" (m, k):
+    y = A x, 2mk FLOPs, mk + k + m elements; "matmul" (m, n, k): C = A B,
+    2mnk FLOPs, mk + kn + mn elements. Bytes are elements times
+    `bytes_per_element` (8 for float64, NumPy's default; 4 for float32).
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    dims = {"add": 1, "triad": 1, "matvec": 2, "matmul": 3}[kernel]
+    if isinstance(shape, (str, bytes)) or np.ndim(shape) != 1 or len(shape) != dims:
+        raise ValueError(f"shape must hold {dims} whole number(s) for {kernel!r}, got {shape!r}")
+    sizes = [_count("shape", size) for size in shape]
+    b = _count("bytes_per_element", bytes_per_element)
+    if kernel in ("add", "triad"):
+        (n,) = sizes
+        return (n if kernel == "add" else 2 * n), 3 * n * b
+    if kernel == "matvec":
+        m, k = sizes
+        return 2 * m * k, (m * k + k + m) * b
+    m, n, k = sizes
+    return 2 * m * n * k, (m * k + k * n + m * n) * b
+
+
+@dataclass(frozen=True)
+class RooflinePlacement:
+    """Where one measured kernel sits on a roofline."""
+
+    intensity_flop_per_byte: float
+    achieved_flops_per_s: float
+    attainable_flops_per_s: float  # the roofline at this intensity
+    bound: str  # "memory" (left of the ridge) or "compute" (at or right of it)
+
+    @property
+    def fraction_of_attainable(self) -> float:
+        return self.achieved_flops_per_s / self.attainable_flops_per_s
+
+
+def place_on_roofline(flops, bytes_moved, seconds, peak_flops_per_s,
+                      bandwidth_bytes_per_s) -> RooflinePlacement:
+    """Place a kernel that did `flops` FLOPs and moved `bytes_moved` bytes in
+    `seconds` on the roofline of a processor: its intensity, the rate it
+    achieved, the roof above it, and which roof that is."""
+    flops = _positive("flops", flops)
+    bytes_moved = _positive("bytes_moved", bytes_moved)
+    seconds = _positive("seconds", seconds)
+    intensity = flops / bytes_moved
+    attainable = roofline(peak_flops_per_s, bandwidth_bytes_per_s, intensity)
+    ridge = ridge_point(peak_flops_per_s, bandwidth_bytes_per_s)
+    return RooflinePlacement(intensity, flops / seconds, attainable,
+                             "memory" if intensity < ridge else "compute")
+
+
+def _numpy_kernel(kernel, shape, rng):
+    """A call of one of KERNELS on random float64 arrays of `shape`, ready to time."""
+    if kernel in ("add", "triad"):
+        b, c, out = rng.random(shape), rng.random(shape), np.empty(shape)
+        if kernel == "add":
+            return lambda: np.add(b, c, out=out)
+        return lambda: np.add(b, np.multiply(3.0, c, out=out), out=out)
+    if kernel == "matvec":
+        a, x = rng.random(shape), rng.random(shape[1])
+        return lambda: a @ x
+    m, n, k = shape
+    a, b = rng.random((m, k)), rng.random((k, n))
+    return lambda: a @ b
+
+
+def time_numpy_kernel(kernel, shape, repeats=5) -> float:
+    """Seconds per call of one of KERNELS in NumPy (float64), the fastest of
+    `repeats` calls after one warm-up: the least noisy estimate on a busy
+    machine. ("triad" is written as two NumPy calls, so it moves more than
+    its count; the count is what the kernel needs, not what NumPy does.)"""
+    kernel_counts(kernel, shape)  # checks the arguments
+    repeats = _count("repeats", repeats)
+    run = _numpy_kernel(kernel, tuple(int(s) for s in shape), np.random.default_rng(0))
+    run()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def attention_flops(seq_len, head_dim) -> float:
