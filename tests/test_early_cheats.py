@@ -271,7 +271,8 @@ def test_test_cells_meet_the_standards(chapter):
         name = nbgrader_meta(cell)["grade_id"]
         visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
         assert hidden.strip(), f"{name} has no hidden tests"
-        assert "expect_own_work(" in visible, f"{name} does not check that the work is the student's"
+        assert "expect_own_work(" in visible, \
+            f"{name} does not check that the work is the student's own"
         assert "from gpucourse.verify import" in visible, f"{name} does not import its own checks"
         assert "math.isclose" not in cell.source and "np.allclose" not in cell.source, \
             f"{name} compares with a function a student cell can replace"

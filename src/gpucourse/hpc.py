@@ -229,7 +229,8 @@ def measure_speedups(worker_counts=(1, 2), scaling="strong", serial_steps=200_00
 
     counts = [_count("worker_counts", n) for n in worker_counts]
     if not counts or len(set(counts)) != len(counts):
-        raise ValueError(f"worker_counts must be distinct whole numbers >= 1, got {worker_counts!r}")
+        raise ValueError(f"worker_counts must be distinct whole numbers >= 1, "
+                         f"got {worker_counts!r}")
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
     serial_steps = int(_at_least("serial_steps", serial_steps, 0))
