@@ -137,9 +137,12 @@ def test_written_answers_have_a_model_answer_and_a_rubric(chapter):
         # prints the student's own results may come between them).
         question = next((c.source for c in reversed(cells[:index]) if c.cell_type == "markdown"),
                         "")
-        assert "rubric" in question.lower() or "points:" in question.lower(), (
-            f"{meta['grade_id']}: the question before the answer must state how it is graded "
-            "(a rubric)")
+        # The rubric: shown with the question, or kept for the grader beside the
+        # model answer where it would give the answer away.
+        assert any("rubric" in text.lower() or "points:" in text.lower()
+                   for text in (question, model)), (
+            f"{meta['grade_id']}: state how the answer is graded (a rubric) in the question "
+            "or beside the model answer")
 
 
 def filled_in(chapter: str, replace: dict[str, str] | None = None):
