@@ -10,13 +10,15 @@ STAMP := $(VENV)/.installed
 # The CPU machine builds and tests on Numba's CUDA simulator.
 export GPUCOURSE_DEVICE ?= sim
 
-.PHONY: book test lab exercises check lock clean help
+.PHONY: book test lab instructor grade exercises check lock clean help
 
 help:
 	@echo "make book       build the book into _build/html (executes every chapter)"
 	@echo "make test       run the test suite"
-	@echo "make lab        open JupyterLab on exercises/"
+	@echo "make lab        open JupyterLab on exercises/ (the student's view)"
 	@echo "make check      self-check: points earned per exercise (NB=path to one notebook)"
+	@echo "make instructor instructors: JupyterLab on the course with nbgrader's tools"
+	@echo "make grade      instructors: grade SUBMISSIONS=folder-or-zip [CHAPTER=name]"
 	@echo "make exercises  instructors: regenerate exercises/ from solutions/"
 	@echo "make lock       maintainers: re-pin requirements.lock from pyproject.toml"
 
@@ -35,9 +37,28 @@ book: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=12
 
-# JupyterLab refuses to run as root unless told (containers often run as root).
+# Two doors to JupyterLab. Each reads its settings from its folder in jupyter/,
+# put first on Jupyter's config path (above the user's home and the environment):
+# the student's hides nbgrader's instructor tools, the instructor's shows them.
+# Neither shows Jupyter's news pop-up. The environment's programs come first on
+# PATH, as if it were activated (nbgrader's formgrader calls its `alembic` by
+# name, and notebooks' shell commands find the course's python). LAB_OPTIONS adds
+# options (the tests pass a port and a token). JupyterLab refuses to run as root
+# unless told (containers often run as root).
+JUPYTERLAB = JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/$(1)$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	PATH="$(abspath $(BIN)):$$PATH" \
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(2) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_OPTIONS)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab --ServerApp.root_dir=exercises $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(call JUPYTERLAB,student,exercises)
+
+instructor: $(STAMP)
+	$(call JUPYTERLAB,instructor,.)
+
+# Grades a folder or zip of submissions into gradebook.db, feedback/ and grades.csv.
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-zip [CHAPTER=name]"; exit 2; }
+	$(BIN)/python -m gpucourse.instructor grade "$(SUBMISSIONS)" $(if $(CHAPTER),--chapter $(CHAPTER))
 
 NB ?= $(wildcard exercises/*/*.ipynb)
 check: $(STAMP)

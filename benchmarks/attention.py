@@ -2,13 +2,13 @@
 
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention.py [--out DIR]
 
-1. The validation grid of the course's source: batch 1, 2, 4, 8 x heads 8, 16,
+1. A validation grid: batch 1, 2, 4, 8 x heads 8, 16,
    32 x seq 512, 1024, 2048 x head_dim 64, 128 (causal and not), each checked
    against PyTorch's fp32 attention with TF32 off: maximum absolute error < 1e-4
    and mean relative error (mean |ours - torch| / mean |torch|) < 1e-3.
-2. The benchmark at batch 4, 16 heads, head_dim 64 for seq 1024 ... 32768, causal
-   and not: ours (flash), the Numba naive pipeline, PyTorch's naive
-   softmax(Q K^T) V, scaled_dot_product_attention with the math backend, the
+2. The benchmark at batch 4, 16 heads, head_dim 64 for seq 512 ... 32768, and
+   head_dim 128 for seq 512 ... 4096, causal and not: ours (flash), the Numba
+   naive pipeline, PyTorch's naive softmax(Q K^T) V, scaled_dot_product_attention with the math backend, the
    memory-efficient backend in fp32 and the flash backend in fp16 (context).
    All variants of one case get the same inputs and are timed in turns
    (ROUNDS rounds; a call is timed after warm-up of at least 0.1 s, with CUDA
@@ -55,7 +55,8 @@ MAX_ABS_ERR = 1e-4
 MEAN_REL_ERR = 1e-3
 GRID = dict(batch=(1, 2, 4, 8), heads=(8, 16, 32), seq=(512, 1024, 2048), head_dim=(64, 128))
 BENCH = dict(batch=4, heads=16, head_dim=64)
-BENCH_SEQS = (1024, 2048, 4096, 8192, 16384, 32768)
+BENCH_SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+D128_SEQS = (512, 1024, 2048, 4096)  # head_dim 128 (issue 17), every variant
 VARIANTS = ("flash", "naive_numba", "torch_naive", "sdpa_math", "sdpa_efficient",
             "sdpa_flash_fp16")
 NAIVE_VARIANTS = ("naive_numba", "torch_naive", "sdpa_math")  # they hold seq x seq scores
@@ -230,17 +231,22 @@ def interleaved_ms(calls, rounds=ROUNDS, slow_ms=50.0):
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def benchmark(quick):
+def benchmark(quick, head_dim=None, seqs=None):
     """For each seq (causal and not): every variant on the same inputs, once
-    for its peak memory and its errors, then all of them timed in turns."""
-    seqs = (1024, 4096) if quick else BENCH_SEQS
+    for its peak memory and its errors, then all of them timed in turns.
+    head_dim defaults to BENCH's, seqs to BENCH_SEQS (or D128_SEQS at 128)."""
+    head_dim = BENCH["head_dim"] if head_dim is None else head_dim
+    if seqs is None:
+        seqs = BENCH_SEQS if head_dim == BENCH["head_dim"] else D128_SEQS
+    if quick:
+        seqs = (1024, 4096)
     runs = contenders()
     too_slow = set()
     rows = []
-    b, h, d = BENCH["batch"], BENCH["heads"], BENCH["head_dim"]
+    b, h, d = BENCH["batch"], BENCH["heads"], head_dim
     total_memory = torch.cuda.get_device_properties(0).total_memory
     cases = [(n, causal) for causal in (False, True) for n in seqs]
-    progress = tqdm(total=len(cases) * len(VARIANTS), desc="benchmark", mininterval=5)
+    progress = tqdm(total=len(cases) * len(VARIANTS), desc=f"benchmark d{d}", mininterval=5)
     for case_index, (n, causal) in enumerate(cases):
         torch.cuda.empty_cache()
         fp32_inputs = random_qkv(b, h, n, d, seed=1000 + case_index)
@@ -318,8 +324,9 @@ TUNING_CANDIDATES = {
          A.FlashConfig(64, 32, 32, 4, 8), A.FlashConfig(64, 128, 32, 8, 16),
          A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 64, 64, 4, 16),
          A.FlashConfig(64, 128, 64, 8, 16)],
-    128: [A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16),
-          A.FlashConfig(128, 16, 16, 4, 16)],
+    128: [A.FlashConfig(128, 128, 64, 4, 8), A.FlashConfig(128, 128, 64, 8, 16),
+          A.FlashConfig(128, 64, 64, 8, 32), A.FlashConfig(128, 64, 32, 4, 8),
+          A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16)],
 }
 
 
@@ -486,6 +493,9 @@ def main(argv=None):
     save()
     results = benchmark(args.quick)
     report["results"] = results
+    save()
+    results += benchmark(args.quick, head_dim=128)
+    report["results"] = results
     resources = {}
     for d, cfg in A.FLASH_CONFIGS.items():
         for causal in (False, True):
@@ -502,14 +512,14 @@ def main(argv=None):
     print(f"\nvalidation: {passed}/{len(validation)} configurations pass "
           f"(worst max abs {max(r['max_abs_err'] for r in validation):.2e}, "
           f"worst mean rel {max(r['mean_rel_err'] for r in validation):.2e})")
-    print(f"{'variant':16} {'causal':6} {'seq':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MB':>9} status")
+    print(f"{'variant':16} {'d':>4} {'causal':6} {'seq':>6} {'ms':>10} {'TFLOP/s':>8} {'peak MB':>9} status")
     for r in results:
         ms = f"{r['ms']:.3f}" if r["ms"] is not None else "-"
         if r.get("kernel_ms") is not None:
             ms = f"{ms} ({r['kernel_ms']:.3f} kernel)"
         tf = f"{r['tflops']:.1f}" if r["tflops"] is not None else "-"
         mb = f"{r['peak_mem_bytes'] / 1e6:.0f}" if r["peak_mem_bytes"] is not None else "-"
-        print(f"{r['variant']:16} {str(r['causal']):6} {r['seq']:>6} {ms:>10} {tf:>8} {mb:>9} "
+        print(f"{r['variant']:16} {r['head_dim']:>4} {str(r['causal']):6} {r['seq']:>6} {ms:>10} {tf:>8} {mb:>9} "
               f"{r['status']}")
     print(f"wrote {path} in {time.time() - started:.0f} s")
 

@@ -438,3 +438,32 @@ def test_the_committed_results_file_reads():
     data = A.load_benchmark(paths[-1])
     text = A.benchmark_markdown(data)
     assert data["gpu"] in text and "Validation grid" in text
+
+
+def _timing_row(variant, seq, head_dim, causal, ms):
+    return dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=head_dim, causal=causal,
+                ms=ms, tflops=1.0, peak_mem_bytes=1, max_abs_err=0.0, mean_rel_err=0.0,
+                status="ok")
+
+
+def test_benchmark_summary_keeps_head_dims_apart():
+    rows = [_timing_row(v, n, d, c, ms * (2.0 if d == 128 else 1.0) * (1.5 if c else 1.0))
+            for d in (64, 128) for c in (False, True) for n in (1024, 4096)
+            for v, ms in (("flash", 1.2), ("sdpa_efficient", 1.0), ("torch_naive", 3.0))]
+    # Ours takes 1.2 times the peer's time at head_dim 64 and 1.5 times at 128.
+    for r in rows:
+        if r["head_dim"] == 128 and r["variant"] == "flash":
+            r["ms"] *= 1.25
+    assert A._ratio_span(rows, "flash", "sdpa_efficient", False) == \
+        pytest.approx((1.2, 1.2, 1024, 4096))
+    assert A._ratio_span(rows, "flash", "sdpa_efficient", True, head_dim=128) == \
+        pytest.approx((1.5, 1.5, 1024, 4096))
+    data = dict(gpu="Test GPU", date="2026-01-01", versions={}, method="m", results=rows)
+    text = A.benchmark_markdown(data)
+    assert "takes 1.20 times its time (slower)" in text
+    assert "1.20 to 1.20 times the memory-efficient backend's time without a mask" in text
+    assert "At head dimension 128, over N = 1,024 to 4,096, ours takes 1.50 to 1.50" in text
+    for r in rows:  # now as fast as the peer at head_dim 64
+        if r["variant"] == "flash" and r["head_dim"] == 64:
+            r["ms"] /= 1.2
+    assert "(the same, to two digits)" in A.benchmark_markdown(data)

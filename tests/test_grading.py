@@ -5,9 +5,9 @@ For every chapter in solutions/:
 - the source notebook is well formed (solutions, graded tests with points,
   hidden tests) and the student version hides what it should;
 - `nbgrader autograde` gives a correct submission full points, an untouched
-  one zero on every graded cell without breaking, and a submission that
-  raises, hangs or deletes files loses only the points of the exercise that
-  misbehaves;
+  one zero on every graded cell without breaking, and a submission whose
+  exercises raise, hang or delete files (one exercise each) loses only the
+  points of the exercises that misbehave;
 - the students' self-check reports the same.
 """
 
@@ -57,6 +57,19 @@ def exercises_of(notebook) -> dict[str, dict]:
     return groups
 
 
+def written_answers(notebook) -> dict[str, float]:
+    """The manually graded answers: markdown cells an nbgrader grader scores by hand
+    ({grade_id: points})."""
+    return {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in notebook.cells
+            if c.cell_type == "markdown" and nbgrader_meta(c).get("grade")}
+
+
+def autograded_ids(chapter: str) -> set[str]:
+    """The graded test cells of a chapter, the ones nbgrader scores by itself."""
+    return {gid for group in exercises_of(source_notebook(chapter)).values()
+            for gid in group["tests"]}
+
+
 def test_there_is_a_chapter_to_grade():
     assert CHAPTERS, "solutions/ holds no nbgrader source notebook"
 
@@ -94,8 +107,33 @@ def test_student_version_hides_solutions_and_hidden_tests(chapter):
         assert marker not in text
     notebook = release_notebook(chapter)
     stubs = [c for c in notebook.cells if nbgrader_meta(c).get("solution")]
-    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs)
+    assert stubs and all("raise NotImplementedError()" in c.source for c in stubs
+                         if c.cell_type == "code")
     assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")
+    # A written answer's model answer stays in the source notebook.
+    for cell in stubs:
+        if cell.cell_type == "markdown":
+            assert cell.source.strip() == "YOUR ANSWER HERE", (
+                f"{nbgrader_meta(cell)['grade_id']}: the student version shows {cell.source!r}")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_written_answers_have_a_model_answer_and_a_rubric(chapter):
+    notebook = source_notebook(chapter)
+    cells = notebook.cells
+    for index, cell in enumerate(cells):
+        meta = nbgrader_meta(cell)
+        if cell.cell_type != "markdown" or not meta.get("grade"):
+            continue
+        assert meta.get("solution") and meta["points"] > 0, f"{meta['grade_id']}: not an answer"
+        model = cell.source.split("### BEGIN SOLUTION")[-1].split("### END SOLUTION")[0]
+        assert "### BEGIN SOLUTION" in cell.source and len(model.split()) >= 30, (
+            f"{meta['grade_id']}: the source notebook needs a model answer of a few sentences "
+            "between ### BEGIN SOLUTION and ### END SOLUTION")
+        question = cells[index - 1].source if index else ""
+        assert "rubric" in question.lower() or "points:" in question.lower(), (
+            f"{meta['grade_id']}: the question before the answer must state how it is graded "
+            "(a rubric)")
 
 
 def filled_in(chapter: str, replace: dict[str, str] | None = None):
@@ -117,29 +155,40 @@ def filled_in(chapter: str, replace: dict[str, str] | None = None):
     return notebook
 
 
-def misbehaving(chapter: str, how: str):
-    """A submission whose first exercise misbehaves and whose others are right."""
-    first = next(iter(exercises_of(source_notebook(chapter))))
-    original = next(c.source for c in source_notebook(chapter).cells
-                    if nbgrader_meta(c).get("grade_id") == first)
-    definition = original.split("### BEGIN SOLUTION")[0]
-    body = {
-        # The solution cell itself raises: its function is never defined.
-        "raises": "raise RuntimeError('this submission is broken')\n",
-        # The function never returns: its test cell hangs until interrupted.
-        "loops": definition + "    while True:\n        pass\n",
-        # Deletes every file it can reach in its folder, itself included.
-        "deletes": ("import os\nfor name in os.listdir('.'):\n"
-                    "    if os.path.isfile(name):\n        os.remove(name)\n"),
-    }[how]
-    return filled_in(chapter, replace={first: body}), first
+MISBEHAVIOURS = ("raises", "loops", "deletes")
 
 
-@pytest.fixture(scope="module", params=CHAPTERS)
-def autograded(request, tmp_path_factory):
-    """Autograde five submissions of one chapter with nbgrader, once."""
-    chapter = request.param
-    course = tmp_path_factory.mktemp(f"course-{chapter}")
+def misbehaving_in_turn(chapter: str):
+    """One submission whose first three exercises misbehave, each its own way (raises,
+    loops, deletes files), and whose other exercises are right. One grading run then
+    shows that each misbehaviour costs only its own exercise's points.
+
+    Returns the notebook and {grade_id of a broken solution: how it misbehaves}.
+    """
+    sources = {nbgrader_meta(c).get("grade_id"): c.source for c in source_notebook(chapter).cells}
+    broken = dict(zip(exercises_of(source_notebook(chapter)), MISBEHAVIOURS))
+    replace = {}
+    for grade_id, how in broken.items():
+        # The code before the marker, without the marker line's indentation.
+        definition = sources[grade_id].split("### BEGIN SOLUTION")[0].rstrip(" ")
+        replace[grade_id] = {
+            # The solution cell itself raises: its function is never defined.
+            "raises": "raise RuntimeError('this submission is broken')\n",
+            # The function never returns: its test cell hangs until interrupted.
+            "loops": definition + "    while True:\n        pass\n",
+            # Deletes every file it can reach in its folder, itself included.
+            "deletes": ("import os\nfor name in os.listdir('.'):\n"
+                        "    if os.path.isfile(name):\n        os.remove(name)\n"),
+        }[how]
+    return filled_in(chapter, replace=replace), broken
+
+
+def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
+    """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
+    machinery, in the fresh course folder ``course``, as an instructor would: one run
+    that grades every submission in turn. Returns {student: {grade_id: (score, max)}};
+    the graded notebooks stay in ``course/autograded/<student>/<chapter>/``. A written
+    answer's score is "manual": it waits for a person."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions", course / "solutions")
     db = f"sqlite:///{course / 'gradebook.db'}"
@@ -151,10 +200,6 @@ def autograded(request, tmp_path_factory):
     done = nbgrader("generate_assignment", chapter, "--force")
     assert done.returncode == 0, done.stderr
 
-    first = None
-    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
-    for how in ("raises", "loops", "deletes"):
-        submissions[how], first = misbehaving(chapter, how)
     for student, notebook in submissions.items():
         folder = course / "submitted" / student / chapter
         folder.mkdir(parents=True)
@@ -162,7 +207,6 @@ def autograded(request, tmp_path_factory):
         # A file of the student's own, for the deleting submission to find.
         (folder / "notes.txt").write_text("my notes\n")
 
-    # One run grades every submission in turn, as an instructor's would.
     done = nbgrader("autograde", chapter, "--force", f"--Execute.timeout={TEST_TIMEOUT_S}")
     assert done.returncode == 0, f"autograde broke:\n{done.stderr[-4000:]}"
 
@@ -172,19 +216,49 @@ def autograded(request, tmp_path_factory):
     with Gradebook(db) as gradebook:
         for student in submissions:
             notebook = gradebook.find_submission_notebook(chapter, chapter, student)
-            scores[student] = {grade.name: (grade.score, grade.max_score)
+            # A written answer waits for a person: nbgrader records 0 and flags it.
+            scores[student] = {grade.name: ("manual" if grade.needs_manual_grade
+                                            else grade.score, grade.max_score)
                                for grade in notebook.grades}
-    return {"chapter": chapter, "course": course, "scores": scores, "first": first}
+    return scores
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def autograded(request, tmp_path_factory):
+    """Autograde three submissions of one chapter with nbgrader, once: the solution, the
+    untouched student version and one whose first exercises misbehave in turn."""
+    chapter = request.param
+    course = tmp_path_factory.mktemp(f"course-{chapter}")
+    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
+    submissions["misbehaving"], broken = misbehaving_in_turn(chapter)
+    scores = autograde(chapter, submissions, course)
+    return {"chapter": chapter, "course": course, "scores": scores, "broken": broken}
+
+
+def _autograded_scores(autograded, student) -> dict:
+    """A submission's scores of the cells nbgrader grades by itself (written answers
+    wait for a person)."""
+    own = autograded_ids(autograded["chapter"])
+    return {name: s for name, s in autograded["scores"][student].items() if name in own}
+
+
+def test_written_answers_wait_for_a_person(autograded):
+    """An answer waits for a person; one left as the student version has it earns 0."""
+    written = written_answers(source_notebook(autograded["chapter"]))
+    for student, score in (("solution", "manual"), ("untouched", 0)):
+        scores = autograded["scores"][student]
+        assert {name: scores[name] for name in written} == \
+            {name: (score, points) for name, points in written.items()}, student
 
 
 def test_a_correct_submission_earns_full_points(autograded):
-    scores = autograded["scores"]["solution"]
+    scores = _autograded_scores(autograded, "solution")
     missing = {name: s for name, s in scores.items() if s[0] != s[1]}
     assert scores and not missing, f"points lost by the model solution: {missing}"
 
 
 def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
-    scores = autograded["scores"]["untouched"]
+    scores = _autograded_scores(autograded, "untouched")
     assert scores, "no graded cells were recorded"
     earned = {name: s for name, s in scores.items() if s[0] != 0}
     assert not earned, f"points earned by an empty notebook: {earned}"
@@ -193,16 +267,17 @@ def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
     assert graded.is_file(), "the grader did not write the autograded notebook"
 
 
-@pytest.mark.parametrize("how", ["raises", "loops", "deletes"])
-def test_a_misbehaving_exercise_loses_only_its_own_points(autograded, how):
+def test_a_misbehaving_exercise_loses_only_its_own_points(autograded):
     groups = exercises_of(source_notebook(autograded["chapter"]))
-    own = set(groups[autograded["first"]]["tests"])
-    scores = autograded["scores"][how]
+    scores = _autograded_scores(autograded, "misbehaving")
+    owner = {test: solution for solution, group in groups.items() for test in group["tests"]}
     for name, (score, max_score) in scores.items():
-        if name in own:
-            assert score == 0, f"{how}: {name} should earn nothing, earned {score}"
+        how = autograded["broken"].get(owner.get(name))
+        if how:
+            assert score == 0, f"{name} belongs to an exercise that {how}: it earned {score}"
         else:
-            assert score == max_score, f"{how}: {name} lost points it had earned"
+            assert score == max_score, (f"{name} lost points it had earned, beside exercises "
+                                        f"that {', '.join(autograded['broken'].values())}")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

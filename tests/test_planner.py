@@ -45,7 +45,7 @@ def test_one_layout_by_hand():
     # of 4), dp stride 4 (span 8: across the two nodes).
     assert layout.within_node == {"tp": True, "pp": True, "dp": False}
     assert layout.micro_batches == 8  # 16 sequences / (dp 2 x micro-batch 1)
-    assert layout.bubble_fraction == pytest.approx(1 / 8)  # (pp - 1) / m
+    assert layout.bubble_ratio == pytest.approx(1 / 8)  # (pp - 1) / m
     # Compute: per layer 24 b s h^2 (1 + s/6h) x 3 with b = 16, s = 1024, h = 1024:
     # 24 x 16 x 1024^3 x (1 + 1/6) x 3 = 1.44310e12 per layer, x 8 layers
     # = 1.15448e13, plus logits 6 x 16 x 1024 x 1024 x 32000 = 3.22123e12:

@@ -306,3 +306,89 @@ def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):
         assert r["vs_cublas"] == pytest.approx(rows[-1]["ms"] / r["ms"])
     _fails(ladder.ladder, record, 4095, naming="m, n, k must be a measured shape")
     _fails(ladder.load_results, tmp_path, naming="path must be a folder holding")
+
+
+def test_auto_picks_the_configuration_measured_nearest_the_shape(tmp_path):
+    path = tmp_path / "tuned.json"
+    small, large = TileConfig(64, 64, 16, 4, 8), TileConfig(128, 256, 16, 8, 8)
+    entry = {"bm": 64, "bn": 256, "bk": 16, "tm": 8, "tn": 8, "by_shape": [
+        {"m": 512, "n": 512, "k": 512, **{f: getattr(small, f) for f in "bm bn bk tm tn".split()}},
+        {"m": 2048, "n": 2048, "k": 2048, **{f: getattr(large, f) for f in "bm bn bk tm tn".split()}},
+    ]}
+    path.write_text(json.dumps({"Some GPU": entry}))
+    assert sgemm.auto_config((256, 512, 700), "Some GPU", path) == small
+    assert sgemm.auto_config((1, 1, 1), "Some GPU", path) == small
+    assert sgemm.auto_config((2048, 1024, 1024), "Some GPU", path) == large  # nearer in m
+    # Level 6's own configuration counts at the shape autotune measured it.
+    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == large
+    entry.update(m=4096, n=4096, k=4096)
+    path.write_text(json.dumps({"Some GPU": entry}))
+    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == TileConfig(64, 256, 16, 8, 8)
+    # Without measurements by shape, auto is level 6's tuned configuration.
+    assert sgemm.auto_config((64, 64, 64), "Other GPU", path) == sgemm.DEFAULT_TUNED
+    _fails(sgemm.auto_config, (1, 2), "Some GPU", path, naming="shape must be a tuple")
+    _fails(sgemm.auto_config, (1, -2, 3), "Some GPU", path, naming="n must be a whole number")
+
+
+def test_auto_is_the_default_and_exact_on_ragged_shapes():
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((19, 13)).astype(np.float32)
+    b = rng.standard_normal((13, 22)).astype(np.float32)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    for c in (sgemm.matmul(a, b), sgemm.matmul(a, b, "auto")):
+        assert c.dtype == np.float32 and np.allclose(c, expected, rtol=1e-5, atol=1e-5)
+    _fails(sgemm.matmul, a, b, "fast", naming="auto")
+
+
+def test_split_ranges_cover_k_in_aligned_slices():
+    assert sgemm.split_ranges(8192, 2) == [(0, 4096), (4096, 8192)]
+    assert sgemm.split_ranges(50, 3) == [(0, 32), (32, 50)]  # 17 rounds up to 32
+    assert sgemm.split_ranges(10, 4) == [(0, 10)]  # too short to split
+    for k in (1, 15, 16, 17, 100, 1000):
+        for splits in (1, 2, 3, 7):
+            ranges = sgemm.split_ranges(k, splits)
+            assert ranges[0][0] == 0 and ranges[-1][1] == k and len(ranges) <= splits
+            assert all(k0 % 16 == 0 and k1 > k0 for k0, k1 in ranges)
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+
+
+SMALL_TILES = TileConfig(32, 32, 8, 4, 8)
+
+
+@pytest.mark.parametrize("level", ["5", "auto"])
+def test_split_k_is_exact_and_propagates_nan_and_inf(level):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((9, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 12)).astype(np.float32)
+    a[2, 40] = np.nan  # in the second slice of K
+    b[3, 5] = np.inf  # in the first
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    c = sgemm.matmul(a, b, level, config=SMALL_TILES, splits=3)
+    assert c.dtype == np.float32 and c.shape == (9, 12)
+    assert np.array_equal(np.isnan(c), np.isnan(expected))
+    assert np.array_equal(np.isinf(c), np.isinf(expected))
+    finite = np.isfinite(expected)
+    assert np.allclose(c[finite], expected[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_splits_are_checked():
+    a = np.ones((2, 3), np.float32)
+    _fails(sgemm.matmul, a, a.T.copy(), 5, splits=0, naming="splits must be a whole number")
+    _fails(sgemm.matmul, a, a.T.copy(), 3, splits=2, naming="splits applies to levels 5, 6")
+
+
+def test_out_receives_the_product_and_is_checked():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((7, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 6)).astype(np.float32)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    out = np.full((7, 6), np.nan, np.float32)
+    assert sgemm.matmul(a, b, 2, out=out) is out
+    assert np.allclose(out, expected, rtol=1e-5, atol=1e-5)
+    a_dev, b_dev = sgemm.cuda.to_device(a), sgemm.cuda.to_device(b)
+    out_dev = sgemm.cuda.device_array((7, 6), np.float32)
+    assert sgemm.matmul(a_dev, b_dev, 1, out=out_dev) is out_dev
+    assert np.allclose(out_dev.copy_to_host(), expected, rtol=1e-5, atol=1e-5)
+    _fails(sgemm.matmul, a, b, 2, out=np.zeros((6, 7), np.float32), naming=r"shape \(7, 6\)")
+    _fails(sgemm.matmul, a, b, 2, out=np.zeros((7, 6)), naming="C-contiguous float32")
+    _fails(sgemm.matmul, a, b, 2, out=out_dev, naming="must be a numpy array")

@@ -157,3 +157,16 @@ def test_library_uses_rejects_bad_arguments():
         verify.library_uses(honest, forbidden="gpucourse")
     with pytest.raises(ValueError, match="rel must be"):
         verify.expect_float(1.0, 1.0, rel=-1)
+
+
+x = 3.0  # a notebook global whose name is also an attribute name below
+
+
+def uses_attribute_x(point):
+    return point.x + 1
+
+
+def test_attribute_names_are_not_taken_for_globals():
+    assert "x" not in verify.global_names(uses_attribute_x.__code__)
+    assert verify.library_uses(uses_attribute_x) == []
+    assert "gpucourse.hpc" in verify.global_names(cheat_import.__code__)

@@ -1159,7 +1159,7 @@ class Interconnect:
 def pcie_x16_bytes_per_s(gigatransfers_per_s, lanes=16) -> float:
     """PCIe 3.0 and later: each lane carries `GT/s` bits per second with
     128b/130b encoding, so x16 moves 16 · GT/s · 128/130 / 8 bytes per second
-    each way (32.0 GB/s for Gen4, 63.0 GB/s for Gen5)."""
+    each way (31.5 GB/s for Gen4, 63.0 GB/s for Gen5)."""
     rate = _positive("gigatransfers_per_s", gigatransfers_per_s)
     lanes = _count("lanes", lanes)
     return lanes * rate * 1e9 * 128 / 130 / 8

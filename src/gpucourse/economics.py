@@ -11,10 +11,15 @@ wall-clock time and the bill:
 This module holds:
 
 * the chips' dense BF16 peaks, from their datasheets;
-* three AWS instance types at the prices the course's source material
-  reported in December 2025 (the source's claims, not AWS's price list: a
-  price is a moving target, so check the provider's page before you budget);
-* the run estimate, the cost per unit of useful work, the cheapest instance
+* dated prices of AWS instance types, each from a public page: AWS's own
+  Capacity Blocks price table, or secondary pages that report AWS's
+  on-demand prices (their claims, kept as claims). A price is a moving target
+  and the sources disagree, so the chapter shows every conclusion across the
+  range of prices rather than at one of them; check the provider's page
+  before you budget. No public price for a Trainium2 instance was found:
+  Trainium2 enters by the price at which it would break even;
+* the run estimate, the cost per unit of useful work at any price, the
+  break-even price of one chip against another, the cheapest instance
   type for a budget and a deadline, and the break-even point of buying
   hardware instead of renting it;
 * figures and an ipywidgets panel in which every input can be changed.
@@ -74,14 +79,17 @@ CHIPS = {
 
 @dataclass(frozen=True)
 class Instance:
-    """A rentable machine: how many chips of which kind, at what hourly price."""
+    """A rentable machine at one price: how many chips of which kind, what an
+    hour costs, and where and when that price was published."""
 
     name: str
     chip: str  # key into CHIPS
     chips: int
-    price_per_hour_usd: float  # on demand, for the whole instance
+    price_per_hour_usd: float  # for the whole instance
     source: str  # bib key
-    note: str
+    note: str  # what the source says, in its words where possible
+    kind: str = ""  # what sort of price: on demand, Capacity Block, ...
+    date: str = ""  # when the price held, as the source dates it (YYYY-MM)
 
     @property
     def peak_flops_per_s(self) -> float:
@@ -93,17 +101,54 @@ class Instance:
         return self.price_per_hour_usd / self.chips
 
 
-# The source material's figures, dated December 2025. They are its claims,
-# reproduced as printed; AWS's own price list varies by region and over time.
-PRICES_DATE = "2025-12"
+# Dated prices from public pages, one entry per (instance, price). AWS's
+# on-demand price list shows only today's prices, so the older on-demand
+# figures come from secondary pages, which are quoted as their claims.
+# Capacity Blocks are AWS's reserved blocks of accelerator time, priced on
+# AWS's own page (in late 2024, "scheduled to be updated on January 1, 2025").
 INSTANCES = {
-    "trn1.2xlarge": Instance("trn1.2xlarge", "Trainium", 1, 1.10, "course_source_infrastructure_2025",
-                             "source's claim: about $1.10/h for 1 Trainium"),
-    "trn2.48xlarge": Instance("trn2.48xlarge", "Trainium2", 16, 4.80, "course_source_infrastructure_2025",
-                              "source's claim: about $4.80/h for 16 Trainium2"),
-    "p5.48xlarge": Instance("p5.48xlarge", "H100", 8, 9.80, "course_source_infrastructure_2025",
-                            "source's claim: about $9.80/h for 8 H100"),
+    "p5.48xlarge on demand, list price as quoted": Instance(
+        "p5.48xlarge", "H100", 8, 98.32, "usageai_gpu_cost_optimization",
+        "secondary source's claim: 'An H100 instance on AWS runs approximately $98.32 per hour' "
+        "(the page is undated; other pages date this price before AWS's June 2025 cut)",
+        "on demand (as reported)", "n.d."),
+    "p5.48xlarge Capacity Block, late 2024": Instance(
+        "p5.48xlarge", "H100", 8, 39.33, "aws_capacity_blocks_pricing",
+        "AWS: effective instance hourly rate $39.33 ($4.916 per accelerator), US East (N. Virginia)",
+        "Capacity Block, us-east-1", "2024-12"),
+    "p5.48xlarge on demand, March 2026": Instance(
+        "p5.48xlarge", "H100", 8, 8 * 3.90, "costnimbus_gpu_2026",
+        "secondary source's claim: AWS EC2 P5 about $3.90 per GPU-hour on demand, after the "
+        "June 2025 cut of about 44%", "on demand (as reported)", "2026-03"),
+    "trn1.32xlarge on demand": Instance(
+        "trn1.32xlarge", "Trainium", 16, 21.50, "usageai_trainium_vs_gpu",
+        "secondary source's claim: 'trn1.32xlarge at $21.50/hr' on demand",
+        "on demand (as reported)", "2026-06"),
+    "trn1.32xlarge Capacity Block, late 2024": Instance(
+        "trn1.32xlarge", "Trainium", 16, 15.49, "aws_capacity_blocks_pricing",
+        "AWS: effective instance hourly rate $15.49 ($0.968 per accelerator), Asia Pacific (Melbourne)",
+        "Capacity Block, ap-southeast-4", "2024-12"),
 }
+
+# AWS's own announcement of June 2025: On-Demand prices of P5 (H100) instances
+# cut by "up to 45%" from June 1, 2025 (aws_gpu_price_update_2025). It gives the
+# size of the cut, not the new prices.
+AWS_JUNE_2025_P5_CUT = 0.45
+
+# The instance types, whatever their price: (chip, chips per instance). The
+# trn2.48xlarge has 16 Trainium2 chips (AWS Neuron documentation, "Amazon EC2
+# Trn2 Architecture"); no price for it could be sourced.
+INSTANCE_TYPES = {"p5.48xlarge": ("H100", 8), "trn1.32xlarge": ("Trainium", 16),
+                  "trn2.48xlarge": ("Trainium2", 16)}
+
+
+def prices_of(chip) -> list[Instance]:
+    """The sourced prices of instances built on `chip` (a key of CHIPS),
+    cheapest per chip-hour first; empty for a chip with none (Trainium2)."""
+    if chip not in CHIPS:
+        raise ValueError(f"chip must be one of {', '.join(CHIPS)}, got {chip!r}")
+    return sorted((i for i in INSTANCES.values() if i.chip == chip),
+                  key=lambda i: i.price_per_chip_hour_usd)
 
 
 def _instance(instance) -> Instance:
@@ -154,7 +199,8 @@ def run_cost_usd(wall_clock_s, price_per_hour_usd, instances=1, spot_discount=0.
 
 @dataclass(frozen=True)
 class RunEstimate:
-    """One way to do a training run: which instance, how many, how long, how much."""
+    """One way to do a training run: which instance (its key in INSTANCES, or
+    the name of an Instance given directly), how many, how long, how much."""
 
     instance: str
     instances: int
@@ -173,7 +219,7 @@ class RunEstimate:
         return self.wall_clock_s / 86_400.0
 
 
-def estimate_run(total_flops, instance="p5.48xlarge", instances=1, mfu=0.4,
+def estimate_run(total_flops, instance, instances=1, mfu=0.4,
                  spot_discount=0.0) -> RunEstimate:
     """Time and cost of `total_flops` on `instances` machines of one type.
 
@@ -185,13 +231,36 @@ def estimate_run(total_flops, instance="p5.48xlarge", instances=1, mfu=0.4,
     n = _count("instances", instances)
     seconds = run_time_s(total_flops, n * inst.peak_flops_per_s, mfu)
     cost = run_cost_usd(seconds, inst.price_per_hour_usd, n, spot_discount)
-    return RunEstimate(inst.name, n, n * inst.chips, float(mfu), float(spot_discount), seconds, cost)
+    label = instance if isinstance(instance, str) else inst.name  # the key of INSTANCES, if given one
+    return RunEstimate(label, n, n * inst.chips, float(mfu), float(spot_discount), seconds, cost)
 
 
 def cost_per_exaflop_usd(instance, mfu=0.4, spot_discount=0.0) -> float:
     """Dollars per 10^18 useful FLOPs on one instance type: a price-performance
     figure that does not depend on the run."""
     return estimate_run(1e18, instance, 1, mfu, spot_discount).cost_usd
+
+
+def cost_per_exaflop_at_price_usd(chip, price_per_chip_hour_usd, mfu=0.4):
+    """Dollars per 10^18 useful FLOPs on `chip` rented at `price_per_chip_hour_usd`
+    (a number or an array of them) and sustaining `mfu` of its dense BF16 peak:
+    price / (peak x MFU), straight in the price."""
+    if chip not in CHIPS:
+        raise ValueError(f"chip must be one of {', '.join(CHIPS)}, got {chip!r}")
+    price = _at_least("price_per_chip_hour_usd", price_per_chip_hour_usd, 0, array_ok=True)
+    hours = run_time_s(1e18, CHIPS[chip].bf16_flops_per_s, mfu) / SECONDS_PER_HOUR
+    result = price * hours
+    return float(result) if np.ndim(result) == 0 else result
+
+
+def break_even_price_per_chip_hour_usd(chip, against_chip, against_price_per_chip_hour_usd,
+                                       mfu=0.4, against_mfu=None) -> float:
+    """The chip-hour price at which `chip` at `mfu` costs as much per useful
+    FLOP as `against_chip` at its price and `against_mfu` (default: the same
+    MFU). Cheaper than this, `chip` wins."""
+    other_mfu = mfu if against_mfu is None else against_mfu
+    theirs = cost_per_exaflop_at_price_usd(against_chip, against_price_per_chip_hour_usd, other_mfu)
+    return theirs / cost_per_exaflop_at_price_usd(chip, 1.0, mfu)
 
 
 def cheapest_instance(total_flops, budget_usd, deadline_s, instances=None, mfu=0.4,
@@ -201,23 +270,24 @@ def cheapest_instance(total_flops, budget_usd, deadline_s, instances=None, mfu=0
     For each instance type, the fewest machines (at most `max_instances`)
     that finish by `deadline_s`; of those that also cost at most
     `budget_usd`, the cheapest (ties go to the shorter run). None when no
-    type meets both. `instances` is a list of names or `Instance` objects
-    (default: all of `INSTANCES`).
+    type meets both. `instances` is a list of keys of `INSTANCES` or
+    `Instance` objects (default: every sourced price in `INSTANCES`).
     """
     work = _positive("total_flops", total_flops)
     budget = _positive("budget_usd", budget_usd)
     deadline = _positive("deadline_s", deadline_s)
     cap = _count("max_instances", max_instances)
-    candidates = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    candidates = list(INSTANCES) if instances is None else list(instances)
     if not candidates:
         raise ValueError("instances must name at least one instance type")
     best = None
-    for inst in candidates:
+    for candidate in candidates:
+        inst = _instance(candidate)
         one_s = run_time_s(work, inst.peak_flops_per_s, mfu)
         needed = max(1, math.ceil(one_s / deadline * (1 - 1e-12)))
         if needed > cap:
             continue
-        run = estimate_run(work, inst, needed, mfu, spot_discount)
+        run = estimate_run(work, candidate, needed, mfu, spot_discount)
         if run.cost_usd > budget:
             continue
         if best is None or (run.cost_usd, run.wall_clock_s) < (best.cost_usd, best.wall_clock_s):
@@ -274,15 +344,17 @@ def plot_instances(total_flops, mfu=0.4, instances=None, n_instances=None, spot_
     time, for each instance type (`n_instances` machines of each; default 1)."""
     import matplotlib.pyplot as plt
 
-    chosen = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    keys = list(INSTANCES) if instances is None else list(instances)
+    chosen = [_instance(i) for i in keys]
     counts = [1] * len(chosen) if n_instances is None else [_count("n_instances", n) for n in n_instances]
     if len(counts) != len(chosen):
         raise ValueError(f"n_instances must have one count per instance ({len(chosen)}), "
                          f"got {len(counts)}")
-    runs = [estimate_run(total_flops, inst, n, mfu, spot_discount) for inst, n in zip(chosen, counts)]
+    runs = [estimate_run(total_flops, key, n, mfu, spot_discount) for key, n in zip(keys, counts)]
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    labels = [f"{r.instance}\n× {r.instances}" for r in runs]
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    labels = [f"{inst.name}\n{inst.kind}\n{inst.date} × {r.instances}" if inst.kind
+              else f"{inst.name}\n× {r.instances}" for inst, r in zip(chosen, runs)]
     colours = ["C2" if inst.chip == "H100" else "C1" for inst in chosen]
     costs = [r.cost_usd for r in runs]
     days = [r.wall_clock_days for r in runs]
@@ -311,7 +383,7 @@ def plot_cost_vs_mfu(total_flops, instances=None, mfus=None, spot_discount=0.0, 
     """The cost of a run against MFU, one curve per instance type (log scale)."""
     import matplotlib.pyplot as plt
 
-    chosen = list(INSTANCES.values()) if instances is None else [_instance(i) for i in instances]
+    chosen = [_instance(i) for i in (list(INSTANCES) if instances is None else instances)]
     mfus = np.linspace(0.1, 0.7, 61) if mfus is None else np.asarray(mfus, dtype=float)
     for u in mfus:
         _fraction("mfus", u, open_at_zero=True)
@@ -319,12 +391,45 @@ def plot_cost_vs_mfu(total_flops, instances=None, mfus=None, spot_discount=0.0, 
         _, ax = plt.subplots(figsize=(7, 4))
     for inst in chosen:
         costs = [estimate_run(total_flops, inst, 1, u, spot_discount).cost_usd for u in mfus]
-        ax.plot(mfus, costs, lw=2, label=f"{inst.name} ({inst.chips} × {inst.chip})")
+        when = f", {inst.kind}, {inst.date}" if inst.kind else ""
+        ax.plot(mfus, costs, lw=2, label=f"{inst.name} ({inst.chips} × {inst.chip}{when})")
     ax.set_yscale("log")
     ax.set_xlabel("model FLOPs utilization (MFU)")
     ax.set_ylabel("cost of the run (US$, log scale)")
     ax.set_title("Cost falls as 1 / MFU: utilization is money")
     ax.legend(fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def plot_cost_vs_price(mfu=0.4, prices_per_chip_hour_usd=None, ax=None):
+    """Dollars per 10^18 useful FLOPs against the price of a chip-hour, one line
+    per chip (log-log), with every sourced price of `INSTANCES` marked on its
+    chip's line. Where a vertical line crosses two chips' lines the lower one is
+    cheaper at that price; a chip with no sourced price (Trainium2) is a line
+    only."""
+    import matplotlib.pyplot as plt
+
+    prices = (np.geomspace(0.3, 30, 200) if prices_per_chip_hour_usd is None
+              else np.asarray(prices_per_chip_hour_usd, dtype=float))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.5))
+    markers = {"on demand (as reported)": "o"}
+    for colour, chip in enumerate(CHIPS):
+        ax.plot(prices, cost_per_exaflop_at_price_usd(chip, prices, mfu), color=f"C{colour}", lw=2,
+                label=f"{CHIPS[chip].name}")
+        for inst in prices_of(chip):
+            x = inst.price_per_chip_hour_usd
+            ax.plot(x, cost_per_exaflop_at_price_usd(chip, x, mfu), markers.get(inst.kind, "s"),
+                    color=f"C{colour}", ms=8, mec="black")
+            ax.annotate(f"{inst.kind}, {inst.date}", (x, cost_per_exaflop_at_price_usd(chip, x, mfu)),
+                        textcoords="offset points", xytext=(6, -10), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("price of one chip for one hour (US$)")
+    ax.set_ylabel(f"US$ per 10^18 useful FLOP (MFU {100 * mfu:.0f}%)")
+    ax.set_title("Cost per useful FLOP against price (marks: sourced prices)")
+    ax.legend(fontsize=9, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
     return ax
 

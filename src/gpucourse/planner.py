@@ -13,7 +13,7 @@ over the inter-node network. For each layout the planner estimates, per
 training step:
 
 * compute: the model's FLOPs over all GPUs at the GPUs' peak times an MFU,
-  stretched by the pipeline bubble (p - 1) / m of the 1F1B schedule with m
+  stretched by the bubble ratio (p - 1) / m of the 1F1B schedule with m
   micro-batches (Narayanan et al., 2021);
 * tensor-parallel traffic: four all-reduces of the activations per layer
   and micro-batch (Shoeybi et al., 2019);
@@ -128,7 +128,9 @@ def h100_cluster(nodes=16, mfu=0.5) -> Cluster:
 
 
 # GPT-3 175B (Brown et al., 2020, Table 2.1): 96 layers, d_model 12288, 96
-# heads, context 2048, batch 3.2M tokens = 1536 sequences of 2048.
+# heads, context 2048. The paper's batch is 3.2M tokens; we take the 1536
+# sequences of 2048 (3.1M tokens) that Narayanan et al. (2021, Table 1) use
+# for the same model.
 GPT3_175B = Model(layers=96, hidden=12288, heads=96, seq_len=2048, global_batch=1536)
 
 # -----------------------------------------------------------------------------
@@ -183,7 +185,7 @@ class Layout:
     memory_per_gpu_bytes: float
     fits: bool
     compute_s: float  # with the pipeline bubble
-    bubble_fraction: float
+    bubble_ratio: float  # (pp - 1) / m: idle time over the ideal compute time
     tp_comm_s: float
     pp_comm_s: float
     dp_comm_s: float

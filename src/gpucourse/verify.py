@@ -27,6 +27,7 @@ a failed test. The checks themselves reject bad arguments with ``ValueError``.
 from __future__ import annotations
 
 import builtins
+import dis
 import types
 
 import numpy as np
@@ -197,11 +198,19 @@ def expect_raises(function, *args, error=ValueError, naming: str = "", **kwargs)
                          + (f" naming {naming!r}" if naming else "") + ", and returned normally")
 
 
-def _referenced_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
+def global_names(code: types.CodeType) -> list[str]:
+    """The global names a function's code reads, and the modules it imports, in
+    order of first use, its nested functions included.
+
+    Only loads of globals count: ``co_names`` also lists attribute names, so a
+    function reading ``cuda.blockIdx.x`` would otherwise seem to use a
+    notebook's global ``x``.
+    """
+    names = [instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME", "IMPORT_NAME")]
     for constant in code.co_consts:
         if _isinstance(constant, types.CodeType):
-            names |= _referenced_names(constant)
+            names += global_names(constant)
     return names
 
 
@@ -246,7 +255,7 @@ def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]
                 scope[cell_name] = cell.cell_contents
             except ValueError:  # an empty closure cell
                 pass
-        for name in sorted(_referenced_names(code) | set(code.co_freevars)):
+        for name in sorted(set(global_names(code)) | set(code.co_freevars)):
             if is_forbidden(name):  # `import gpucourse...` inside the function
                 found.append(f"{path} imports {name}")
                 continue

@@ -50,6 +50,8 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels._launch import core_launch
+from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
@@ -152,6 +154,11 @@ PORTABLE_FLASH_CONFIGS = {
 FLASH_CONFIGS = {
     **PORTABLE_FLASH_CONFIGS,
     64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8),
+    # For head_dim 128, 128 query rows and 64 keys per step (164 KiB of tiles, 256
+    # threads): 1.29-1.36x SDPA memory-efficient's time at seq 1024 and 4096, causal
+    # and not, against 1.65-1.80x for the portable 32 x 16 (H100 probe of 30
+    # shapes, benchmarks/NOTES.md).
+    128: FlashConfig(128, block_rows=128, block_cols=64, thread_rows=4, thread_cols=8),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
@@ -230,7 +237,17 @@ def _is_c_contiguous(x, kind: str) -> bool:
 
 
 def _dtype_name(x, kind: str) -> str:
-    return str(x.dtype).replace("torch.", "")
+    dtype = x.dtype
+    if kind == "torch" and dtype is _torch_float32():
+        return "float32"
+    return str(dtype).replace("torch.", "")
+
+
+@lru_cache(maxsize=None)
+def _torch_float32():
+    import torch
+
+    return torch.float32
 
 
 def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
@@ -911,26 +928,19 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
     return function.kernel, kernel.configure((1,), (1,)).stream
 
 
-def _current_gpu() -> int:
-    """The GPU of the calling thread's current CUDA context: the one a launch
-    runs on, and the one Numba reports (it attaches to the current context).
-    Asked of the driver directly, since Numba's `get_current_device` costs
-    several microseconds of Python on every call."""
-    from cuda.bindings import driver as cu
-
-    error, device = cu.cuCtxGetDevice()
-    if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
-        return cuda.get_current_device().id
-    return int(device)
-
-
-def _config_for(head_dim: int) -> FlashConfig:
+def _config_for(head_dim: int, device_id: int | None = None) -> FlashConfig:
     """The tile shape for head_dim: FLASH_CONFIGS', or the portable one where
-    this GPU cannot give a block that much shared memory."""
+    GPU device_id (default: the current one) cannot give a block that much
+    shared memory."""
     config = FLASH_CONFIGS[head_dim]
-    if on_gpu() and config.dynamic_shared and \
-            config.shared_bytes > _max_shared_bytes_per_block(_current_gpu()):
-        return PORTABLE_FLASH_CONFIGS[head_dim]
+    if not on_gpu():
+        return config
+    return _fitting_config(config, _current_gpu() if device_id is None else device_id)
+
+
+def _fitting_config(config: FlashConfig, device_id: int) -> FlashConfig:
+    if config.dynamic_shared and config.shared_bytes > _max_shared_bytes_per_block(device_id):
+        return PORTABLE_FLASH_CONFIGS[config.head_dim]
     return config
 
 
@@ -944,7 +954,14 @@ def _max_shared_bytes_per_block(device_id: int) -> int:
     return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
 
 
-def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale):
+@lru_cache(maxsize=1024)
+def _flash_launch_config(grid: tuple, threads: int, dynamic_bytes: int):
+    from cuda.core import LaunchConfig
+
+    return LaunchConfig(grid=grid, block=(threads, 1, 1), shmem_size=dynamic_bytes)
+
+
+def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale, device_id=None):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
     GPU, flat arrays on the simulator. `scale` already carries log2(e).
 
@@ -954,15 +971,15 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale):
     own path re-checks every argument's type and looks up the context on each
     call, about 20 microseconds of Python that showed in the timings."""
     grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
-    kernel = _flash_kernel(config, causal, on_gpu(), fastmath)
+    gpu = on_gpu()
+    kernel = _flash_kernel(config, causal, gpu, fastmath)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
-    if on_gpu():
-        from cuda.core import LaunchConfig, launch
-
-        function, stream = _compiled_flash(kernel, dynamic_bytes, _current_gpu())
-        shape = LaunchConfig(grid=grid, block=(config.threads, 1, 1), shmem_size=dynamic_bytes)
-        launch(stream, shape, function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
-               ctypes.c_float(scale))
+    if gpu:
+        device_id = _current_gpu() if device_id is None else device_id
+        function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
+        core_launch()(stream, _flash_launch_config(grid, config.threads, dynamic_bytes),
+                            function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
+                            ctypes.c_float(scale))
     else:
         kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(heads),
                                                        np.float32(scale))
@@ -985,13 +1002,16 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
-    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim), causal, s, FAST_MATH)
+    device_id = _current_gpu() if on_gpu() else None
+    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim, device_id), causal, s, FAST_MATH,
+                          device_id)
     return (out, lse) if return_lse else out
 
 
-def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
+def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
     """Launch the tiled kernel on checked inputs (the benchmark also calls
-    this, to compare tile shapes)."""
+    this, to compare tile shapes); device_id, where known, spares asking the
+    driver again."""
     batch, heads, seq, head_dim = (int(n) for n in q.shape)
     # The kernel works with scores in base 2: it multiplies Q by scale * log2(e)
     # and uses exp2, since e^x = 2^(x log2 e) and exp2 is one instruction on a GPU.
@@ -1001,7 +1021,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
 
         # Raw pointers carry no device: they must belong to the GPU Numba
         # launches on, or the kernel would read another GPU's addresses.
-        numba_device = _current_gpu()
+        numba_device = _current_gpu() if device_id is None else device_id
         if not q.get_device() == k.get_device() == v.get_device() == numba_device:
             devices = {name: x.device.index for name, x in (("q", q), ("k", k), ("v", v))}
             raise ValueError(f"q, k and v must be on the GPU Numba launches on (cuda:"
@@ -1010,7 +1030,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath):
         out = torch.empty_like(q)  # q is a contiguous float32 tensor: so is out
         lse = q.new_empty((batch, heads, seq))
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
-        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2)
+        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2, numba_device)
         return out, lse
     qd, kd, vd = (_to_kernel(x, kind) for x in (q, k, v))
     out = cuda.device_array((batch, heads, seq, head_dim), dtype=np.float32)
@@ -1165,20 +1185,21 @@ def load_benchmark(path):
     return data
 
 
-def _rows(results, variant, causal):
-    return sorted((r for r in results if r["variant"] == variant and r["causal"] == causal),
-                  key=lambda r: r["seq"])
+def _rows(results, variant, causal, head_dim=64):
+    return sorted((r for r in results if r["variant"] == variant and r["causal"] == causal
+                   and r.get("head_dim", 64) == head_dim), key=lambda r: r["seq"])
 
 
-def first_oom_seq(results, variant, causal=False):
+def first_oom_seq(results, variant, causal=False, head_dim=64):
     """The shortest sequence at which ``variant`` ran out of memory (None if never)."""
-    rows = [r for r in _rows(results, variant, causal) if r.get("status") == "oom"]
+    rows = [r for r in _rows(results, variant, causal, head_dim) if r.get("status") == "oom"]
     return rows[0]["seq"] if rows else None
 
 
-def plot_benchmark(results, metric="ms", causal=False, ax=None):
-    """One line per variant against the sequence length; an x marks where a
-    variant ran out of memory. metric: 'ms', 'tflops' or 'peak_mem_bytes'."""
+def plot_benchmark(results, metric="ms", causal=False, ax=None, head_dim=64):
+    """One line per variant against the sequence length, at one head dimension;
+    an x marks where a variant ran out of memory. metric: 'ms', 'tflops' or
+    'peak_mem_bytes'."""
     import matplotlib.pyplot as plt
 
     labels = {"ms": "time per call (ms)", "tflops": "TFLOP/s",
@@ -1190,14 +1211,14 @@ def plot_benchmark(results, metric="ms", causal=False, ax=None):
         _, ax = plt.subplots(figsize=(6.5, 4))
     scale = 1e-9 if metric == "peak_mem_bytes" else 1.0
     for variant, label in VARIANT_LABELS.items():
-        rows = _rows(results, variant, causal)
+        rows = _rows(results, variant, causal, head_dim)
         done = [r for r in rows if r.get(metric) is not None]
         if not done:
             continue
         style = dict(lw=2.5 if variant == "flash" else 1.3, color=VARIANT_COLORS[variant])
         (line,) = ax.plot([r["seq"] for r in done], [r[metric] * scale for r in done],
                           marker="o", ms=4, label=label, **style)
-        oom = first_oom_seq(results, variant, causal)
+        oom = first_oom_seq(results, variant, causal, head_dim)
         if oom is not None:
             ax.plot([oom], [done[-1][metric] * scale], marker="x", ms=10, mew=2.5,
                     color=line.get_color(), ls="none")
@@ -1279,10 +1300,8 @@ def plot_traffic(batch=4, heads=16, head_dim=64, seqs=(512, 1024, 2048, 4096, 81
     return ax
 
 
-# The source material's measurement (issue 8 of the course, quoting its source):
-# batch 4, 16 heads, seq 1024, head_dim 64 on a laptop RTX 2050.
-SOURCE_RTX2050_MS = {"PyTorch naive attention": 4.79,
-                     "CUTLASS/CuTe FlashAttention kernel (fp16)": 0.72}
+# The configuration of the chapter's table of measurements: batch 4, 16 heads,
+# seq 1024, head_dim 64.
 SOURCE_CONFIG = dict(batch=4, heads=16, seq=1024, head_dim=64)
 
 NO_RESULTS_MESSAGE = (
@@ -1296,12 +1315,12 @@ def _fmt(value, spec, missing="–"):
     return missing if value is None else format(value, spec)
 
 
-def _ratio_span(results, variant, peer, causal):
+def _ratio_span(results, variant, peer, causal, head_dim=64):
     """(least, greatest) of variant's time over peer's, over the sequence
-    lengths where both ran, with the least and greatest of those lengths;
-    None if they never both ran."""
-    ours = {r["seq"]: r["ms"] for r in _rows(results, variant, causal) if r["ms"]}
-    theirs = {r["seq"]: r["ms"] for r in _rows(results, peer, causal) if r["ms"]}
+    lengths where both ran at one head dimension, with the least and greatest
+    of those lengths; None if they never both ran."""
+    ours = {r["seq"]: r["ms"] for r in _rows(results, variant, causal, head_dim) if r["ms"]}
+    theirs = {r["seq"]: r["ms"] for r in _rows(results, peer, causal, head_dim) if r["ms"]}
     both = sorted(set(ours) & set(theirs))
     if not both:
         return None
@@ -1310,8 +1329,7 @@ def _ratio_span(results, variant, peer, causal):
 
 
 def benchmark_markdown(data, causal=False):
-    """Markdown for the chapter: the measured table at the source's
-    configuration, the validation summary and where the naive versions ran out
+    """Markdown for the chapter: the measured table at `SOURCE_CONFIG`, the validation summary and where the naive versions ran out
     of memory, all read from one results file (see ``load_benchmark``)."""
     causal = _check_flag("causal", causal)
     results = data["results"]
@@ -1344,18 +1362,22 @@ def benchmark_markdown(data, causal=False):
                   f"inputs, allocating the outputs and launching."]
     if ours.get("ms") and efficient.get("ms"):
         ratio = ours["ms"] / efficient["ms"]
+        verdict = (" (the same, to two digits)." if f"{ratio:.2f}" == "1.00" else
+                   " (faster)." if ratio < 1 else " (slower).")
         lines += ["", f"Against PyTorch's memory-efficient backend, the fp32 peer, ours takes "
-                  f"{ratio:.2f} times its time"
-                  + (" (faster)." if ratio < 1 else " (slower).")]
+                  f"{ratio:.2f} times its time" + verdict]
     spans = [_ratio_span(results, "flash", "sdpa_efficient", mask) for mask in (False, True)]
     if all(spans):
         (low, high, n_low, n_high), (c_low, c_high, _, _) = spans
         lines += ["", f"Over N = {n_low:,} to {n_high:,} ours takes {low:.2f} to {high:.2f} "
                   f"times the memory-efficient backend's time without a mask, and "
                   f"{c_low:.2f} to {c_high:.2f} times with the causal mask."]
-    lines += ["", "The source's measurement at the same configuration, on a laptop RTX 2050:",
-              "", "| variant | time (ms) |", "|---|---|"]
-    lines += [f"| {name} | {ms:.2f} |" for name, ms in SOURCE_RTX2050_MS.items()]
+    spans = [_ratio_span(results, "flash", "sdpa_efficient", mask, 128) for mask in (False, True)]
+    if all(spans):
+        (low, high, n_low, n_high), (c_low, c_high, _, _) = spans
+        lines += ["", f"At head dimension 128, over N = {n_low:,} to {n_high:,}, ours takes "
+                  f"{low:.2f} to {high:.2f} times the memory-efficient backend's time without a "
+                  f"mask, and {c_low:.2f} to {c_high:.2f} times with the causal mask."]
     validation = data.get("validation", [])
     if validation:
         passed = sum(r["passed"] for r in validation)

@@ -12,11 +12,13 @@ performance" (2022), rebuilt in Python:
     level 5   vectorized: 128-bit loads and stores, A's tile stored transposed, B read
               without bank conflicts, the next tile prefetched into registers
     level 6   autotuned: level 5's kernel with the tile sizes `autotune` found best
+    auto      level 6's kernel with the tile sizes measured best near the product's shape
+              (small products want small tiles, so that every SM has work)
 
 Every kernel is correct for any shape: tiles that hang over the edge of a
 matrix are filled with zeros when loaded and skipped when stored.
 
-The public entry point is ``matmul(a, b, level=6)``. It takes numpy arrays
+The public entry point is ``matmul(a, b, level="auto")``. It takes numpy arrays
 (and returns numpy) or anything with ``__cuda_array_interface__``: a Numba
 device array (returns a Numba device array) or a CUDA torch tensor (returns a
 CUDA torch tensor). ``autotune`` times tile configurations on a GPU and keeps
@@ -44,9 +46,11 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._launch import core_launch
+from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
-from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 # -----------------------------------------------------------------------------
 # Levels and tile configurations
@@ -197,14 +201,15 @@ def candidate_configs(space: dict | None = None, vectorized: bool = True) -> lis
     return found
 
 
-def _level(level) -> str:
-    """Normalize a level (1, "1", "4a", ...) to its key in LEVELS."""
+def _level(level, auto_ok: bool = False) -> str:
+    """Normalize a level (1, "1", "4a", ..., and "auto" where auto_ok) to its key."""
+    accepted = LEVELS + (("auto",) if auto_ok else ())
     if isinstance(level, (bool, np.bool_)):
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+        raise ValueError(f"level must be one of {', '.join(accepted)}, got {level!r}")
     key = str(level).strip().lower() if isinstance(level, (int, np.integer, str)) else None
-    if key not in LEVELS:
+    if key not in accepted:
         extra = " (level 4 has two kernels: '4a' and '4b')" if key == "4" else ""
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}{extra}")
+        raise ValueError(f"level must be one of {', '.join(accepted)}, got {level!r}{extra}")
     return key
 
 
@@ -730,14 +735,28 @@ def gpu_model() -> str:
     """The GPU's name as the driver gives it, or "simulator" under Numba's simulator."""
     if not on_gpu():
         return "simulator"
+    return _gpu_name(_current_gpu())
+
+
+@lru_cache(maxsize=None)
+def _gpu_name(device_id: int) -> str:
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _read_tuned(path=None) -> dict:
+    """The tuned table at `path`, read again only when the file changes (matmul asks
+    for it on every call, and a file read would cost more than the launch)."""
     path = Path(TUNED_PATH if path is None else path)
-    if not path.exists():
+    try:
+        stamp = path.stat().st_mtime_ns
+    except FileNotFoundError:
         return {}
+    return _read_tuned_file(str(path), stamp)
+
+
+@lru_cache(maxsize=8)
+def _read_tuned_file(path: str, stamp: int) -> dict:
     with open(path) as f:
         return json.load(f)
 
@@ -745,11 +764,16 @@ def _read_tuned(path=None) -> dict:
 def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
     """The kernel, grid and block matmul launches for `level` at shape (m, n, k).
 
+    Level "auto" is level 6's kernel with the tile configuration `auto_config`
+    picks for the shape.
+
     `config` overrides the tile sizes of levels 4a-6 (it must pass check_config).
     Returns (kernel, grid, block).
     """
-    key = _level(level)
+    key = _level(level, auto_ok=True)
     m, n, k = shape
+    if key == "auto":
+        key, config = "6", config or auto_config((m, n, k))
     if key in ("1", "2"):
         block = (NAIVE_BLOCK, NAIVE_BLOCK)
         if key == "1":  # x walks rows of C
@@ -759,19 +783,102 @@ def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
         return (_compiled("shared"), (_blocks(n, SHARED_TILE), _blocks(m, SHARED_TILE)),
                 (SHARED_TILE, SHARED_TILE))
     if config is None:
-        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or tuned_config()
+        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or \
+            _tuned_here(gpu_model())
+    return _tiled_kernel(key, config, bool(vectorized)), \
+        (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
+
+
+@lru_cache(maxsize=None)
+def _tiled_kernel(key: str, config: TileConfig, vectorized: bool):
+    """The kernel of level 4a, 4b, 5 or 6 for `config`, checked once (matmul asks on
+    every call; a configuration that breaks a constraint raises every time)."""
     if key == "4a":
         if config.tn != 1:
             raise ValueError(f"config for level 4a must have tn=1 (a column per thread), got {config}")
         check_config(config, vectorized=False)
-        kernel = _compiled("1d", config)
-    elif key == "4b":
+        return _compiled("1d", config)
+    if key == "4b":
         check_config(config, vectorized=False)
-        kernel = _compiled("2d", config)
-    else:
-        check_config(config, vectorized=True)
-        kernel = _compiled("vectorized", config, bool(vectorized))
-    return kernel, (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
+        return _compiled("2d", config)
+    check_config(config, vectorized=True)
+    return _compiled("vectorized", config, vectorized)
+
+
+def auto_config(shape, gpu_name: str | None = None, path=None) -> TileConfig:
+    """The tile configuration level "auto" uses for an (m, n, k) product on `gpu_name`.
+
+    A product too small for level 6's large tiles leaves most of the GPU idle
+    (1024^3 in 128 x 256 tiles is 32 blocks for 132 SMs), so the tuned table
+    keeps, per GPU, the configuration measured fastest at several shapes
+    ("by_shape", written by benchmarks/sgemm_shapes.py). "auto" takes the one
+    measured at the nearest shape, nearness counted in factors of two along
+    m, n and k; with no such entry it is level 6's tuned configuration.
+    """
+    return auto_plan(shape, gpu_name, path)[0]
+
+
+def auto_plan(shape, gpu_name: str | None = None, path=None) -> tuple:
+    """(TileConfig, splits of K) that level "auto" uses for an (m, n, k) product:
+    those measured at the nearest shape (see `auto_config`)."""
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    m, n, k = (max(1, _whole_or_zero(name, v)) for name, v in zip("mnk", shape))
+    if gpu_name is None:
+        gpu_name = gpu_model()
+    if path is None:  # the package's own table: the answer is kept per shape
+        return _plan_here(gpu_name, m, n, k)
+    return _nearest_plan(_by_shape(_read_tuned(path).get(gpu_name, {})),
+                         lambda: tuned_config(gpu_name, path), m, n, k)
+
+
+def _nearest_plan(measured, fallback, m: int, n: int, k: int) -> tuple:
+    if not measured:
+        return fallback(), 1
+
+    def distance(entry):
+        em, en, ek = entry[0]
+        return abs(math.log2(m / em)) + abs(math.log2(n / en)) + abs(math.log2(k / ek))
+
+    _, config, splits = min(measured, key=distance)
+    return config, splits
+
+
+@lru_cache(maxsize=4096)
+def _plan_here(gpu_name: str, m: int, n: int, k: int) -> tuple:
+    """auto_plan from the package's table, found once per shape: a loop calling
+    matmul on one shape pays for the search only once."""
+    return _nearest_plan(_by_shape_here(gpu_name), lambda: _tuned_here(gpu_name), m, n, k)
+
+
+def _whole_or_zero(name, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < 0:
+        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _by_shape(entry: dict) -> list:
+    """[((m, n, k), TileConfig, splits)] of a GPU's entry in the tuned table, each
+    checked: the by-shape measurements, and level 6's own configuration at the
+    shape autotune measured it."""
+    found = []
+    for row in entry.get("by_shape", []) + ([entry] if "m" in entry else []):
+        config = check_config(TileConfig(**{f: row[f] for f in ("bm", "bn", "bk", "tm", "tn")}))
+        found.append(((row["m"], row["n"], row["k"]), config, _whole("splits", row.get("splits", 1))))
+    return found
+
+
+@lru_cache(maxsize=None)
+def _by_shape_here(gpu_name: str) -> tuple:
+    return tuple(_by_shape(_read_tuned().get(gpu_name, {})))
+
+
+@lru_cache(maxsize=None)
+def _tuned_here(gpu_name: str) -> TileConfig:
+    """tuned_config(gpu_name) from the default table, read once per process
+    (autotune, which rewrites the table, forgets it)."""
+    return tuned_config(gpu_name)
 
 
 def _is_torch_tensor(x) -> bool:
@@ -826,8 +933,179 @@ def _aligned_rows(x) -> bool:
     return pointer is not None and pointer % 16 == 0
 
 
-def matmul(a, b, level=6, *, config: TileConfig | None = None):
-    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5 or 6).
+# -----------------------------------------------------------------------------
+# Launching on a GPU at the cost of a launch.
+# `kernel[grid, block](a, b, c)` costs 30-45 us of Python on the H100, and
+# wrapping each torch tensor in a Numba device array (`cuda.as_cuda_array`)
+# another 18 us each; with a fresh output array a call of level 5 on a 1 x 1 x 1
+# product took 270 us, where cuBLAS takes 21 (benchmarks/results). A matrix
+# argument of a compiled kernel is nine numbers (meminfo, parent, element count,
+# item size, data pointer, two extents, two strides in bytes), which is what
+# Numba's own launch hands to `cuda.core.launch` at the end. For C-contiguous
+# float32 matrices already on the GPU, matmul builds those numbers itself from
+# the data pointers and launches directly; anything else takes Numba's path.
+
+C_MATRIX = types.Array(float32, 2, "C")
+
+
+@lru_cache(maxsize=None)
+def _launchable(kernel, device_id: int, signature=None):
+    """The kernel compiled for `signature` (default: three C-contiguous float32
+    matrices) on one GPU, and the default stream, in the forms
+    `cuda.core.launch` takes."""
+    compiled = kernel.compile(signature or (C_MATRIX, C_MATRIX, C_MATRIX))
+    return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
+
+
+def _matrix_argument(pointer: int, rows: int, cols: int, row_stride: int | None = None) -> tuple:
+    """A float32 matrix as a compiled kernel takes it: C-contiguous, or with rows
+    `row_stride` elements apart (a slice of columns; the kernel must be compiled
+    for layout "A")."""
+    return (0, 0, rows * cols, 4, pointer, rows, cols, (row_stride or cols) * 4, 4)
+
+
+def _on_gpu_matrix(x, device_id: int):
+    """(data pointer, rows, cols) of a C-contiguous float32 matrix on GPU `device_id`, or
+    None when x is anything else (it then takes Numba's own path)."""
+    if _is_torch_tensor(x):
+        if str(x.dtype) == "torch.float32" and x.is_cuda and x.dim() == 2 \
+                and x.is_contiguous() and x.get_device() == device_id:
+            return x.data_ptr(), int(x.shape[0]), int(x.shape[1])
+        return None
+    interface = getattr(x, "__cuda_array_interface__", None)
+    if interface is None or interface.get("typestr") != "<f4" or len(interface["shape"]) != 2:
+        return None
+    rows, cols = interface["shape"]
+    strides = interface.get("strides")
+    if strides is not None and tuple(strides) != (cols * 4, 4) and rows > 1:
+        return None
+    # A Numba device array lives on Numba's GPU; other producers must say theirs.
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    if not isinstance(x, DeviceNDArray):
+        return None
+    return interface["data"][0], int(rows), int(cols)
+
+
+@lru_cache(maxsize=1024)
+def _launch_config(grid: tuple, block: tuple):
+    from cuda.core import LaunchConfig
+
+    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)))
+
+
+# -----------------------------------------------------------------------------
+# Split-K. A product with few output tiles and a deep K (1024 x 1024 x 8192 is
+# 128 tiles of 64 x 128 for the H100's 132 SMs) keeps most SMs idle however
+# fast each block is. Cutting K into `splits` slices gives each slice's
+# product its own blocks, each writing a partial C; a last kernel adds the
+# partials. Slices are whole multiples of 16 columns, so the 128-bit loads of
+# levels 5 and 6 stay aligned.
+
+SPLIT_ALIGN = 16
+
+
+def split_ranges(k: int, splits: int) -> list[tuple[int, int]]:
+    """The K ranges [k0, k1) of at most `splits` slices, each a multiple of 16 long
+    (but the last); fewer when K is too short to give each slice 16 columns."""
+    chunk = max(SPLIT_ALIGN, -(-k // splits // SPLIT_ALIGN) * SPLIT_ALIGN)
+    return [(k0, min(k, k0 + chunk)) for k0 in range(0, k, chunk)]
+
+
+@cuda.jit
+def sum_splits(partial, c):
+    """c[row, col] = the sum over s of partial[s, row, col]."""
+    col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    row = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+    if row < c.shape[0] and col < c.shape[1]:
+        acc = float32(0.0)
+        for s in range(partial.shape[0]):
+            acc += partial[s, row, col]
+        c[row, col] = acc
+
+
+SUM_BLOCK = (32, 8)
+
+
+def _sum_grid(m: int, n: int) -> tuple:
+    return (_blocks(n, SUM_BLOCK[0]), _blocks(m, SUM_BLOCK[1]))
+
+
+def _check_splits(splits, key) -> int:
+    if splits is None:
+        return None
+    if key not in ("5", "6", "auto"):
+        raise ValueError(f"splits applies to levels 5, 6 and auto only, got level {key!r}")
+    if isinstance(splits, (bool, np.bool_)) or not isinstance(splits, (int, np.integer)) \
+            or not 1 <= splits <= 64:
+        raise ValueError(f"splits must be a whole number from 1 to 64, got {splits!r}")
+    return int(splits)
+
+
+A_MATRIX = types.Array(float32, 2, "A")
+C_BLOCK = types.Array(float32, 3, "C")
+
+
+def _fast_matmul(a, b, key, config, splits, out=None):
+    """matmul on GPU matrices without Numba's argument handling; None if not possible."""
+    device_id = _current_gpu()
+    a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
+    if a_matrix is None or b_matrix is None:
+        return None
+    (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
+    if k != k_b:
+        return None  # matmul's own checks explain the mismatch
+    torch_out = _is_torch_tensor(a) and _is_torch_tensor(b)
+    if torch_out:
+        import torch
+
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        c_ptr = out.data_ptr()
+    else:
+        if out is None:
+            out = cuda.device_array((m, n), dtype=np.float32)
+        c_ptr = out.__cuda_array_interface__["data"][0]
+    if not (m and n):
+        return out
+    vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+    if key == "auto":
+        planned, planned_splits = auto_plan((m, n, k), _gpu_name(device_id))
+        key, config, splits = "6", config or planned, splits or planned_splits
+    elif config is None and key == "6":
+        config = _tuned_here(_gpu_name(device_id))
+    launch = core_launch()
+    ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
+    if len(ranges) == 1:
+        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+        function, stream = _launchable(kernel, device_id)
+        launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
+               *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n))
+        return out
+    if torch_out:
+        partial = torch.empty((len(ranges), m, n), dtype=torch.float32, device=a.device)
+        p_ptr = partial.data_ptr()
+    else:
+        partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+        p_ptr = partial.__cuda_array_interface__["data"][0]
+    for s, (k0, k1) in enumerate(ranges):
+        kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+        function, stream = _launchable(kernel, device_id, (A_MATRIX, C_MATRIX, C_MATRIX))
+        launch(stream, _launch_config(grid, block), function,
+               *_matrix_argument(a_ptr + 4 * k0, m, k1 - k0, row_stride=k),
+               *_matrix_argument(b_ptr + 4 * k0 * n, k1 - k0, n),
+               *_matrix_argument(p_ptr + 4 * s * m * n, m, n))
+    function, stream = _launchable(sum_splits, device_id, (C_BLOCK, C_MATRIX))
+    launch(stream, _launch_config(_sum_grid(m, n), SUM_BLOCK), function,
+           0, 0, len(ranges) * m * n, 4, p_ptr, len(ranges), m, n, m * n * 4, n * 4, 4,
+           *_matrix_argument(c_ptr, m, n))
+    return out
+
+
+def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int | None = None,
+           out=None):
+    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6 or
+    "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
     a: M x K, b: K x N, both float32 and both of one kind: numpy arrays (the
     result is a numpy array), or device arrays with __cuda_array_interface__
@@ -835,12 +1113,18 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
     CUDA torch tensor on the same device). Any M, N, K >= 0.
     config: tile sizes for levels 4a-6 (default: each level's own; level 6
     reads sgemm_tuned.json).
+    splits: cut K into this many slices, each multiplied by its own blocks,
+    and add the partial products (split-K; levels 5, 6 and auto; default 1,
+    or what auto measured best near this shape).
+    out: where to write C (returned): an M x N C-contiguous float32 array of
+    the inputs' kind. A call that allocates C each time pays for the
+    allocation; a loop can pass the same `out` instead.
 
     Raises ValueError naming what is accepted for a non-float32 dtype, a
-    non-2D array, mismatched inner dimensions, an unknown level, or a tile
-    configuration that breaks a constraint.
+    non-2D array, mismatched inner dimensions, an unknown level, a tile
+    configuration that breaks a constraint, or an unfit `out`.
     """
-    key = _level(level)
+    key = _level(level, auto_ok=True)
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray) and not hasattr(x, "shape"):
             raise ValueError(f"{name} must be a numpy array, a Numba device array or a CUDA torch "
@@ -859,9 +1143,17 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
             raise ValueError(f"inner dimensions must match: a is {a.shape[0]} x {a.shape[1]} so b "
                              f"must have {a.shape[1]} rows, got b of shape {tuple(b.shape)}")
     if config is not None:
-        if key not in ("4a", "4b", "5", "6"):
-            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 only, got level {level!r}")
-        check_config(config, vectorized=key in ("5", "6"))
+        if key not in ("4a", "4b", "5", "6", "auto"):
+            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 (and auto) only, got level "
+                             f"{level!r}")
+        check_config(config, vectorized=key in ("5", "6", "auto"))
+    splits = _check_splits(splits, key)
+    if out is not None:
+        _check_out(out, a, (int(a.shape[0]), int(b.shape[1])))
+    if on_gpu() and not a_is_numpy:
+        result = _fast_matmul(a, b, key, config, splits, out)
+        if result is not None:
+            return result
     a_dev, b_dev = _device_view("a", a), _device_view("b", b)
     m, k = a_dev.shape
     n = b_dev.shape[1]
@@ -870,18 +1162,52 @@ def matmul(a, b, level=6, *, config: TileConfig | None = None):
     if torch_out:
         import torch
 
-        out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
         c_dev = cuda.as_cuda_array(out)
+    elif out is not None and not a_is_numpy:
+        c_dev = out
     else:
         c_dev = cuda.device_array((m, n), dtype=np.float32)
 
     if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
         vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
-        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
-        kernel[grid, block](a_dev, b_dev, c_dev)
+        if key == "auto":
+            planned, planned_splits = auto_plan((m, n, k))
+            key, config, splits = "6", config or planned, splits or planned_splits
+        ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
+        if len(ranges) == 1:
+            kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+            kernel[grid, block](a_dev, b_dev, c_dev)
+        else:
+            partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+            for s, (k0, k1) in enumerate(ranges):
+                kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+                kernel[grid, block](a_dev[:, k0:k1], b_dev[k0:k1, :], partial[s])
+            sum_splits[_sum_grid(m, n), SUM_BLOCK](partial, c_dev)
     if torch_out:
         return out
-    return c_dev.copy_to_host() if a_is_numpy else c_dev
+    if a_is_numpy:
+        return c_dev.copy_to_host() if out is None else c_dev.copy_to_host(out)
+    return c_dev
+
+
+def _check_out(out, a, shape) -> None:
+    """`out` must be an M x N C-contiguous float32 array of a's kind."""
+    if isinstance(a, np.ndarray):
+        kind, fits = "a numpy array", isinstance(out, np.ndarray) and out.dtype == np.float32 \
+            and out.flags.c_contiguous
+    elif _is_torch_tensor(a):
+        kind = "a CUDA torch tensor on the inputs' GPU"
+        fits = _is_torch_tensor(out) and str(out.dtype) == "torch.float32" and \
+            out.device == a.device and out.is_contiguous()
+    else:
+        kind = "a Numba device array"
+        fits = type(out) is type(a) and out.dtype == np.float32 and out.is_c_contiguous()
+    if not fits or tuple(out.shape) != shape:
+        raise ValueError(f"out must be {kind} of shape {shape}, C-contiguous float32, like the "
+                         f"inputs; got {type(out).__name__} of shape "
+                         f"{tuple(getattr(out, 'shape', ()))}")
 
 
 # -----------------------------------------------------------------------------
@@ -924,18 +1250,9 @@ def resource_usage(level, config: TileConfig | None = None) -> dict:
 
 def _time_ms(function, warmup: int, repeats: int) -> float:
     """Median milliseconds of function() over `repeats` runs, with CUDA events."""
-    for _ in range(warmup):
-        function()
-    cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = cuda.event(), cuda.event()
-        start.record()
-        function()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop))
-    return float(np.median(times))
+    from gpucourse.kernels.timing import median_time_s
+
+    return median_time_s(function, warmup, repeats) * 1e3
 
 
 def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> dict:
@@ -987,12 +1304,15 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
     best = min(timed, key=lambda t: t["ms"])
     gpu = gpu_model()
     table = _read_tuned(path)
-    table[gpu] = {**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")},
+    table[gpu] = {**table.get(gpu, {}), **{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")},
                   "m": m, "n": n, "k": k, "ms": best["ms"], "tflops": best["tflops"],
                   "date": _datetime.date.today().isoformat()}
     with open(Path(TUNED_PATH if path is None else path), "w") as f:
         json.dump(table, f, indent=2, sort_keys=True)
         f.write("\n")
+    _tuned_here.cache_clear()
+    _by_shape_here.cache_clear()
+    _plan_here.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}
 
