@@ -143,6 +143,8 @@ POINT_TO_POINT = "dist.send, dist.recv, dist.isend, dist.irecv or dist.batch_ise
 
 # How much of each rank's log a failure message shows.
 _LOG_LINES = 15
+# How tracebacks and faulthandler start a line about a frame of this module.
+_OWN_FRAME = f'  File "{__file__}"'
 
 
 # -----------------------------------------------------------------------------
@@ -483,7 +485,7 @@ def _student_part(text: str) -> str:
     """A rank's traceback without the grader's own frames at the top."""
     lines = text.rstrip().splitlines()
     for index, line in enumerate(lines[1:], 1):
-        if line.startswith('  File "') and "exercise_processes.py" not in line:
+        if line.startswith('  File "') and not line.startswith(_OWN_FRAME):
             return "\n".join(lines[:1] + lines[index:])
     return "\n".join(lines)
 
@@ -522,9 +524,14 @@ def _stack_of(path) -> str:
     if marker < 0:
         return _tail(path)
     frames = [line for line in text[marker:].splitlines()[1:] if line.startswith("  File")]
-    student = [line for line in frames
-               if "exercise_processes.py" not in line and "multiprocessing" not in line]
-    return "\n".join(student[:8])
+    # Most recent first: the student's frames (and torch's under them), then the
+    # grader's, then the frames the rank inherited from its parent at the fork.
+    student = []
+    for line in frames:
+        if line.startswith(_OWN_FRAME):
+            break
+        student.append(line)
+    return "\n".join(student[:_LOG_LINES])
 
 
 # -----------------------------------------------------------------------------
@@ -631,9 +638,9 @@ def check_collective(function, collective, world_sizes=(2, 3, 4), lengths=(10, 2
             inputs = [per_rank[rank][index][0] for rank in range(world_size)]
             for rank in range(world_size):
                 _, result, messages = per_rank[rank][index]
-                _check_messages(collective, messages, length, world_size, rank, where)
                 _check_result(collective, inputs, result, length, world_size, rank, dtype,
                               where)
+                _check_messages(collective, messages, length, world_size, rank, where)
 
 
 def _check_result(collective, inputs, result, length, world_size, rank, dtype, where):
