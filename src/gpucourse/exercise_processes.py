@@ -92,7 +92,7 @@ import numpy as np
 
 from gpucourse import collectives as _collectives
 from gpucourse.distributed import _free_port
-from gpucourse.verify import expect_array, expect_own_work
+from gpucourse.verify import _plain_float, expect_array, expect_float, expect_own_work
 
 # Captured at import, before any student code runs in the notebook (as in
 # gpucourse.verify): the grader's references use these, not whatever
@@ -104,6 +104,8 @@ _chunk_bounds = _collectives.chunk_bounds
 _alpha_beta_terms = _collectives.alpha_beta_terms
 _isinstance = builtins.isinstance
 _float = builtins.float
+_type = builtins.type
+_len = builtins.len
 
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce")
 DTYPES = ("float64", "float32")
@@ -582,7 +584,7 @@ def expected_messages(collective: str, length: int, world_size: int, rank: int):
 
 
 def check_collective(function, collective, world_sizes=(2, 3, 4), lengths=(10, 2),
-                     dtype="float64", timeout_s=10.0) -> None:
+                     dtype="float64", timeout_s=6.0) -> None:
     """Run a student's ring ``collective`` on real processes and check it.
 
     ``function(tensor)`` must work in place on a 1-d float tensor (see the
@@ -788,6 +790,67 @@ def least_squares_alpha_beta(message_bytes, times_s, world_sizes) -> tuple[float
     return _float(alpha), 1.0 / _float(inverse_beta)
 
 
+# Example timings for the fit when a student's all-reduce cannot be timed:
+# the ring's model with a latency and a bandwidth of the order gloo reaches
+# between processes of one machine, times a noise of about 10%.
+EXAMPLE_LATENCY_S = 50e-6
+EXAMPLE_BANDWIDTH_BYTES_PER_S = 1e9
+
+
+def example_timings(world_sizes=(2, 3), sizes_bytes=TIMED_SIZES_BYTES, seed=0) -> list[dict]:
+    """Rows ``{"world_size", "bytes", "seconds"}`` like ``time_all_reduce``'s, made
+    up from the ring all-reduce's alpha-beta model (``EXAMPLE_LATENCY_S``,
+    ``EXAMPLE_BANDWIDTH_BYTES_PER_S``) with random noise of about 10%: what the
+    fitting exercise uses when the student's all-reduce cannot be timed yet."""
+    world_sizes = _check_sizes("world_sizes", world_sizes, 2, 64)
+    sizes_bytes = _check_sizes("sizes_bytes", sizes_bytes, 0, 2 ** 40)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for world_size in world_sizes:
+        for size in sizes_bytes:
+            model = _collectives.alpha_beta_time_s(size, world_size, EXAMPLE_LATENCY_S,
+                                                   EXAMPLE_BANDWIDTH_BYTES_PER_S)
+            rows.append({"world_size": world_size, "bytes": size,
+                         "seconds": _float(model * rng.lognormal(0.0, 0.1))})
+    return rows
+
+
+def expect_alpha_beta_fit(fit, message_bytes, times_s, world_sizes) -> tuple[float, float]:
+    """Check a student's least-squares fit on one data set: fail (AssertionError)
+    unless ``fit(message_bytes, times_s, world_sizes)`` returns a tuple of two
+    floats, (latency_s, bandwidth_bytes_per_s), whose model times
+    2(N-1) alpha + 2(N-1)/N M / beta at every point agree to 1e-6 relative with
+    those of ``least_squares_alpha_beta``, the grader's ``numpy.linalg.lstsq``.
+
+    The model times are compared rather than alpha and beta themselves: on
+    measured timings whose times barely grow with the size, 1/beta is close to
+    0 and beta itself is ill-determined, while the fitted times are not.
+    Returns the student's (latency_s, bandwidth_bytes_per_s).
+    """
+    sizes = [_float(m) for m in message_bytes]
+    times = [_float(t) for t in times_s]
+    counts = [int(n) for n in world_sizes]
+    result = fit(list(sizes), list(times), list(counts))
+    if _type(result) is not tuple or _len(result) != 2:
+        raise AssertionError(f"{getattr(fit, '__name__', 'fit')} must return a tuple "
+                             f"(latency_s, bandwidth_bytes_per_s), got {result!r}")
+    latency = _plain_float(result[0], "latency_s")
+    bandwidth = _plain_float(result[1], "bandwidth_bytes_per_s")
+    if bandwidth == 0:
+        raise AssertionError("bandwidth_bytes_per_s must not be 0")
+    reference_latency, reference_bandwidth = least_squares_alpha_beta(sizes, times, counts)
+    for size, seconds, n in zip(sizes, times, counts):
+        latency_terms, byte_fraction = _alpha_beta_terms("ring_all_reduce", n)
+        expect_float(latency_terms * latency + byte_fraction * size / bandwidth,
+                     latency_terms * reference_latency + byte_fraction * size
+                     / reference_bandwidth, rel=1e-6,
+                     name=f"your fit's time for {size:g} bytes on {n} processes (latency_s "
+                          f"{latency!r}, bandwidth_bytes_per_s {bandwidth!r}; numpy's lstsq "
+                          f"gives {reference_latency!r}, {reference_bandwidth!r})")
+    return latency, bandwidth
+
+
 __all__ = ["COLLECTIVES", "COLLECTIVE_NAMES", "TIMED_SIZES_BYTES", "check_collective",
+           "example_timings", "expect_alpha_beta_fit",
            "check_point_to_point_only", "expect_no_names", "expected_messages",
            "least_squares_alpha_beta", "referenced_names", "run_forked", "time_all_reduce"]
