@@ -19,7 +19,9 @@ Both are command lines::
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,6 +92,49 @@ def generate_exercises(root: Path, into: Path | None = None,
                 shutil.rmtree(destination)
             shutil.copytree(course / "exercises" / name, destination)
     return target
+
+
+# A section of an exercise notebook: "## Exercise 3: the ring all-reduce (5 points)",
+# or "## Written answers (8 points, graded by hand)".
+_SECTION = re.compile(r"^##\s+(.+?)\s+\((\d+(?:\.\d+)?) points?\b[^)]*\)\s*$", re.M)
+
+
+def exercise_listing(notebook) -> list[dict]:
+    """What a student writes in an nbgrader notebook, section by section, and for how many points.
+
+    A section starts at a markdown heading ``## Title (P points...)``. Each is a
+    dict: ``title``; ``functions``, the names the section's solution cells
+    define (``def name(`` at the start of a line); ``points``, those of its
+    autograded test cells; ``by_hand``, those of its written answers (markdown
+    cells graded by a person). A heading whose points differ from its cells'
+    is an error (ValueError), so the book cannot state other points than the
+    grader gives.
+    """
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"notebook must be an existing .ipynb file, got {notebook}")
+    sections: list[dict] = []
+    for cell in json.loads(path.read_text())["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        heading = _SECTION.search(source) if cell["cell_type"] == "markdown" else None
+        if heading and not meta.get("solution"):
+            sections.append({"title": heading.group(1), "stated": float(heading.group(2)),
+                             "functions": [], "points": 0, "by_hand": 0})
+        if not sections:
+            continue
+        section = sections[-1]
+        if meta.get("solution") and cell["cell_type"] == "code":
+            section["functions"] += re.findall(r"^def\s+(\w+)", source, re.M)
+        if meta.get("grade"):
+            key = "points" if cell["cell_type"] == "code" else "by_hand"
+            section[key] += meta.get("points", 0)
+    for section in sections:
+        if section.pop("stated") != section["points"] + section["by_hand"]:
+            raise ValueError(f"the section {section['title']!r} of {path.name} states other "
+                             f"points than its graded cells give "
+                             f"({section['points'] + section['by_hand']:g})")
+    return sections
 
 
 @dataclass(frozen=True)
