@@ -18,7 +18,9 @@ import torch
 import torch.distributed as dist
 
 from gpucourse import collectives
-from gpucourse.exercise_processes import (check_collective, check_point_to_point_only,
+from gpucourse.exercise_processes import (EXAMPLE_BANDWIDTH_BYTES_PER_S, EXAMPLE_LATENCY_S,
+                                          check_collective, check_point_to_point_only,
+                                          example_timings, expect_alpha_beta_fit,
                                           expected_messages, least_squares_alpha_beta,
                                           run_forked, time_all_reduce)
 
@@ -251,6 +253,40 @@ def test_least_squares_alpha_beta_recovers_the_model_and_matches_the_course_fit(
     assert fit.latency_s > 0
     assert least_squares_alpha_beta(sizes, noisy, world_sizes) == \
         pytest.approx((fit.latency_s, fit.bandwidth_bytes_per_s), rel=1e-9)
+
+
+def _columns(rows):
+    return ([row["bytes"] for row in rows], [row["seconds"] for row in rows],
+            [row["world_size"] for row in rows])
+
+
+def test_a_fit_is_checked_by_its_model_times_against_lstsq():
+    rows = example_timings(world_sizes=(2, 5), seed=3)
+    sizes, times, ranks = _columns(rows)
+    assert sorted({row["world_size"] for row in rows}) == [2, 5] and len(rows) == 12
+    # The example timings scatter about the model they were made from.
+    model = [collectives.alpha_beta_time_s(m, n, EXAMPLE_LATENCY_S,
+                                           EXAMPLE_BANDWIDTH_BYTES_PER_S)
+             for m, n in zip(sizes, ranks)]
+    assert all(0.6 < t / expected < 1.6 for t, expected in zip(times, model))
+    assert expect_alpha_beta_fit(least_squares_alpha_beta, sizes, times, ranks) == \
+        least_squares_alpha_beta(sizes, times, ranks)
+
+    def off_by_a_little(message_bytes, times_s, world_sizes):
+        latency, bandwidth = least_squares_alpha_beta(message_bytes, times_s, world_sizes)
+        return latency * 1.001, bandwidth
+
+    class Anything(float):
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(AssertionError, match="your fit's time for 8 bytes on 2 processes"):
+        expect_alpha_beta_fit(off_by_a_little, sizes, times, ranks)
+    with pytest.raises(AssertionError, match="latency_s must be a float, got an object of "
+                                             "type Anything"):
+        expect_alpha_beta_fit(lambda *data: (Anything(1.0), 1e9), sizes, times, ranks)
+    with pytest.raises(AssertionError, match="must return a tuple"):
+        expect_alpha_beta_fit(lambda *data: [1e-5, 1e9], sizes, times, ranks)
 
 
 def test_bad_arguments_raise_value_errors_that_name_them():

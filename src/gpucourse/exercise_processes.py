@@ -7,7 +7,11 @@ run the student's function on 2, 3 and 4 gloo processes on this machine::
     from gpucourse.exercise_processes import check_collective
     check_collective(my_all_reduce, "all_reduce", world_sizes=(2, 3), lengths=(10, 2))
 
-and ``time_all_reduce`` times the student's all-reduce for the alpha-beta fit.
+``time_all_reduce`` times the student's all-reduce, and
+``expect_alpha_beta_fit`` checks the student's least-squares fit of the
+alpha-beta model to those timings against ``numpy.linalg.lstsq`` on the same
+data (``least_squares_alpha_beta``); ``example_timings`` stands in for
+timings of an all-reduce that cannot be timed yet.
 
 **Why fork.** The function is defined in a notebook cell, so it lives in the
 ``__main__`` of an IPython kernel: a process started with "spawn" (what
