@@ -172,7 +172,7 @@ REASONS = {
         "test_ccr": "must be a float, got an object of type Whatever",
     },
     "disguises": {
-        "test_reduce_scatter": "a collective (process group .allreduce) is not allowed",
+        "test_reduce_scatter": "ring_reduce_scatter uses all_reduce",
         # On 2 processes rank 0's only partner is its neighbour, but it sends too much;
         # on 3, the naive all-reduce's rank 0 sends to rank 2.
         "test_all_gather": "rank 0 sent 10 elements in 1 non-empty messages and received 5; "

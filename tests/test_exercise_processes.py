@@ -93,6 +93,10 @@ def calls_all_reduce_by_alias(tensor):
     _all_reduce_under_another_name(tensor)  # no collective's name in the code
 
 
+def calls_all_reduce_by_a_name_made_at_run_time(tensor):
+    getattr(dist, "_".join(("all", "reduce")))(tensor)  # no name in the code, nor an alias
+
+
 def rank_one_raises(tensor):
     if dist.get_rank() == 1:
         raise ValueError("chunk bounds went wrong")
@@ -159,12 +163,19 @@ def test_calling_a_collective_is_refused_with_a_message():
         check_point_to_point_only(calls_the_course)
 
 
-def test_a_collective_under_another_name_is_refused_in_the_ranks():
+def test_a_collective_under_an_alias_is_refused_by_its_real_name():
+    with pytest.raises(AssertionError, match="calls_all_reduce_by_alias uses all_reduce"):
+        check_point_to_point_only(calls_all_reduce_by_alias)
+
+
+def test_a_collective_that_no_name_shows_is_refused_in_the_ranks():
+    check_point_to_point_only(calls_all_reduce_by_a_name_made_at_run_time)  # nothing to see
     with pytest.raises(AssertionError) as failure:
-        check_collective(calls_all_reduce_by_alias, "all_reduce", world_sizes=(2,),
-                         lengths=(4,), timeout_s=DEADLINE_S)
-    assert "raised an error" in str(failure.value)
-    assert "is not allowed in this exercise: use point-to-point calls" in str(failure.value)
+        check_collective(calls_all_reduce_by_a_name_made_at_run_time, "all_reduce",
+                         world_sizes=(2,), lengths=(4,), timeout_s=DEADLINE_S)
+    assert "rank 0 of 2 raised an error" in str(failure.value)
+    assert ("a collective (dist.all_reduce) is not allowed in this exercise: use "
+            "point-to-point calls") in str(failure.value)
 
 
 def test_a_rank_that_raises_is_named_with_its_error():

@@ -161,7 +161,9 @@ def referenced_names(function) -> set[str]:
     """Every name that ``function``'s code refers to: globals, attributes,
     imports, in nested functions and comprehensions too, and in every function
     of the same module that it calls, however deep (the helpers a student
-    writes beside it in the notebook)."""
+    writes beside it in the notebook). A global or captured name also brings
+    in the ``__name__`` of the object it is bound to, so that an alias
+    (``from torch.distributed import all_reduce as add_up``) shows its real name."""
     if not callable(function):
         raise ValueError(f"function must be a function, got {function!r}")
     home = getattr(function, "__module__", None)
@@ -183,6 +185,14 @@ def referenced_names(function) -> set[str]:
         names.update(own)
         for name in own:
             value = scope.get(name)
+            if value is None or _isinstance(value, types.ModuleType):
+                continue
+            try:
+                real_name = getattr(value, "__name__", None)
+            except Exception:  # an object whose attributes misbehave
+                real_name = None
+            if _isinstance(real_name, str):
+                names.add(real_name)
             if _isinstance(value, types.FunctionType) and value.__module__ == home:
                 visit(value)
 
