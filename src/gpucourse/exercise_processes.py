@@ -95,7 +95,7 @@ from datetime import timedelta
 import numpy as np
 
 from gpucourse import collectives as _collectives
-from gpucourse.distributed import _free_port
+from gpucourse.distributed import _rendezvous_store
 from gpucourse.verify import _plain_float, expect_array, expect_float, expect_own_work
 
 # Captured at import, before any student code runs in the notebook (as in
@@ -319,7 +319,8 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _rank_main(rank, world_size, port, task, connection, log_path, timeout_s, parent_pid):
+def _rank_main(rank, world_size, port_reader, task, connection, log_path, timeout_s,
+               parent_pid):
     """Body of one forked rank: isolate, join the group, run ``task``, report, exit."""
     status, value = "error", "the rank did not start"
     try:
@@ -341,8 +342,12 @@ def _rank_main(rank, world_size, port, task, connection, log_path, timeout_s, pa
         import torch.distributed as dist
 
         torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=world_size,
+        # The grader serves the rendezvous store, opened after the fork, and sends
+        # its port; each rank joins it as a client.
+        port = port_reader.recv()
+        store = dist.TCPStore("127.0.0.1", port, None, False,
+                              timedelta(seconds=timeout_s + 30))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s + 30))
         _install_guards()
         status, value = "ok", task(rank, world_size)
@@ -422,15 +427,16 @@ def run_forked(task, world_size: int, timeout_s: float = 10.0, name: str | None 
                            "the grader starts processes of its own")
     name = name or getattr(task, "__name__", "the function")
     context = multiprocessing.get_context("fork")
-    port = _free_port()
     values: dict[int, object] = {}
     with tempfile.TemporaryDirectory(prefix="gpucourse-ranks-") as folder:
         logs = [os.path.join(folder, f"rank{rank}.log") for rank in range(world_size)]
-        pipes = [context.Pipe(duplex=False) for _ in range(world_size)]
+        pipes = [context.Pipe(duplex=False) for _ in range(world_size)]  # results
+        ports = [context.Pipe(duplex=False) for _ in range(world_size)]  # the store's port
         processes = [context.Process(target=_rank_main, daemon=True,
-                                     args=(rank, world_size, port, task, pipes[rank][1],
-                                           logs[rank], timeout_s, os.getpid()))
+                                     args=(rank, world_size, ports[rank][0], task,
+                                           pipes[rank][1], logs[rank], timeout_s, os.getpid()))
                      for rank in range(world_size)]
+        store = None
         try:
             with warnings.catch_warnings():
                 # Python 3.12+ warns about fork in a process with threads; see the
@@ -445,12 +451,23 @@ def run_forked(task, world_size: int, timeout_s: float = 10.0, name: str | None 
                         pass
             for _, sender in pipes:
                 sender.close()
+            # The rendezvous store is served here, on a port the system picks (so no
+            # other run can take it between choosing and binding), and opened only
+            # now: a store's server thread copied into the ranks by the fork made
+            # one launch in a hundred hang in init_process_group.
+            store = _rendezvous_store(timeout_s)
+            for reader, sender in ports:
+                reader.close()
+                sender.send(store.port)
+                sender.close()
             _wait_for_ranks(processes, [reader for reader, _ in pipes], values, logs,
                             time.monotonic() + timeout_s, timeout_s, name, wait)
         finally:
             _stop(processes)
-            for reader, _ in pipes:
-                reader.close()
+            for connection in [reader for reader, _ in pipes] + [end for pair in ports
+                                                                   for end in pair]:
+                connection.close()
+            del store
     return [values[rank] for rank in range(world_size)]
 
 
