@@ -559,10 +559,16 @@ def _stack_of(path) -> str:
     frames = [line for line in text[marker:].splitlines()[1:] if line.startswith("  File")]
     # Most recent first: the student's frames (and torch's under them), then the
     # grader's, then the frames the rank inherited from its parent at the fork.
+    import torch
+
+    torch_frame = f'  File "{os.path.dirname(torch.__file__)}{os.sep}'
     student = []
     for line in frames:
         if line.startswith(_OWN_FRAME):
             break
+        # Of torch's own frames, only the innermost: the call the rank waits in.
+        if line.startswith(torch_frame) and student and student[-1].startswith(torch_frame):
+            continue
         student.append(line)
     return "\n".join(student[:_LOG_LINES])
 
