@@ -19,10 +19,13 @@ without nbgrader.)
 
 from __future__ import annotations
 
+import ast
+import re
+
 import nbformat
 import pytest
 
-from test_grading import autograde, filled_in, nbgrader_meta
+from test_grading import autograde, filled_in, nbgrader_meta, source_notebook
 
 CHAPTER = "04_frameworks_and_communication"
 
@@ -153,3 +156,45 @@ def test_every_graded_cell_is_cheated_on():
     graded_cells = {nbgrader_meta(c)["grade_id"] for c in filled_in(CHAPTER).cells
                     if nbgrader_meta(c).get("grade") and c.cell_type == "code"}
     assert set(REASONS) == graded_cells
+
+
+# -----------------------------------------------------------------------------
+# Static checks of the graded test cells (the standards test_early_cheats holds
+# chapters 1-3 to, with this chapter's checks of the collectives)
+
+CHECK_CALL = re.compile(r"\b(check_collective|expect_(?!own_work)\w+)\(|^assert ")
+
+
+def _returns_nothing(statement: ast.stmt) -> bool:
+    """Whether a cell's last statement leaves no value (nbgrader reads a value as
+    partial credit): anything but an expression, or a call known to return None."""
+    if not isinstance(statement, ast.Expr):
+        return True
+    call = statement.value
+    return isinstance(call, ast.Call) and getattr(call.func, "id", None) in (
+        "check_collective", "expect_raises", "expect_own_work", "expect_no_names", "print")
+
+
+def test_test_cells_meet_the_standards():
+    value_error_checks = checks = 0
+    for cell in source_notebook(CHAPTER).cells:
+        if cell.cell_type != "code" or not nbgrader_meta(cell).get("grade"):
+            continue
+        name = nbgrader_meta(cell)["grade_id"]
+        visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
+        assert hidden.strip(), f"{name} has no hidden tests"
+        # check_collective refuses the course's package itself (check_point_to_point_only).
+        assert "expect_own_work(" in visible or "check_collective(" in visible, \
+            f"{name} does not check that the work is the student's own"
+        assert "math.isclose" not in cell.source and "np.allclose" not in cell.source, \
+            f"{name} compares with a function a student cell can replace"
+        full = visible + hidden.replace("### END HIDDEN TESTS", "")
+        for part, code in (("visible", visible), ("graded", full)):
+            assert _returns_nothing(ast.parse(code).body[-1]), (
+                f"{name}: the {part} cell ends in a value, which nbgrader reads as partial credit")
+        for line in full.splitlines():
+            if CHECK_CALL.search(line.strip()):
+                checks += 1
+                value_error_checks += "expect_raises(" in line
+    assert checks and value_error_checks / checks <= 0.15, (
+        f"{value_error_checks} of {checks} checks are about ValueError (at most 15%)")

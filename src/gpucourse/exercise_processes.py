@@ -29,8 +29,12 @@ gloo sockets it opens itself, and one pipe to the grader; it ends with
 
 **How a run ends.** Every rank of a launch is a child process in a process
 group of its own (set by the child and by the grader, so that there is no
-window without it). The grader waits on the children's result pipes and exit
-sentinels until a deadline, ``timeout_s``. The launch ends at the first of:
+window without it). The grader serves the rendezvous store, sends its port to
+the ranks, and waits on their result pipes and exit sentinels. Each rank says
+when it has joined the process group; the deadline, ``timeout_s``, counts from
+when all have, so that a slow start on a busy machine (allowed
+``JOIN_TIMEOUT_S``) does not eat into the time the student's code is given, and
+a hang is stopped a few seconds after it begins. The launch ends at the first of:
 
 * every rank reported its result: the results are checked;
 * a rank raised: its traceback is reported (the earliest failure, by clock,
@@ -147,6 +151,9 @@ _COURSE_COLLECTIVES = ("ring_all_reduce", "naive_all_reduce", "ring_reduce_scatt
                        "_exchange")
 POINT_TO_POINT = "dist.send, dist.recv, dist.isend, dist.irecv or dist.batch_isend_irecv"
 
+# How long the ranks may take to start and join their process group; the
+# deadline of a run (timeout_s) counts from when they all have.
+JOIN_TIMEOUT_S = 60.0
 # How much of each rank's log a failure message shows.
 _LOG_LINES = 15
 # How tracebacks and faulthandler start a line about a frame of this module.
@@ -331,7 +338,8 @@ def _rank_main(rank, world_size, port_reader, task, connection, log_path, timeou
         _die_with_parent(parent_pid)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the grader decides when to stop
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(int(timeout_s) + 60)  # backstop: terminate a minute after the deadline
+        # Backstop: terminate a minute after the latest deadline the grader can set.
+        signal.alarm(int(timeout_s + JOIN_TIMEOUT_S) + 60)
         log = open(log_path, "w", buffering=1)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
@@ -345,11 +353,13 @@ def _rank_main(rank, world_size, port_reader, task, connection, log_path, timeou
         # The grader serves the rendezvous store, opened after the fork, and sends
         # its port; each rank joins it as a client.
         port = port_reader.recv()
-        store = dist.TCPStore("127.0.0.1", port, None, False,
-                              timedelta(seconds=timeout_s + 30))
+        # gloo's own timeouts lie past the grader's deadlines, so that they never fire first.
+        waits = timedelta(seconds=timeout_s + JOIN_TIMEOUT_S + 30)
+        store = dist.TCPStore("127.0.0.1", port, None, False, waits)
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout_s + 30))
+                                timeout=waits)
         _install_guards()
+        connection.send(("joined", time.monotonic(), None))  # the deadline starts now
         status, value = "ok", task(rank, world_size)
     except BaseException:  # SystemExit and KeyboardInterrupt included
         status, value = "error", traceback.format_exc()
@@ -455,13 +465,13 @@ def run_forked(task, world_size: int, timeout_s: float = 10.0, name: str | None 
             # other run can take it between choosing and binding), and opened only
             # now: a store's server thread copied into the ranks by the fork made
             # one launch in a hundred hang in init_process_group.
-            store = _rendezvous_store(timeout_s)
+            store = _rendezvous_store(timeout_s + JOIN_TIMEOUT_S)
             for reader, sender in ports:
                 reader.close()
                 sender.send(store.port)
                 sender.close()
             _wait_for_ranks(processes, [reader for reader, _ in pipes], values, logs,
-                            time.monotonic() + timeout_s, timeout_s, name, wait)
+                            timeout_s, name, wait)
         finally:
             _stop(processes)
             for connection in [reader for reader, _ in pipes] + [end for pair in ports
@@ -471,13 +481,24 @@ def run_forked(task, world_size: int, timeout_s: float = 10.0, name: str | None 
     return [values[rank] for rank in range(world_size)]
 
 
-def _wait_for_ranks(processes, readers, values, logs, deadline, timeout_s, name, wait):
+def _wait_for_ranks(processes, readers, values, logs, timeout_s, name, wait):
     world_size = len(processes)
     pending = dict(enumerate(readers))
+    joined: set[int] = set()
+    # Until every rank has joined the process group, only a generous limit for the
+    # start-up; from then on, timeout_s for the task (the student's code).
+    deadline = time.monotonic() + JOIN_TIMEOUT_S
     failures = []  # (clock, rank, text)
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
+            if len(joined) < world_size:
+                raise AssertionError(
+                    f"{name} on {world_size} processes: ranks "
+                    f"{sorted(set(range(world_size)) - joined)} did not join the process group "
+                    f"within {JOIN_TIMEOUT_S:g} s, before any of your code ran (is the machine "
+                    f"overloaded?); every process was stopped: run the cell again"
+                    f"{_logs(logs, sorted(set(range(world_size)) - joined))}")
             _report_hang(processes, sorted(pending), logs, timeout_s, name)
         sentinels = {processes[rank].sentinel: rank for rank in pending}
         ready = wait(list(pending.values()) + list(sentinels), timeout=min(remaining, 0.5))
@@ -490,6 +511,11 @@ def _wait_for_ranks(processes, readers, values, logs, deadline, timeout_s, name,
             elif processes[rank].sentinel in ready:
                 status, clock, value = "died", time.monotonic(), None
             else:
+                continue
+            if status == "joined":
+                joined.add(rank)
+                if len(joined) == world_size:
+                    deadline = time.monotonic() + timeout_s
                 continue
             del pending[rank]
             if status == "ok":
@@ -621,7 +647,7 @@ def expected_messages(collective: str, length: int, world_size: int, rank: int):
 
 
 def check_collective(function, collective, world_sizes=(2, 3, 4), lengths=(10, 2),
-                     dtype="float64", timeout_s=6.0) -> None:
+                     dtype="float64", timeout_s=3.0) -> None:
     """Run a student's ring ``collective`` on real processes and check it.
 
     ``function(tensor)`` must work in place on a 1-d float tensor (see the
