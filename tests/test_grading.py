@@ -13,6 +13,7 @@ For every chapter in solutions/:
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -132,10 +133,16 @@ def test_written_answers_have_a_model_answer_and_a_rubric(chapter):
         assert "### BEGIN SOLUTION" in cell.source and len(model.split()) >= 30, (
             f"{meta['grade_id']}: the source notebook needs a model answer of a few sentences "
             "between ### BEGIN SOLUTION and ### END SOLUTION")
-        question = cells[index - 1].source if index else ""
-        assert "rubric" in question.lower() or "points:" in question.lower(), (
-            f"{meta['grade_id']}: the question before the answer must state how it is graded "
-            "(a rubric)")
+        # The question: the markdown cell before the answer (a code cell that
+        # prints the student's own results may come between them).
+        question = next((c.source for c in reversed(cells[:index]) if c.cell_type == "markdown"),
+                        "")
+        # The rubric: shown with the question, or kept for the grader beside the
+        # model answer where it would give the answer away.
+        assert any("rubric" in text.lower() or "points:" in text.lower()
+                   for text in (question, model)), (
+            f"{meta['grade_id']}: state how the answer is graded (a rubric) in the question "
+            "or beside the model answer")
 
 
 def filled_in(chapter: str, replace: dict[str, str] | None = None):
@@ -268,14 +275,46 @@ def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
     assert graded.is_file(), "the grader did not write the autograded notebook"
 
 
+def built_on(chapter: str) -> dict[str, set[str]]:
+    """{solution's grade_id: the other solutions it calls, directly or not}.
+
+    An exercise that asks the student to combine earlier answers (the layouts
+    that fit call the student's own validity check) cannot earn its points when
+    one of those is broken; every other exercise must."""
+    notebook = source_notebook(chapter)
+    code = {nbgrader_meta(c)["grade_id"]: c.source for c in notebook.cells
+            if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
+    defines, uses = {}, {}
+    for grade_id, source in code.items():
+        tree = ast.parse(source)
+        defines[grade_id] = {node.name for node in tree.body
+                             if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        uses[grade_id] = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    direct = {grade_id: {other for other in code if other != grade_id
+                         and defines[other] & uses[grade_id]} for grade_id in code}
+    closure = {}
+    for grade_id in code:
+        seen, todo = set(), list(direct[grade_id])
+        while todo:
+            other = todo.pop()
+            if other not in seen:
+                seen.add(other)
+                todo.extend(direct[other])
+        closure[grade_id] = seen
+    return closure
+
+
 def test_a_misbehaving_exercise_loses_only_its_own_points(autograded):
     groups = exercises_of(source_notebook(autograded["chapter"]))
     scores = _autograded_scores(autograded, "misbehaving")
     owner = {test: solution for solution, group in groups.items() for test in group["tests"]}
+    calls = built_on(autograded["chapter"])
     for name, (score, max_score) in scores.items():
         how = autograded["broken"].get(owner.get(name))
         if how:
             assert score == 0, f"{name} belongs to an exercise that {how}: it earned {score}"
+        elif calls.get(owner.get(name), set()) & set(autograded["broken"]):
+            continue  # it calls a broken exercise's function: whatever it earns is fair
         else:
             assert score == max_score, (f"{name} lost points it had earned, beside exercises "
                                         f"that {', '.join(autograded['broken'].values())}")
