@@ -69,3 +69,28 @@ def test_the_early_chapters_list_their_points(chapter):
     assert sum(e["autograded"] for e in listing) >= 24
     assert sum(e["written"] for e in listing) >= 2
     assert all(e["functions"] for e in listing if not e["written"])
+
+
+@pytest.mark.parametrize("chapter", sorted(p.name for p in (ROOT / "solutions").iterdir()
+                                           if any(p.glob("*.ipynb"))))
+def test_the_listing_gives_the_points_the_grader_gives(chapter):
+    """Every chapter's listing sums to the points of its graded cells (read here
+    on their own: code cells autograded, markdown cells by hand)."""
+    listing = exercise_listing(ROOT / "exercises" / chapter / f"{chapter}.ipynb")
+    source = json.loads((ROOT / "solutions" / chapter / f"{chapter}.ipynb").read_text())
+    graded = [(cell["cell_type"], cell["metadata"]["nbgrader"]["points"])
+              for cell in source["cells"]
+              if cell.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    assert sum(e["autograded"] for e in listing) == sum(p for kind, p in graded if kind == "code")
+    assert sum(e["points"] - e["autograded"] for e in listing) == \
+        sum(p for kind, p in graded if kind == "markdown")
+
+
+def test_the_listing_of_chapter_4_names_each_function():
+    chapter = "04_frameworks_and_communication"
+    listing = exercise_listing(ROOT / "exercises" / chapter / f"{chapter}.ipynb")
+    assert [e["functions"] for e in listing] == [
+        ["ring_reduce_scatter"], ["ring_all_gather"], ["ring_all_reduce"], ["fit_alpha_beta"],
+        ["ring_all_reduce_time_s"], ["tensor_parallel_ccr"], []]
+    assert listing[-1]["title"] == "Written answers" and listing[-1]["written"] == 2
+    assert sum(e["autograded"] for e in listing) == 27
