@@ -284,21 +284,19 @@ def expect_accesses(kernel, heads: int, seq: int, head_dim: int, *, causal: bool
     def fail(message: str) -> None:
         raise AssertionError(f"{what}: {message}")
 
-    try:
-        trace.expect(uses_shared=True)
-    except AssertionError as error:
-        fail(f"{error}: each block loads its key and value tiles there, once, for all its "
-             "threads")
     # Each thread's share.
     shared_names = trace.shared_names()
     for thread in trace.threads:
         block = thread[0]
         tiles = key_tiles(block[0], seq, causal)
+        visits = (f"its block visits (causal: the tiles that start at or before the "
+                  f"block's last row, row {_block_rows(block, seq).stop - 1})" if causal
+                  else "its block visits")
         limits = ((q, "read", head_dim, "its query row, once"),
                   (k, "read", head_dim * tiles, f"its share of each of the {tiles} key tiles "
-                                                f"its block visits, at most head_dim each"),
+                                                f"{visits}, at most head_dim each"),
                   (v, "read", head_dim * tiles, f"its share of each of the {tiles} value "
-                                                f"tiles its block visits, at most head_dim each"),
+                                                f"tiles {visits}, at most head_dim each"),
                   (out, "write", head_dim, "its row of the output, once"),
                   (lse, "write", 1, "the log-sum-exp of its row, once"))
         for name, kind, limit, why in limits:
@@ -319,6 +317,11 @@ def expect_accesses(kernel, heads: int, seq: int, head_dim: int, *, causal: bool
                  f"({detail}); at most {allowed} allowed: per key tile, each of its "
                  f"{BLOCK_K} keys' rows for a score and values' rows for the output "
                  f"(BLOCK_K x (2 x head_dim + {EXTRA_SHARED_READS_PER_KEY}))")
+    try:
+        trace.expect(uses_shared=True)
+    except AssertionError as error:
+        fail(f"{error}: each block loads its key and value tiles there, once, for all its "
+             "threads")
     # Each block's rows of q, and its key and value tiles: exactly, once each.
     for name, role in ((q, "q"), (k, "k"), (v, "v")):
         seen = _by_block(trace, name, "read")
