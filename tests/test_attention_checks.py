@@ -389,3 +389,24 @@ def test_a_kernel_with_other_parameters_is_told_what_to_take():
 
     with pytest.raises(AssertionError, match="must take six arguments"):
         check.expect_attention(five, 1, 8, 16)
+
+
+def test_time_attention_checks_each_result_before_timing_it():
+    # On the simulator, with a stand-in clock: a right kernel is timed, a wrong one is not.
+    @cuda.jit
+    def writes_zeros(q, k, v, out, lse, scale):
+        row = cuda.blockIdx.x * BLOCK_Q + cuda.threadIdx.x
+        if row < q.shape[1]:
+            for c in range(q.shape[2]):
+                out[cuda.blockIdx.y, row, c] = 0.0
+
+    timed = []
+    rows = check.time_attention({"right": (flash_forward, False), "wrong": (writes_zeros, False)},
+                                seqs=(20,), batch=1, heads=2, head_dim=16, library=False,
+                                sdpa=False, time_s=lambda run: timed.append(run) or 2e-3)
+    by = {row["variant"]: row for row in rows}
+    assert len(timed) == 1 and by["right"]["ms"] == 2.0 and by["right"]["max_abs_err"] < 1e-5
+    assert by["right"]["tflops"] == pytest.approx(
+        attention.attention_flops(1, 2, 20, 16) / 2e-3 / 1e12)
+    assert by["wrong"]["ms"] is None and by["wrong"]["max_abs_err"] > check.WRONG_ABOVE
+    assert "wrong" in check.format_table(rows)

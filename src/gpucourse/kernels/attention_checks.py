@@ -43,15 +43,18 @@ Every check raises ``AssertionError`` with a message for the student, and
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter, defaultdict
-from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
 from gpucourse import verify
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention, inspection
+# The SGEMM checks' helpers: tiles covering a size, whole-number arguments, and a
+# launch that stops its simulated threads when interrupted and does not warn about
+# the overflows of NumPy scalars (a kernel that exponentiates unshifted scores fails
+# by value, not by warning).
+from gpucourse.kernels.sgemm_checks import _quiet, _stopping, _whole, blocks
 
 # The exercises' tile shape: BLOCK_Q query rows per block (one thread each) and
 # BLOCK_K keys per tile. Different on purpose: a kernel that mixes them up fails.
@@ -81,17 +84,6 @@ OUT_REL, OUT_ABS = 1e-4, 1e-4
 LSE_REL, LSE_ABS = 1e-5, 1e-5
 SCORE_ROUNDING = 1e-6
 FLOAT32_BYTES = 4
-
-
-def blocks(size: int, tile: int) -> int:
-    """How many tiles of `tile` cover `size`: the ceiling of size / tile."""
-    return (size + tile - 1) // tile
-
-
-def _whole(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
 
 
 def _head_dim(value) -> int:
@@ -153,21 +145,6 @@ def _check_scale(scale) -> np.float32:
             or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     return np.float32(scale)
-
-
-def _stopping():
-    """On the simulator, a kernel interrupted mid-run (a cell that took too long) leaves
-    no thread running behind it; on a GPU, nothing to do."""
-    return nullcontext() if on_gpu() else inspection.stopping_simulated_threads()
-
-
-@contextmanager
-def _quiet():
-    """No overflow warnings from the simulator's NumPy scalars (a GPU does not warn):
-    a kernel that exponentiates unshifted scores fails by value, not by warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
 
 
 def run(kernel, q, k, v, scale) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +209,8 @@ def expect_attention(kernel, heads: int, seq: int, head_dim: int, *, causal: boo
     verify.expect_array(out, expected, dtype=np.float32, rel=OUT_REL,
                         abs=OUT_ABS + rounding, name=f"out of {what}")
     verify.expect_array(lse, expected_lse, dtype=np.float32, rel=LSE_REL,
-                        abs=LSE_ABS + rounding, name=f"lse (the log-sum-exp of each row's scores) of {what}")
+                        abs=LSE_ABS + rounding,
+                        name=f"lse (the log-sum-exp of each row's scores) of {what}")
     return out, lse
 
 
@@ -346,8 +324,9 @@ def expect_accesses(kernel, heads: int, seq: int, head_dim: int, *, causal: bool
             else:
                 tiles = key_tiles(block[0], seq, causal)
                 rows = range(min(tiles * BLOCK_K, seq))
+                diagonal = ", the tiles at or left of the diagonal" if causal else ""
                 wanted_rows = (f"keys 0 to {rows.stop - 1} of head {head} (key tiles 0 to "
-                               f"{tiles - 1}{', the tiles at or left of the diagonal' if causal else ''})")
+                               f"{tiles - 1}{diagonal})")
                 how = "each block loads each tile once, into shared memory, for all its threads"
             stray = sorted(e for e in counted if e[0] != head or e[1] not in rows)
             if stray:
