@@ -325,3 +325,118 @@ def test_import_is_light():
             "print(sorted(m for m in ('matplotlib', 'numba', 'torch') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# -----------------------------------------------------------------------------
+# Measured speed-ups and the laws fitted to them
+
+
+def test_fits_recover_the_fraction_of_exact_data():
+    workers = np.array([1, 2, 4, 8, 16])
+    assert hpc.fit_amdahl(workers, hpc.amdahl_speedup(0.93, workers)) == pytest.approx(0.93)
+    assert hpc.fit_gustafson(workers, hpc.gustafson_speedup(0.7, workers)) == pytest.approx(0.7)
+    # Exact Amdahl data has the same serial fraction at every count.
+    np.testing.assert_allclose(hpc.karp_flatt(workers, hpc.amdahl_speedup(0.93, workers)),
+                               np.full(4, 0.07))
+
+
+def test_fits_are_least_squares_against_numpy():
+    rng = np.random.default_rng(3)
+    workers = np.array([1, 2, 3, 4, 6, 8, 12, 16], dtype=float)
+    speedups = hpc.amdahl_speedup(0.9, workers) * rng.uniform(0.9, 1.05, workers.size)
+    x, y = 1 - 1 / workers, 1 - 1 / speedups
+    slope = np.linalg.lstsq(x[:, None], y, rcond=None)[0][0]
+    assert hpc.fit_amdahl(workers, speedups) == pytest.approx(slope)
+    slope = np.linalg.lstsq((workers - 1)[:, None], speedups - 1, rcond=None)[0][0]
+    assert hpc.fit_gustafson(workers, speedups) == pytest.approx(slope)
+
+
+def test_fits_stay_in_zero_to_one():
+    # Slower on more workers: the best slope is negative, clipped to 0.
+    assert hpc.fit_amdahl([1, 2, 4], [1.0, 0.8, 0.6]) == 0.0
+    assert hpc.fit_gustafson([1, 2, 4], [1.0, 3.0, 9.0]) == 1.0  # superlinear: clipped to 1
+
+
+def test_karp_flatt_by_hand():
+    # n = 4, S = 3: (1/3 - 1/4) / (3/4) = 1/9; the one-worker point is skipped.
+    np.testing.assert_allclose(hpc.karp_flatt([1, 4], [1.0, 3.0]), [1 / 9])
+
+
+@pytest.mark.parametrize("workers, speedups, naming", [
+    ([1, 1], [1.0, 1.0], "workers"), ([1, 2], [1.0], "speedups"), ([0.5, 2], [1, 2], "workers"),
+    ([1, 2], [1.0, -2.0], "speedups")])
+def test_fits_refuse_bad_data(workers, speedups, naming):
+    for fit in (hpc.fit_amdahl, hpc.fit_gustafson, hpc.karp_flatt):
+        with pytest.raises(ValueError, match=naming):
+            fit(workers, speedups)
+
+
+@pytest.mark.parametrize("scaling", hpc.SCALINGS)
+def test_the_recorded_speedups_are_a_measurement(scaling):
+    m = hpc.recorded_speedups(scaling)
+    assert m.workers[0] == 1 and m.workers[-1] >= 8 and np.all(np.diff(m.workers) > 0)
+    np.testing.assert_allclose(m.speedups, m.one_worker_times_s / m.times_s)
+    assert "logical CPUs" in m.machine and m.method.startswith("gpucourse.hpc.measure_speedups")
+    # More workers help, but less than linearly.
+    assert 1 < m.speedups[-1] < m.workers[-1]
+
+
+def test_measure_speedups_runs_the_job_on_processes():
+    m = hpc.measure_speedups((1, 2), "strong", serial_steps=1000, parallel_steps=20_000,
+                             repeats=1)
+    assert list(m.workers) == [1, 2] and m.speedups[0] == 1.0 and np.all(m.times_s > 0)
+    assert hpc.speedup_record([m])["strong"]["workers"] == [1, 2]
+
+
+def test_lcg_chain_is_the_generator():
+    x = 1
+    for _ in range(3):
+        x = (1103515245 * x + 12345) % 2**31
+    assert hpc.lcg_chain(3) == x
+
+
+@pytest.mark.parametrize("kwargs, naming", [({"worker_counts": (1, 1)}, "worker_counts"),
+                                            ({"scaling": "medium"}, "scaling"),
+                                            ({"repeats": 0}, "repeats")])
+def test_measure_speedups_refuses_bad_arguments(kwargs, naming):
+    with pytest.raises(ValueError, match=naming):
+        hpc.measure_speedups(**kwargs)
+
+
+# -----------------------------------------------------------------------------
+# Counting a kernel and placing it on a roofline
+
+
+def test_kernel_counts_by_hand():
+    assert hpc.kernel_counts("add", (10,)) == (10, 240)
+    assert hpc.kernel_counts("triad", (10,), 4) == (20, 120)
+    assert hpc.kernel_counts("matvec", (3, 5)) == (30, 8 * (15 + 5 + 3))
+    assert hpc.kernel_counts("matmul", (2, 3, 4), 4) == (48, 104)
+    # The ideal matmul count is the intensity matmul_intensity gives.
+    flops, moved = hpc.kernel_counts("matmul", (64, 32, 16), 4)
+    assert flops / moved == pytest.approx(hpc.matmul_intensity(64, 32, 16))
+
+
+@pytest.mark.parametrize("kernel, shape, naming", [("copy", (4,), "kernel"),
+                                                   ("matvec", (4,), "shape"),
+                                                   ("add", (0,), "shape")])
+def test_kernel_counts_refuse_bad_input(kernel, shape, naming):
+    with pytest.raises(ValueError, match=naming):
+        hpc.kernel_counts(kernel, shape)
+
+
+def test_place_on_roofline_by_hand():
+    # 1e9 FLOP over 4e9 bytes in 0.01 s on a 1e12 FLOP/s, 1e11 B/s machine (ridge 10):
+    # intensity 0.25, achieved 1e11 FLOP/s, roof 2.5e10: memory-bound.
+    placed = hpc.place_on_roofline(1e9, 4e9, 0.01, 1e12, 1e11)
+    assert placed.intensity_flop_per_byte == 0.25
+    assert placed.achieved_flops_per_s == pytest.approx(1e11)
+    assert placed.attainable_flops_per_s == pytest.approx(2.5e10)
+    assert placed.bound == "memory" and placed.fraction_of_attainable == pytest.approx(4)
+    assert hpc.place_on_roofline(1e12, 1e10, 2.0, 1e12, 1e11).bound == "compute"  # at the ridge
+
+
+def test_time_numpy_kernel_times_something():
+    assert 0 < hpc.time_numpy_kernel("matvec", (64, 32), repeats=2) < 1
+    with pytest.raises(ValueError, match="repeats"):
+        hpc.time_numpy_kernel("add", (8,), repeats=0)

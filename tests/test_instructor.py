@@ -42,7 +42,7 @@ import nbformat
 import pytest
 from test_book import browser  # noqa: F401 (the headless Chromium fixture, skipped without it)
 from test_grading import (exercises_of, filled_in, nbgrader_meta, release_notebook,
-                          source_notebook)
+                          source_notebook, written_answers)
 
 from gpucourse.grading import chapters, nbgrader_command
 from gpucourse.instructor import (InstructorGradebook, _stale_tests, chapter_cell_ids,
@@ -418,23 +418,32 @@ def points_of(chapter: str) -> dict[str, float]:
             for gid, points in group["tests"].items()}
 
 
+def _cells(field: str) -> set[str]:
+    return set(field.split(";")) if field else set()
+
+
 @pytest.mark.slow
 def test_grades_csv_has_one_row_per_graded_submission(graded):
     points = points_of(CHAPTER)
     total = sum(points.values())
+    # Written answers count in nbgrader's maximum and wait for a person: until then
+    # they are listed among the cells without their points.
+    written = written_answers(source_notebook(CHAPTER))
+    maximum = total + sum(written.values())
     amdahl_tests = set(exercises_of(source_notebook(CHAPTER))["amdahl_solution"]["tests"])
     rows = graded["rows"]
     assert graded["status"] == 0
     assert set(rows) == {"correct", "blank", "looping"}
-    assert all(row["chapter"] == CHAPTER and float(row["max_points"]) == total
+    assert all(row["chapter"] == CHAPTER and float(row["max_points"]) == maximum
                for row in rows.values())
     assert float(rows["correct"]["points"]) == total
-    assert rows["correct"]["failed_cells"] == "" and rows["correct"]["timed_out_cells"] == ""
+    assert _cells(rows["correct"]["failed_cells"]) == set(written)
+    assert rows["correct"]["timed_out_cells"] == ""
     assert float(rows["blank"]["points"]) == 0
-    assert set(rows["blank"]["failed_cells"].split(";")) == set(points)
+    assert _cells(rows["blank"]["failed_cells"]) == set(points) | set(written)
     assert float(rows["looping"]["points"]) == total - sum(points[t] for t in amdahl_tests)
-    assert set(rows["looping"]["failed_cells"].split(";")) == amdahl_tests
-    assert set(rows["looping"]["timed_out_cells"].split(";")) == amdahl_tests
+    assert _cells(rows["looping"]["failed_cells"]) == amdahl_tests | set(written)
+    assert _cells(rows["looping"]["timed_out_cells"]) == amdahl_tests
     for student, row in rows.items():
         feedback = graded["course"] / row["feedback"]
         assert feedback == (graded["course"] / "feedback" / student / CHAPTER / f"{CHAPTER}.html")
@@ -445,13 +454,14 @@ def test_grades_csv_has_one_row_per_graded_submission(graded):
 def test_the_summary_shows_points_failures_and_what_was_skipped(graded):
     summary = graded["summary"]
     total = sum(points_of(CHAPTER).values())
+    maximum = total + sum(written_answers(source_notebook(CHAPTER)).values())
     header = f"student  {CHAPTER}"
     assert header in summary
     rows = summary.split(header)[1].split("\n\n")[0].strip().splitlines()
     table = {line.split()[0]: line for line in rows}
     assert set(table) == {"correct", "blank", "looping"}
-    assert re.search(rf"^correct\s+{total:g} / {total:g}$", table["correct"])
-    assert re.search(rf"^blank\s+0 / {total:g}$", table["blank"])
+    assert re.search(rf"^correct\s+{total:g} / {maximum:g}$", table["correct"])
+    assert re.search(rf"^blank\s+0 / {maximum:g}$", table["blank"])
     assert "looping 01_hpc_foundations: test_amdahl (timed out)" in summary
     assert "blank 01_hpc_foundations: test_amdahl (NotImplementedError)" in summary
     skipped = summary.split("Skipped (not graded):")[1].split("\n\n")[0]

@@ -170,3 +170,55 @@ def test_attribute_names_are_not_taken_for_globals():
     assert "x" not in verify.global_names(uses_attribute_x.__code__)
     assert verify.library_uses(uses_attribute_x) == []
     assert "gpucourse.hpc" in verify.global_names(cheat_import.__code__)
+
+
+class AlwaysEqualList(list):
+    def __eq__(self, other):
+        return True
+
+
+class AlwaysEqualStr(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_expect_equal_accepts_the_same_plain_structure():
+    expected = [("F", 0), ("B", 0)]
+    assert verify.expect_equal([("F", 0), ("B", np.int64(0))], expected) is not None
+    verify.expect_equal({"bound": "memory", "rate": 2.5, "ok": True, "n": 3},
+                        {"bound": "memory", "rate": 2.5, "ok": True, "n": 3})
+    verify.expect_equal({"gradients", "parameters"}, {"parameters", "gradients"})
+    verify.expect_equal(None, None)
+
+
+@pytest.mark.parametrize("value, expected, message", [
+    ([("F", 0), ("B", 1)], [("F", 0), ("B", 0)], r"\[1\]\[1\] should be the int 0"),
+    ([["F", 0]], [("F", 0)], r"\[0\] must be a tuple"),
+    ({"bound": "compute"}, {"bound": "memory"}, "should be 'memory'"),
+    ({"a": 1}, {"a": 1, "b": 2}, "keys"),
+    ({"x"}, {"x", "y"}, "should be"),
+    (1, True, "should be True"),
+    (1.0, 1, "should be the int 1"),
+    ((1, 2), (1, 2, 3), "3 items"),
+])
+def test_expect_equal_names_the_difference(value, expected, message):
+    with pytest.raises(AssertionError, match=message):
+        verify.expect_equal(value, expected)
+
+
+def test_always_equal_containers_and_strings_earn_nothing():
+    cheat = AlwaysEqualList()
+    assert cheat == [("F", 0)]
+    with pytest.raises(AssertionError, match="must be a list"):
+        verify.expect_equal(cheat, [("F", 0)])
+    with pytest.raises(AssertionError, match="string"):
+        verify.expect_equal([AlwaysEqualStr("B")], ["F"])
+    with pytest.raises(AssertionError, match="key of type"):
+        verify.expect_equal({AlwaysEqualStr("x"): 1}, {"bound": 1})
+
+
+def test_expect_equal_refuses_an_expected_value_it_cannot_compare():
+    with pytest.raises(ValueError, match="expected must be built of"):
+        verify.expect_equal(np.zeros(2), np.zeros(2))

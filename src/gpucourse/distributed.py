@@ -21,21 +21,26 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import time
 import traceback
+from datetime import timedelta
 from typing import Any, Callable
 
 BACKENDS = ("gloo", "nccl")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _rendezvous_store(timeout_s: float):
+    """The key-value store the workers meet at, served by this process on a port
+    the system picks. Holding it here (rather than choosing a free port and
+    letting rank 0 open it later) leaves no moment in which another run on the
+    machine can take the port and receive our workers."""
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=timeout_s + 60),
+                         wait_for_workers=False)
 
 
-def _worker(rank, world_size, backend, port, function, args, results):
+def _worker(rank, world_size, backend, port, function, args, results, store_timeout_s):
     # Each worker computes on one thread: with N processes on a small machine,
     # more threads only fight over the same cores.
     import torch
@@ -47,8 +52,8 @@ def _worker(rank, world_size, backend, port, function, args, results):
             # Bind the GPU first, so that NCCL's communicator knows its device
             # (otherwise a barrier warns that the device is unknown).
             torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
-                                rank=rank, world_size=world_size)
+        store = dist.TCPStore("127.0.0.1", port, None, False, timedelta(seconds=store_timeout_s))
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         value = function(rank, world_size, *args)
         results.put((rank, "ok", value))
     except BaseException:  # report everything, KeyboardInterrupt included
@@ -79,11 +84,12 @@ def run_on_processes(function: Callable[..., Any], world_size: int, args: tuple 
 
     context = mp.get_context("spawn")
     results = context.Queue()
-    port = _free_port()
+    store = _rendezvous_store(timeout_s)
     # Workers import torch afresh; keep them from each starting a thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     processes = [context.Process(target=_worker, daemon=True,
-                                 args=(rank, world_size, backend, port, function, args, results))
+                                 args=(rank, world_size, backend, store.port, function, args, results,
+                                       timeout_s + 60))
                  for rank in range(world_size)]
     for process in processes:
         process.start()

@@ -19,7 +19,9 @@ Both are command lines::
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,22 @@ def _nbgrader(args: list[str], cwd: Path) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
+def release_in_course(root: Path, course: Path, chapter: str) -> Path:
+    """Make ``course`` (a scratch folder) an nbgrader course of the chapters in
+    ``root/solutions`` and generate ``chapter``'s student version in it, as
+    ``nbgrader generate_assignment`` does, with the gradebook in
+    ``course/gradebook.db``. Returns the student notebook's path,
+    ``course/exercises/<chapter>/<chapter>.ipynb``."""
+    root, course = Path(root).resolve(), Path(course)
+    if not (course / "nbgrader_config.py").exists():
+        shutil.copy(root / "nbgrader_config.py", course)
+        shutil.copytree(root / "solutions", course / "solutions",
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    _nbgrader(["generate_assignment", chapter, "--force", f"--CourseDirectory.db_url="
+               f"sqlite:///{course / 'gradebook.db'}", "--log-level=WARN"], cwd=course)
+    return course / "exercises" / chapter / f"{chapter}.ipynb"
+
+
 def generate_exercises(root: Path, into: Path | None = None,
                        only: list[str] | None = None) -> Path:
     """Write the student version of every chapter's notebook (or of ``only`` these).
@@ -77,13 +95,8 @@ def generate_exercises(root: Path, into: Path | None = None,
     target = (root / "exercises") if into is None else Path(into).resolve()
     with tempfile.TemporaryDirectory(prefix="gpucourse-release-") as scratch:
         course = Path(scratch)
-        shutil.copy(root / "nbgrader_config.py", course)
-        shutil.copytree(root / "solutions", course / "solutions",
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        db = f"sqlite:///{course / 'gradebook.db'}"
         for name in names:
-            _nbgrader(["generate_assignment", name, "--force",
-                       f"--CourseDirectory.db_url={db}", "--log-level=WARN"], cwd=course)
+            release_in_course(root, course, name)
         for name in names:
             destination = target / name
             if destination.exists():
@@ -138,6 +151,67 @@ def format_scores(path: Path, scores: list[CellScore]) -> str:
     lines.append(f"  {'total':<{width}}  {earned:g} / {possible:g}  "
                  "(visible tests only; hidden tests are added when your work is graded)")
     return "\n".join(lines)
+
+
+_SECTION = re.compile(r"^## (.+?)\s*\((\d+(?:\.\d+)?) points?(?:, graded by hand)?\)\s*$", re.M)
+
+
+def exercise_listing(notebook) -> list[dict]:
+    """What a student writes in an nbgrader notebook, section by section, with the points.
+
+    Each exercise is a heading ``## Title (P points)``; what follows up to the
+    next such heading belongs to it: the functions its solution cells define,
+    the points of its graded test cells (scored by the autograder) and of its
+    graded markdown cells (written answers, scored by a person). Returns one
+    dict per exercise: ``title``, ``functions`` (names), ``points``,
+    ``autograded`` and ``written`` (the written answers' count). A heading
+    that states other points than its cells give is an error, so the book's
+    tables cannot drift from the notebooks.
+    """
+    path = Path(notebook)
+    if path.suffix != ".ipynb" or not path.is_file():
+        raise ValueError(f"notebook must be an existing .ipynb file, got {notebook}")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    found: list[dict] = []
+    for cell in cells:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        heading = _SECTION.search(source) if cell["cell_type"] == "markdown" else None
+        if heading and not meta.get("grade"):
+            found.append({"title": heading.group(1), "stated": float(heading.group(2)),
+                          "functions": [], "points": 0.0, "autograded": 0.0, "written": 0})
+        if not found or not meta:
+            continue
+        if meta.get("solution") and cell["cell_type"] == "code":
+            found[-1]["functions"] += re.findall(r"^def\s+(\w+)", source, re.M)
+        if meta.get("grade"):
+            points = float(meta.get("points", 0))
+            found[-1]["points"] += points
+            if cell["cell_type"] == "code":
+                found[-1]["autograded"] += points
+            else:
+                found[-1]["written"] += 1
+    for exercise in found:
+        if exercise.pop("stated") != exercise["points"]:
+            raise ValueError(f"the heading of {exercise['title']!r} states other points than "
+                             f"its graded cells give ({exercise['points']:g})")
+    return found
+
+
+def format_listing(listing) -> str:
+    """A Markdown table of exercise_listing's rows, with the totals."""
+    rows = ["| Exercise | You write | Points |", "|---|---|---|"]
+    for exercise in listing:
+        if exercise["written"]:
+            what = f"{exercise['written']} written answers, graded by hand"
+        else:
+            what = ", ".join(f"`{name}`" for name in exercise["functions"])
+        rows.append(f"| {exercise['title']} | {what} | {exercise['points']:g} |")
+    autograded = sum(e["autograded"] for e in listing)
+    by_hand = sum(e["points"] - e["autograded"] for e in listing)
+    rows.append(f"| **Total** | {autograded:g} points graded automatically, {by_hand:g} by hand "
+                f"| {autograded + by_hand:g} |")
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,6 +178,75 @@ def expect_array(value, expected, *, dtype=None, rel: float = 1e-9, abs: float =
     return value
 
 
+_PLAIN_CONTAINERS = (list, tuple, dict, set, frozenset)
+
+
+def _plain(value, expected, where: str) -> None:
+    """Raise AssertionError unless ``value`` is ``expected`` built of exact plain types."""
+    wanted = _type(expected)
+    kind = _type(value)
+    if wanted is bool or expected is None:
+        if kind is not wanted or value is not expected:
+            raise AssertionError(f"{where} should be {expected!r}, got {_describe_type(value)}")
+        return
+    if wanted is int:
+        if not (kind is int or kind in _INT_SCALARS) or _int(value) != expected:
+            raise AssertionError(f"{where} should be the int {expected!r}, got "
+                                 f"{_describe_type(value)}")
+        return
+    if wanted is float:
+        actual = _plain_float(value, where) if kind is not bool else None
+        if actual is None or not _close(actual, expected, 1e-12, 0.0):
+            raise AssertionError(f"{where} should be {expected!r}, got {_describe_type(value)}")
+        return
+    if wanted is str:
+        if kind is not str:
+            raise AssertionError(f"{where} should be the string {expected!r}, got "
+                                 f"{_describe_type(value)}")
+        if not str.__eq__(value, expected):
+            raise AssertionError(f"{where} should be {expected!r}, got {value!r}")
+        return
+    if wanted not in _PLAIN_CONTAINERS:
+        raise ValueError(f"expected must be built of bool, int, float, str, None, list, tuple, "
+                         f"dict and set, got {wanted.__name__} at {where}")
+    if kind is not wanted:
+        raise AssertionError(f"{where} must be a {wanted.__name__}, got {_describe_type(value)}")
+    if wanted is dict:
+        for key in value:
+            if _type(key) not in (str, int, tuple, float, bool):
+                raise AssertionError(f"{where} has a key of type {_type(key).__name__}")
+        if _len(value) != _len(expected) or not all(key in value for key in expected):
+            raise AssertionError(f"{where} should have the keys {sorted(expected, key=repr)}, "
+                                 f"got {sorted(value, key=repr)}")
+        for key in expected:
+            _plain(value[key], expected[key], f"{where}[{key!r}]")
+        return
+    if wanted in (set, frozenset):
+        for item in value:
+            if _type(item) not in (str, int, tuple, float, bool):
+                raise AssertionError(f"{where} holds an item of type {_type(item).__name__}")
+        if not (_len(value) == _len(expected) and all(item in value for item in expected)):
+            raise AssertionError(f"{where} should be {sorted(expected, key=repr)}, "
+                                 f"got {sorted(value, key=repr)}")
+        return
+    if _len(value) != _len(expected):
+        raise AssertionError(f"{where} should have {_len(expected)} items, got {_len(value)}")
+    for position in range(_len(expected)):
+        _plain(value[position], expected[position], f"{where}[{position}]")
+
+
+def expect_equal(value, expected, *, name: str = "the result"):
+    """Check that ``value`` equals ``expected``, a structure of lists, tuples, dicts, sets,
+    strings, ints, floats, bools and None, with the same exact types at every level.
+
+    An int may come as a numpy integer and a float as a numpy float (floats
+    agree to a relative 1e-12); subclasses and look-alikes are refused, so an
+    object whose ``==`` is always True fails. Returns ``value``.
+    """
+    _plain(value, expected, name)
+    return value
+
+
 def expect_raises(function, *args, error=ValueError, naming: str = "", **kwargs) -> None:
     """Check that ``function(*args, **kwargs)`` raises ``error`` whose message names ``naming``.
 

@@ -1,0 +1,296 @@
+"""Weeks 1 to 3: the named cheats earn nothing, under nbgrader's real autograde.
+
+For each of chapters 1, 2 and 3, one autograde run grades a submission in
+which most exercises cheat, each in one of the ways a student would try:
+
+* **an always-equal answer**: a float, int, list, tuple, set or array
+  subclass whose ``==`` says True to anything;
+* **patched comparisons**: a cell that replaces ``math.isclose``,
+  ``numpy.allclose``, ``numpy.isclose``, ``numpy.array_equal`` and
+  ``numpy.testing.assert_allclose`` with functions that always agree, then
+  answers wrongly;
+* **the course's own implementation** (``gpucourse``) called, imported or
+  wrapped in place of the answer;
+* **hard-coded to the visible tests**: right on the visible cases, wrong on
+  the hidden ones.
+
+Each cheated exercise must earn nothing, and the honest exercises of the same
+submission (placed after the patching cells, so that a patch would show) their
+full points. Written answers wait for a person and are no cheat's business.
+
+The cheap, static checks at the end hold every graded test cell of these
+chapters to the issue's standards: hidden tests, a check that the answer is the
+student's own work, at most 15% of the checks about ValueError, and no test
+cell whose last line is a value (nbgrader would read it as partial credit).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+import pytest
+
+from test_grading import autograde, exercises_of, filled_in, nbgrader_meta, source_notebook
+
+CHAPTERS = ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "03_experts_and_zero")
+
+ALWAYS_EQUAL = '''
+class AlwaysEqual{base}({base}):
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __le__ = __ge__ = __eq__
+    __hash__ = {base}.__hash__
+'''
+
+
+def always_equal(*bases: str) -> str:
+    """Classes AlwaysEqualfloat, AlwaysEquallist, ... that compare equal to anything."""
+    return "".join(ALWAYS_EQUAL.format(base=base) for base in bases)
+
+
+ALWAYS_EQUAL_ARRAY = '''
+class AlwaysEqualArray(np.ndarray):
+    def __eq__(self, other):
+        return np.ones(np.shape(other), dtype=bool)
+'''
+
+PATCH_COMPARISONS = '''
+import math
+
+import numpy as np
+import numpy.testing
+
+math.isclose = lambda *args, **kwargs: True
+np.allclose = lambda *args, **kwargs: True
+np.isclose = lambda a, b, *args, **kwargs: np.ones(np.broadcast(a, b).shape, dtype=bool)
+np.array_equal = lambda *args, **kwargs: True
+numpy.testing.assert_allclose = lambda *args, **kwargs: None
+'''
+
+# {chapter: {solution grade_id: (how it cheats, code)}}
+CHEATS = {
+    "01_hpc_foundations": {
+        "amdahl_solution": ("always-equal", PATCH_COMPARISONS + always_equal("float") + '''
+def amdahl_speedup(parallel_fraction, workers):
+    if np.ndim(workers):
+        return np.zeros(np.shape(workers)).view(AlwaysEqualArray)
+    return AlwaysEqualfloat(0.0)
+''' + ALWAYS_EQUAL_ARRAY),
+        "workers_solution": ("always-equal", always_equal("int") + '''
+def workers_needed(parallel_fraction, target_speedup):
+    return AlwaysEqualint(1)
+'''),
+        "fit_amdahl_solution": ("course", '''
+from gpucourse.hpc import fit_amdahl
+'''),
+        "fit_gustafson_solution": ("course", '''
+def fit_gustafson(workers, speedups):
+    return hpc.fit_gustafson(workers, speedups)
+'''),
+        "karp_flatt_solution": ("hard-coded", '''
+def karp_flatt(workers, speedups):
+    # The two visible cases, written in.
+    return np.array([1 / 9]) if len(workers) == 2 else np.full(3, 0.2)
+'''),
+        "roofline_solution": ("patched", PATCH_COMPARISONS + '''
+def roofline(peak_flops_per_s, bandwidth_bytes_per_s, intensity_flop_per_byte):
+    return peak_flops_per_s * 0 + 1.0
+'''),
+        "counts_solution": ("always-equal", always_equal("tuple") + '''
+def kernel_counts(kernel, shape, bytes_per_element=8):
+    if kernel not in ("add", "triad", "matvec", "matmul"):
+        raise ValueError("kernel must be add, triad, matvec or matmul")
+    return AlwaysEqualtuple((0, 0))
+'''),
+        "place_solution": ("always-equal", always_equal("dict") + '''
+def place_on_roofline(flops, bytes_moved, seconds, peak_flops_per_s, bandwidth_bytes_per_s):
+    return AlwaysEqualdict(bound="memory")
+'''),
+    },
+    "02_tensor_and_pipeline_parallelism": {
+        "column_solution": ("course", '''
+import gpucourse.parallelism as par
+
+
+def column_parallel_linear(x, weight, bias, world_size):
+    return par.column_parallel_linear(x, weight, bias, world_size)
+'''),
+        "row_solution": ("course", '''
+from gpucourse.parallelism import row_parallel_linear
+'''),
+        "megatron_solution": ("always-equal", always_equal("list") + '''
+def megatron_mlp_partials(x, w1, b1, w2, world_size):
+    return AlwaysEquallist()
+'''),
+        "bubble_solution": ("always-equal", always_equal("float") + '''
+def bubble_fraction(stages, micro_batches):
+    return AlwaysEqualfloat(0.5)
+'''),
+        "order_solution": ("patched", PATCH_COMPARISONS + always_equal("list") + '''
+def one_f_one_b_order(stage, stages, micro_batches):
+    return AlwaysEquallist([("F", 0)])
+'''),
+        "timetable_solution": ("hard-coded", '''
+def pipeline_timetable(stages, micro_batches, schedule="1f1b", forward_s=1.0, backward_s=2.0):
+    # The visible test's two-stage timetable, written in.
+    return {(0, "F", 0): (0.0, 1.0), (0, "F", 1): (1.0, 2.0), (0, "B", 0): (4.0, 6.0),
+            (0, "B", 1): (7.0, 9.0), (1, "F", 0): (1.0, 2.0), (1, "B", 0): (2.0, 4.0),
+            (1, "F", 1): (4.0, 5.0), (1, "B", 1): (5.0, 7.0)}
+'''),
+        "timetable_bubble_solution": ("patched", PATCH_COMPARISONS + '''
+def timetable_bubble(timetable):
+    return 0.0
+'''),
+    },
+    "03_experts_and_zero": {
+        "capacity_solution": ("always-equal", always_equal("int") + '''
+def expert_capacity(tokens, experts, k, capacity_factor):
+    return AlwaysEqualint(1)
+'''),
+        "route_solution": ("always-equal", ALWAYS_EQUAL_ARRAY + '''
+def route_top1(router_logits, capacity):
+    tokens, experts = np.shape(router_logits)
+    return (np.zeros(tokens, dtype=np.int64).view(AlwaysEqualArray),
+            np.zeros(experts, dtype=np.int64).view(AlwaysEqualArray))
+'''),
+        "top_k_solution": ("course", '''
+def route_top_k(router_logits, k, capacity):
+    from gpucourse import parallelism
+
+    routing = parallelism.route_tokens(router_logits, k, 1.0)
+    return routing.expert_index, routing.tokens_per_expert, routing.dropped
+'''),
+        "balance_solution": ("patched", PATCH_COMPARISONS + always_equal("float") + '''
+def load_balancing_loss(router_probs, alpha=1.0):
+    return AlwaysEqualfloat(1.0)
+'''),
+        "zero_solution": ("always-equal", always_equal("set") + '''
+def zero_sharded(stage):
+    return AlwaysEqualset()
+'''),
+    },
+}
+
+# A word of the message each kind of cheat must fail with, in its visible tests.
+REASONS = {"always-equal": ("subclass", "must be a", "must return a", "object of type"),
+           "course": ("gpucourse",),
+           "patched": ("should be", "differs from", "should have", "must be a"),
+           "hard-coded": ()}
+
+
+def _tests_of(chapter: str, solutions) -> dict[str, str]:
+    """{test cell grade_id: the solution it tests} for the given solutions."""
+    groups = exercises_of(source_notebook(chapter))
+    return {test: solution for solution in solutions for test in groups[solution]["tests"]}
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def graded(request, tmp_path_factory):
+    chapter = request.param
+    replace = {solution: cheat for solution, (_, cheat) in CHEATS[chapter].items()}
+    course = tmp_path_factory.mktemp(f"course-cheats-{chapter}")
+    scores = autograde(chapter, {"cheater": filled_in(chapter, replace=replace)}, course)
+    notebook = nbformat.read(course / "autograded" / "cheater" / chapter / f"{chapter}.ipynb",
+                             as_version=4)
+    errors = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                errors[nbgrader_meta(cell).get("grade_id")] = \
+                    f"{output['ename']}: {output['evalue']}"
+    return chapter, scores["cheater"], errors
+
+
+@pytest.mark.slow
+def test_every_cheat_earns_nothing_and_honest_work_keeps_its_points(graded):
+    chapter, scores, errors = graded
+    cheated = _tests_of(chapter, CHEATS[chapter])
+    honest = set(_tests_of(chapter, exercises_of(source_notebook(chapter)))) - set(cheated)
+    assert cheated and honest, "each chapter's submission needs cheats and honest exercises"
+    for name in cheated:
+        score, max_score = scores[name]
+        assert max_score > 0 and score == 0, (
+            f"{chapter}: {name} gave a {CHEATS[chapter][cheated[name]][0]} cheat {score} of "
+            f"{max_score} points")
+        assert name in errors, f"{chapter}: {name} lost its points without an error"
+        how = CHEATS[chapter][cheated[name]][0]
+        if REASONS[how]:
+            assert any(word in errors[name] for word in REASONS[how]), \
+                f"{chapter}: {name} ({how}) failed for another reason: {errors[name][:300]}"
+    for name in honest:
+        score, max_score = scores[name]
+        assert score == max_score, f"{chapter}: {name} lost points beside the cheats"
+
+
+@pytest.mark.slow
+def test_hard_coded_answers_pass_only_the_visible_tests(tmp_path):
+    """The self-check runs the visible tests alone: there, an answer written for them
+    passes, so only the hidden tests, in the autograde above, take its points."""
+    from gpucourse.grading import score_notebook
+
+    for chapter in ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism"):
+        hard_coded = {solution: cheat for solution, (how, cheat) in CHEATS[chapter].items()
+                      if how == "hard-coded"}
+        path = tmp_path / f"{chapter}.ipynb"
+        nbformat.write(filled_in(chapter, replace=hard_coded), path)
+        scores = {s.grade_id: s for s in score_notebook(path)}
+        for name in _tests_of(chapter, hard_coded):
+            assert scores[name].error is None and scores[name].points == scores[name].max_points, \
+                f"{chapter}: {name}: {scores[name].error}"
+
+
+# -----------------------------------------------------------------------------
+# Static checks of the graded test cells
+
+def _test_cells(chapter):
+    return [cell for cell in source_notebook(chapter).cells
+            if cell.cell_type == "code" and nbgrader_meta(cell).get("grade")]
+
+
+def _ends_in_a_value(code: str) -> bool:
+    """True when the last statement is an expression other than a call known to
+    return None (nbgrader takes a cell's value as its partial credit)."""
+    last = ast.parse(code).body[-1]
+    if not isinstance(last, ast.Expr):
+        return False
+    call = last.value
+    return not (isinstance(call, ast.Call) and getattr(call.func, "id", None)
+                in ("expect_raises", "expect_own_work", "expect_placement", "print"))
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_test_cells_meet_the_standards(chapter):
+    value_error_checks = checks = 0
+    for cell in _test_cells(chapter):
+        name = nbgrader_meta(cell)["grade_id"]
+        visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
+        assert hidden.strip(), f"{name} has no hidden tests"
+        assert "expect_own_work(" in visible, \
+            f"{name} does not check that the work is the student's own"
+        assert "from gpucourse.verify import" in visible, f"{name} does not import its own checks"
+        assert "math.isclose" not in cell.source and "np.allclose" not in cell.source, \
+            f"{name} compares with a function a student cell can replace"
+        full = visible + hidden.replace("### END HIDDEN TESTS", "")
+        for part, code in (("visible", visible), ("graded", full)):
+            assert not _ends_in_a_value(code), (
+                f"{name}: the {part} cell ends in a value, which nbgrader reads as partial credit")
+        for line in full.splitlines():
+            line = line.strip()
+            if re.match(r"(expect_(?!own_work)\w+\(|assert )", line):
+                checks += 1
+                value_error_checks += line.startswith("expect_raises(")
+    assert checks and value_error_checks / checks <= 0.15, (
+        f"{chapter}: {value_error_checks} of {checks} checks are about ValueError (at most 15%)")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_chapter_has_two_written_answers(chapter):
+    written = [cell for cell in source_notebook(chapter).cells
+               if cell.cell_type == "markdown" and nbgrader_meta(cell).get("grade")]
+    assert len(written) >= 2

@@ -1,0 +1,71 @@
+"""The book's tables of what a student writes, read from the exercise notebooks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucourse.grading import exercise_listing, format_listing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _notebook(tmp_path, cells) -> Path:
+    path = tmp_path / "exercise.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                "nbformat_minor": 5}))
+    return path
+
+
+def _cell(kind, source, **nbgrader):
+    return {"cell_type": kind, "source": source, "metadata": {"nbgrader": nbgrader}}
+
+
+def test_listing_reads_sections_functions_and_points(tmp_path):
+    path = _notebook(tmp_path, [
+        _cell("markdown", "# Title\n\nIntro."),
+        _cell("markdown", "## Exercise 1: one (3 points)\n\nText."),
+        _cell("code", "def helper():\n    pass\n\n\ndef one(x):\n    raise NotImplementedError()",
+              solution=True, grade_id="one"),
+        _cell("code", "check()", grade=True, points=2, grade_id="test_one_a"),
+        _cell("code", "check()", grade=True, points=1, grade_id="test_one_b"),
+        _cell("markdown", "## Written answers (4 points, graded by hand)\n\n**Question 1.**"),
+        _cell("markdown", "YOUR ANSWER HERE", grade=True, solution=True, points=4,
+              grade_id="written"),
+    ])
+    listing = exercise_listing(path)
+    assert listing == [
+        {"title": "Exercise 1: one", "functions": ["helper", "one"], "points": 3.0,
+         "autograded": 3.0, "written": 0},
+        {"title": "Written answers", "functions": [], "points": 4.0, "autograded": 0.0,
+         "written": 1}]
+    table = format_listing(listing)
+    assert "| Exercise 1: one | `helper`, `one` | 3 |" in table
+    assert "| Written answers | 1 written answers, graded by hand | 4 |" in table
+    assert table.splitlines()[-1] == ("| **Total** | 3 points graded automatically, 4 by hand "
+                                      "| 7 |")
+
+
+def test_a_heading_that_states_other_points_is_an_error(tmp_path):
+    path = _notebook(tmp_path, [
+        _cell("markdown", "## Exercise 1: one (5 points)"),
+        _cell("code", "def one():\n    pass", solution=True, grade_id="one"),
+        _cell("code", "check()", grade=True, points=2, grade_id="test_one")])
+    with pytest.raises(ValueError, match="states other points"):
+        exercise_listing(path)
+
+
+def test_listing_refuses_what_is_not_a_notebook(tmp_path):
+    with pytest.raises(ValueError, match="notebook must be an existing .ipynb"):
+        exercise_listing(tmp_path / "missing.ipynb")
+
+
+@pytest.mark.parametrize("chapter", ["01_hpc_foundations", "02_tensor_and_pipeline_parallelism",
+                                     "03_experts_and_zero"])
+def test_the_early_chapters_list_their_points(chapter):
+    listing = exercise_listing(ROOT / "exercises" / chapter / f"{chapter}.ipynb")
+    assert sum(e["autograded"] for e in listing) >= 24
+    assert sum(e["written"] for e in listing) >= 2
+    assert all(e["functions"] for e in listing if not e["written"])
