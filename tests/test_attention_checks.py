@@ -24,9 +24,12 @@ from numba import float32
 SEQ_MAX = 1024
 
 
-def _flash(causal: bool):
+def _flash(causal: bool, extra_tiles: int = 0):
     """The tiled kernel: one thread per query row, BLOCK_K keys and values at a time
-    through shared memory, each thread loading an equal share of each tile."""
+    through shared memory, each thread loading an equal share of each tile.
+    ``extra_tiles``: a causal kernel that visits that many key tiles past the
+    diagonal (masked, so its values stay right)."""
+    extra_keys = extra_tiles * BLOCK_K
 
     @cuda.jit
     def flash(q, k, v, out, lse, scale):
@@ -47,7 +50,7 @@ def _flash(causal: bool):
         row_max = float32(-math.inf)
         row_sum = float32(0.0)
         # Causal: the key tiles that start at or before the block's last row.
-        keys_seen = min(seq, (cuda.blockIdx.x + 1) * BLOCK_Q) if causal else seq
+        keys_seen = min(seq, (cuda.blockIdx.x + 1) * BLOCK_Q + extra_keys) if causal else seq
         for k0 in range(0, keys_seen, BLOCK_K):
             for i in range(t, BLOCK_K * d, BLOCK_Q):
                 j = i // d
@@ -269,6 +272,16 @@ def test_the_causal_kernel_is_caught_without_its_mask_and_with_too_many_tiles():
                                              r"\(causal: the tiles that start at or before "
                                              r"the block's last row, row 15\)"):
         check.expect_accesses(flash_forward, 1, 37, 16, causal=True)
+
+
+def test_a_causal_kernel_that_visits_a_tile_above_the_diagonal_is_told_which():
+    one_too_many = _flash(causal=True, extra_tiles=1)
+    check.expect_attention(one_too_many, 1, 37, 16, causal=True)
+    # Within each thread's share, but block 0 (rows 0 to 15) also loads key tile 2.
+    with pytest.raises(AssertionError, match=r"block \(0, 0, 0\) read k\[0, 16, 0\].* key tile "
+                                             r"2 and later lie wholly above the diagonal for "
+                                             r"query rows 0 to 15: a causal kernel skips them"):
+        check.expect_accesses(one_too_many, 1, 37, 16, causal=True)
 
 
 def test_scores_scaled_40_times_make_a_log_sum_exp_whose_exponential_overflows_float32():
