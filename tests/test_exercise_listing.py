@@ -69,3 +69,11 @@ def test_the_early_chapters_list_their_points(chapter):
     assert sum(e["autograded"] for e in listing) >= 24
     assert sum(e["written"] for e in listing) >= 2
     assert all(e["functions"] for e in listing if not e["written"])
+
+
+def test_the_flash_attention_chapter_lists_its_kernels():
+    listing = exercise_listing(ROOT / "exercises" / "09_flash_attention" /
+                               "09_flash_attention.ipynb")
+    functions = {name for exercise in listing for name in exercise["functions"]}
+    assert {"flash_attention_kernel", "flash_attention_causal", "attention_traffic"} <= functions
+    assert sum(e["written"] for e in listing) == 2 and sum(e["points"] for e in listing) == 35
