@@ -94,3 +94,11 @@ def test_the_listing_of_chapter_4_names_each_function():
         ["ring_all_reduce_time_s"], ["tensor_parallel_ccr"], []]
     assert listing[-1]["title"] == "Written answers" and listing[-1]["written"] == 2
     assert sum(e["autograded"] for e in listing) == 27
+
+
+def test_the_flash_attention_chapter_lists_its_kernels():
+    listing = exercise_listing(ROOT / "exercises" / "09_flash_attention" /
+                               "09_flash_attention.ipynb")
+    functions = {name for exercise in listing for name in exercise["functions"]}
+    assert {"flash_attention_kernel", "flash_attention_causal", "attention_traffic"} <= functions
+    assert sum(e["written"] for e in listing) == 2 and sum(e["points"] for e in listing) == 35

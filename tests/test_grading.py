@@ -231,6 +231,20 @@ def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
     return scores
 
 
+def graded_errors(course: Path, chapter: str, student: str) -> dict[str, str]:
+    """{grade_id: "ErrorName: message"} of the cells that raised in a submission that
+    :func:`autograde` graded in ``course``."""
+    notebook = nbformat.read(course / "autograded" / student / chapter / f"{chapter}.ipynb",
+                             as_version=4)
+    errors = {}
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                errors[nbgrader_meta(cell).get("grade_id")] = \
+                    f"{output['ename']}: {output['evalue']}"
+    return errors
+
+
 @pytest.fixture(scope="module", params=CHAPTERS)
 def autograded(request, tmp_path_factory):
     """Autograde three submissions of one chapter with nbgrader, once: the solution, the

@@ -220,3 +220,16 @@ def test_ptx_rejects_bad_arguments():
         inspection.ptx(add_one, numbers(4), [1.0])
     with pytest.raises(ValueError, match="text must be the PTX of a kernel"):
         inspection.ptx_facts("not ptx")
+
+
+@pytest.mark.skipif(on_gpu(), reason="on a GPU kernels compile in the notebook's own process")
+def test_the_compiler_outlives_an_interrupted_cell():
+    # Interrupting a notebook cell signals the kernel's whole process group; the compiler
+    # serves the later cells, so it runs in a group of its own and still answers.
+    import os
+
+    inspection.start_compiler()
+    process = inspection._compiler._process
+    assert os.getpgid(process.pid) != os.getpgid(0)
+    assert inspection.facts(add_one, numbers(4), numbers(4)).barriers == 0
+    assert inspection._compiler._process is process

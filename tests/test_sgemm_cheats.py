@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import inspect
 
-import nbformat
 import pytest
 
-from test_grading import autograde, filled_in, nbgrader_meta
+from test_grading import autograde, filled_in, graded_errors, nbgrader_meta
 from test_sgemm_checks import _one_output_at_a_time, numpy_in_disguise
 
 CHAPTER = "08_sgemm"
@@ -100,15 +99,7 @@ REASONS = {
 def graded(tmp_path_factory):
     course = tmp_path_factory.mktemp("course-sgemm-cheats")
     scores = autograde(CHAPTER, {"cheater": filled_in(CHAPTER, replace=cheats())}, course)
-    notebook = nbformat.read(course / "autograded" / "cheater" / CHAPTER / f"{CHAPTER}.ipynb",
-                             as_version=4)
-    errors = {}
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors[nbgrader_meta(cell).get("grade_id")] = \
-                    f"{output['ename']}: {output['evalue']}"
-    return scores["cheater"], errors
+    return scores["cheater"], graded_errors(course, CHAPTER, "cheater")
 
 
 @pytest.mark.parametrize("test_cell", sorted(REASONS))

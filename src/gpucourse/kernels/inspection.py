@@ -767,10 +767,13 @@ class _Compiler:
 
     def _start(self):
         env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", "GPUCOURSE_DEVICE": "auto"}
+        # In a session of its own: interrupting a notebook's cell signals the kernel's
+        # whole process group, and the compiler, which serves every later cell, must
+        # outlive that (it ends when its input closes, as the kernel exits).
         self._process = subprocess.Popen(
             [sys.executable, "-u", "-m", "gpucourse.kernels._ptx_compiler"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env)
+            env=env, start_new_session=True)
         atexit.register(self.close)
 
     def start(self):
