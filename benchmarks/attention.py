@@ -158,7 +158,7 @@ def kernel_only_call(q, k, v, causal):
     (checking the inputs, allocating the outputs). None if it cannot run."""
     try:
         batch, heads, seq, head_dim = (int(n) for n in q.shape)
-        config = A._config_for(head_dim)
+        config = A._config_for(head_dim, causal=causal, seq=seq)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:3], dtype=q.dtype, device=q.device)
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
@@ -486,6 +486,8 @@ def main(argv=None):
 
     report["tuning"] = pick_configs()
     report["flash_configs"] = {str(d): str(c) for d, c in A.FLASH_CONFIGS.items()}
+    report["causal_flash_configs"] = {str(d): [[longest, str(c)] for longest, c in shapes]
+                                      for d, shapes in A.CAUSAL_FLASH_CONFIGS.items()}
     report["fast_math"] = A.FAST_MATH
     save()
     validation = validate(args.quick)

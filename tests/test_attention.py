@@ -323,6 +323,30 @@ def test_every_config_fits():
     for head_dim, config in A.FLASH_CONFIGS.items():
         assert config.head_dim == head_dim
         assert A.check_config(config).shared_bytes <= A.DYNAMIC_SHARED_LIMIT_BYTES
+    for head_dim, shapes in A.CAUSAL_FLASH_CONFIGS.items():
+        assert [longest for longest, _ in shapes] == sorted({longest for longest, _ in shapes})
+        for _, config in shapes:
+            assert config.head_dim == head_dim
+            assert A.check_config(config).shared_bytes <= A.DYNAMIC_SHARED_LIMIT_BYTES
+
+
+def test_causal_short_sequences_get_their_own_tiles():
+    (short, first), (longer, second) = A.CAUSAL_FLASH_CONFIGS[64]
+    for seq, expected in ((1, first), (short, first), (short + 1, second), (longer, second),
+                          (longer + 1, A.FLASH_CONFIGS[64])):
+        assert A._config_for(64, causal=True, seq=seq) == expected, seq
+        assert A._config_for(64, causal=False, seq=seq) == A.FLASH_CONFIGS[64], seq
+    assert A._config_for(128, causal=True, seq=512) == A.FLASH_CONFIGS[128]
+
+
+@pytest.mark.parametrize("config", [shape for _, shape in A.CAUSAL_FLASH_CONFIGS[64]])
+def test_causal_tile_shapes_compute_attention(config):
+    # Three query tiles of the smaller shape (two of the larger), the last one ragged.
+    q, k, v = qkv((1, 1, 70, 64), seed=7)
+    out, lse = A._run_flash("numpy", q, k, v, config, True, 0.125, False)
+    ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.125, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
 
 
 def test_a_gpu_without_the_shared_memory_gets_the_portable_shape(monkeypatch):

@@ -180,7 +180,20 @@ def test_a_collective_that_no_name_shows_is_refused_in_the_ranks():
             "point-to-point calls") in str(failure.value)
 
 
+def left_behind(before: set[int]) -> list:
+    """Processes started by this test that are still alive (other tests in the
+    same pytest worker may keep children of their own, such as
+    multiprocessing's resource tracker)."""
+    return [child for child in psutil.Process().children(recursive=True)
+            if child.pid not in before]
+
+
+def children_now() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
 def test_a_rank_that_raises_is_named_with_its_error():
+    before = children_now()
     start = time.monotonic()
     with pytest.raises(AssertionError) as failure:
         check_collective(rank_one_raises, "all_reduce", world_sizes=(3,), lengths=(6,),
@@ -189,7 +202,7 @@ def test_a_rank_that_raises_is_named_with_its_error():
     assert "rank 1 of 3 raised an error in rank_one_raises" in message
     assert "ValueError: chunk bounds went wrong" in message
     assert time.monotonic() - start < DEADLINE_S  # the others were stopped, not waited for
-    assert not psutil.Process().children(recursive=True)
+    assert not left_behind(before)
 
 
 def test_a_hang_ends_within_seconds_and_leaves_no_process(tmp_path):
@@ -205,6 +218,7 @@ def test_a_hang_ends_within_seconds_and_leaves_no_process(tmp_path):
             file.write(f"{os.getpid()} {child}\n")
         everyone_receives_first(tensor)
 
+    before = children_now()
     start = time.monotonic()
     with pytest.raises(AssertionError) as failure:
         check_collective(hangs_and_forks, "all_reduce", world_sizes=(2,), lengths=(4,),
@@ -220,7 +234,7 @@ def test_a_hang_ends_within_seconds_and_leaves_no_process(tmp_path):
     for pid in started:
         assert not psutil.pid_exists(pid) or \
             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, f"process {pid} survived"
-    assert not psutil.Process().children(recursive=True)
+    assert not left_behind(before)
 
 
 def test_a_rank_that_exits_is_reported():

@@ -247,7 +247,9 @@ def test_a_student_opens_a_notebook_without_instructor_tools(student_lab, browse
     shown = open_notebook(browser, f"{base}/lab/tree/{NOTEBOOK}?token={token}", first_heading())
     assert (ROOT / "exercises" / NOTEBOOK).read_bytes() == exercise, "opening changed the file"
     assert not (ROOT / "exercises" / CHAPTER / ".ipynb_checkpoints").exists()
-    assert shown["cells"] >= len(release_notebook(CHAPTER).cells) // 2
+    # JupyterLab draws only the cells near the window (its windowing mode), so
+    # a long notebook shows a screenful of them, not all.
+    assert shown["cells"] >= min(10, len(release_notebook(CHAPTER).cells))
     assert not any("Nbgrader" in menu for menu in shown["menus"]), shown["menus"]
     assert not shown["createAssignment"]
     assert not any("Create Assignment" in tab for tab in shown["tabs"]), shown["tabs"]

@@ -353,8 +353,12 @@ def _stale_tests(chapter: str, root: Path, gradebook: InstructorGradebook) -> li
     from nbgrader.api import MissingEntry
 
     source = nbformat.read(root / "solutions" / chapter / f"{chapter}.ipynb", as_version=4)
+    # The autograded test cells. A written answer (a graded solution cell) is
+    # recorded as the student sees it, its model answer cut, so it never
+    # matches solutions/; it is graded by hand and has no test to go stale.
     tests = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in source.cells
-             if cell.get("metadata", {}).get("nbgrader", {}).get("grade")}
+             if cell.get("metadata", {}).get("nbgrader", {}).get("grade")
+             and not cell.metadata["nbgrader"].get("solution")}
     if not gradebook.exists():
         return None
     with gradebook.open() as grades:

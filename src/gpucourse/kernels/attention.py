@@ -160,6 +160,18 @@ FLASH_CONFIGS = {
     # shapes, benchmarks/NOTES.md).
     128: FlashConfig(128, block_rows=128, block_cols=64, thread_rows=4, thread_cols=8),
 }
+# Causal masks at short sequences want smaller query tiles: with 128 rows a
+# causal head of 512 keys has four query tiles, the last doing four times the
+# work of the first, too few blocks to even the work out over the GPU. Per head
+# dim, (longest sequence, tile shape) pairs, shortest first; longer causal
+# sequences use FLASH_CONFIGS. From the H100 probe in benchmarks/NOTES.md
+# (against SDPA memory-efficient at B4 H16, d64 causal): seq 512, 32 x 32 tiles
+# 0.99x its time (128 x 32: 1.09x); seq 1024 and 2048, 64 x 64 tiles 1.03-1.05x
+# (128 x 32: 1.07-1.14x). No shape helped head_dim 128.
+CAUSAL_FLASH_CONFIGS = {
+    64: ((512, FlashConfig(64, block_rows=32, block_cols=32, thread_rows=4, thread_cols=16)),
+         (2048, FlashConfig(64, block_rows=64, block_cols=64, thread_rows=8, thread_cols=16))),
+}
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
 FAST_MATH = False
@@ -928,11 +940,16 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
     return function.kernel, kernel.configure((1,), (1,)).stream
 
 
-def _config_for(head_dim: int, device_id: int | None = None) -> FlashConfig:
-    """The tile shape for head_dim: FLASH_CONFIGS', or the portable one where
+def _config_for(head_dim: int, device_id: int | None = None, *, causal: bool = False,
+                seq: int | None = None) -> FlashConfig:
+    """The tile shape for head_dim (and, for a causal mask, the sequence
+    length): CAUSAL_FLASH_CONFIGS' or FLASH_CONFIGS', or the portable one where
     GPU device_id (default: the current one) cannot give a block that much
     shared memory."""
     config = FLASH_CONFIGS[head_dim]
+    if causal and seq is not None:
+        config = next((shape for longest, shape in CAUSAL_FLASH_CONFIGS.get(head_dim, ())
+                       if seq <= longest), config)
     if not on_gpu():
         return config
     return _fitting_config(config, _current_gpu() if device_id is None else device_id)
@@ -1003,8 +1020,8 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
     device_id = _current_gpu() if on_gpu() else None
-    out, lse = _run_flash(kind, q, k, v, _config_for(head_dim, device_id), causal, s, FAST_MATH,
-                          device_id)
+    config = _config_for(head_dim, device_id, causal=causal, seq=int(q.shape[2]))
+    out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id)
     return (out, lse) if return_lse else out
 
 
