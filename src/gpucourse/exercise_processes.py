@@ -100,7 +100,8 @@ import numpy as np
 
 from gpucourse import collectives as _collectives
 from gpucourse.distributed import _rendezvous_store
-from gpucourse.verify import _plain_float, expect_array, expect_float, expect_own_work
+from gpucourse.verify import (_plain_float, expect_array, expect_float, expect_own_work,
+                              visible_names)
 
 # Captured at import, before any student code runs in the notebook (as in
 # gpucourse.verify): the grader's references use these, not whatever
@@ -182,12 +183,7 @@ def referenced_names(function) -> set[str]:
         if code is None or id(code) in seen:
             return
         seen.add(id(code))
-        scope = dict(getattr(fn, "__globals__", {}))
-        for cell_name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                scope[cell_name] = cell.cell_contents
-            except ValueError:  # an empty closure cell
-                pass
+        scope = visible_names(fn)
         own = _code_names(code)
         names.update(own)
         for name in own:

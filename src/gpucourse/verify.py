@@ -295,6 +295,19 @@ def _within(module: str, packages) -> bool:
     return any(module == name or module.startswith(name + ".") for name in packages)
 
 
+def visible_names(fn) -> dict:
+    """What a function's code can name: its module's globals, then the variables
+    it captured from an enclosing function (a kernel factory's constants, a
+    notebook helper's closure). A captured variable not assigned yet is left out."""
+    scope = dict(getattr(fn, "__globals__", {}))
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            scope[name] = cell.cell_contents
+        except ValueError:  # an empty closure cell
+            pass
+    return scope
+
+
 def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]:
     """What ``function`` refers to in the ``forbidden`` modules, as "name (module)" strings.
 
@@ -318,12 +331,7 @@ def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]
         if code is None or id(code) in seen:
             return
         seen.add(id(code))
-        scope = dict(getattr(fn, "__globals__", {}))
-        for cell_name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-            try:
-                scope[cell_name] = cell.cell_contents
-            except ValueError:  # an empty closure cell
-                pass
+        scope = visible_names(fn)
         for name in sorted(set(global_names(code)) | set(code.co_freevars)):
             if is_forbidden(name):  # `import gpucourse...` inside the function
                 found.append(f"{path} imports {name}")

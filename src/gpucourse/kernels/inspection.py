@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from gpucourse.verify import global_names
+from gpucourse.verify import global_names, visible_names
 
 DEFAULT_CC = (9, 0)
 # Library helpers a kernel may call: 128-bit loads and stores.
@@ -634,18 +634,6 @@ def _is_device_function(value) -> bool:
     return bool(getattr(value, "targetoptions", {}).get("device"))
 
 
-def _visible_names(fn) -> dict:
-    """What a function's code can name: its module's globals, then the variables it
-    captured from an enclosing function (a kernel factory's constants)."""
-    scope = dict(fn.__globals__)
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-        try:
-            scope[name] = cell.cell_contents
-        except ValueError:  # a variable the enclosing function has not assigned yet
-            pass
-    return scope
-
-
 def kernel_module_source(kernel) -> tuple[str, str]:
     """(source of a module that defines the kernel, the kernel's name).
 
@@ -680,7 +668,7 @@ def kernel_module_source(kernel) -> tuple[str, str]:
         if name in done:
             return
         done.add(name)
-        scope = _visible_names(fn)
+        scope = visible_names(fn)
         for used in dict.fromkeys(global_names(fn.__code__) + list(fn.__code__.co_freevars)):
             if used not in scope or (used in done and used not in defined):
                 continue
