@@ -145,11 +145,12 @@ def test_written_answers_have_a_model_answer_and_a_rubric(chapter):
             "or beside the model answer")
 
 
-def filled_in(chapter: str, replace: dict[str, str] | None = None):
+def filled_in(chapter: str, replace: dict[str, str] | None = None, only=None):
     """The student version with every solution written in, like a good student.
 
     ``replace`` maps a solution's grade_id to other code, for the submissions
-    that misbehave.
+    that misbehave. ``only``: the grade_ids of the solutions to write in (the
+    others stay as the student version has them); default all.
     """
     source = {nbgrader_meta(c).get("grade_id"): c.source for c in source_notebook(chapter).cells}
     notebook = release_notebook(chapter)
@@ -157,6 +158,8 @@ def filled_in(chapter: str, replace: dict[str, str] | None = None):
         meta = nbgrader_meta(cell)
         if meta.get("solution"):
             grade_id = meta["grade_id"]
+            if only is not None and grade_id not in only and grade_id not in (replace or {}):
+                continue
             code = (replace or {}).get(grade_id, source[grade_id])
             cell.source = "\n".join(line for line in code.splitlines()
                                     if line.strip() not in ("### BEGIN SOLUTION",
@@ -167,15 +170,29 @@ def filled_in(chapter: str, replace: dict[str, str] | None = None):
 MISBEHAVIOURS = ("raises", "loops", "deletes")
 
 
-def misbehaving_in_turn(chapter: str):
+def misbehaving_in_turn(chapter: str, only=None):
     """One submission whose first three exercises misbehave, each its own way (raises,
     loops, deletes files), and whose other exercises are right. One grading run then
-    shows that each misbehaviour costs only its own exercise's points.
+    shows that each misbehaviour costs only its own exercise's points. The three
+    are the first that no other exercise builds on (calls), so that every other
+    exercise can still earn its points, and that leave at least one exercise
+    outside them and what they call. ``only``: as for :func:`filled_in`.
 
     Returns the notebook and {grade_id of a broken solution: how it misbehaves}.
     """
     sources = {nbgrader_meta(c).get("grade_id"): c.source for c in source_notebook(chapter).cells}
-    broken = dict(zip(exercises_of(source_notebook(chapter)), MISBEHAVIOURS))
+    calls = built_on(chapter)
+    exercises = list(exercises_of(source_notebook(chapter)))
+    called = set().union(*calls.values())
+    broken, solved_with_them = {}, set()
+    for grade_id in exercises:
+        if len(broken) == len(MISBEHAVIOURS) or grade_id in called:
+            continue
+        # The autograde fixture solves the broken exercises, and what they call, in
+        # a submission that leaves the rest untouched: keep one exercise for that.
+        if len(solved_with_them | {grade_id} | calls[grade_id]) < len(exercises):
+            broken[grade_id] = MISBEHAVIOURS[len(broken)]
+            solved_with_them |= {grade_id} | calls[grade_id]
     replace = {}
     for grade_id, how in broken.items():
         # The code before the marker, without the marker line's indentation.
@@ -191,7 +208,7 @@ def misbehaving_in_turn(chapter: str):
             "deletes": ("import os\nfor name in os.listdir('.'):\n"
                         "    if os.path.isfile(name):\n        os.remove(name)\n"),
         }[how]
-    return filled_in(chapter, replace=replace), broken
+    return filled_in(chapter, replace=replace, only=only), broken
 
 
 def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
@@ -247,14 +264,30 @@ def graded_errors(course: Path, chapter: str, student: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module", params=CHAPTERS)
 def autograded(request, tmp_path_factory):
-    """Autograde three submissions of one chapter with nbgrader, once: the solution, the
-    untouched student version and one whose first exercises misbehave in turn."""
+    """Autograde two submissions of one chapter with nbgrader, once, so that every
+    solution runs once and every exercise is seen both solved and not:
+
+    - "first": the exercises that "misbehaving" breaks solved (and those they
+      call) and the written answers written, every other exercise left as the
+      student version has it;
+    - "misbehaving": three exercises misbehave in turn (raise, hang, delete files),
+      the others are solved, the written answers left untouched.
+    """
     chapter = request.param
     course = tmp_path_factory.mktemp(f"course-{chapter}")
-    submissions = {"solution": filled_in(chapter), "untouched": release_notebook(chapter)}
-    submissions["misbehaving"], broken = misbehaving_in_turn(chapter)
+    code = set(exercises_of(source_notebook(chapter)))
+    written = set(written_answers(source_notebook(chapter)))
+    misbehaving, broken = misbehaving_in_turn(chapter, only=code)
+    # The broken exercises, and those they call, are solved in "first".
+    calls = built_on(chapter)
+    first = set(broken).union(*(calls[grade_id] for grade_id in broken))
+    submissions = {"first": filled_in(chapter, only=first | written),
+                   "misbehaving": misbehaving}
     scores = autograde(chapter, submissions, course)
-    return {"chapter": chapter, "course": course, "scores": scores, "broken": broken}
+    owner = {test: solution for solution, group in exercises_of(source_notebook(chapter)).items()
+             for test in group["tests"]}
+    return {"chapter": chapter, "course": course, "scores": scores, "broken": broken,
+            "first": first, "owner": owner}
 
 
 def _autograded_scores(autograded, student) -> dict:
@@ -264,27 +297,36 @@ def _autograded_scores(autograded, student) -> dict:
     return {name: s for name, s in autograded["scores"][student].items() if name in own}
 
 
+def _solved_in(autograded, test: str) -> str:
+    """The submission in which the exercise of graded cell ``test`` is solved."""
+    return "first" if autograded["owner"].get(test) in autograded["broken"] else "misbehaving"
+
+
 def test_written_answers_wait_for_a_person(autograded):
     """An answer waits for a person; one left as the student version has it earns 0."""
     written = written_answers(source_notebook(autograded["chapter"]))
-    for student, score in (("solution", "manual"), ("untouched", 0)):
+    for student, score in (("first", "manual"), ("misbehaving", 0)):
         scores = autograded["scores"][student]
         assert {name: scores[name] for name in written} == \
             {name: (score, points) for name, points in written.items()}, student
 
 
 def test_a_correct_submission_earns_full_points(autograded):
-    scores = _autograded_scores(autograded, "solution")
+    # Each graded cell, in the submission where its exercise is solved.
+    scores = {name: autograded["scores"][_solved_in(autograded, name)][name]
+              for name in autograded_ids(autograded["chapter"])}
     missing = {name: s for name, s in scores.items() if s[0] != s[1]}
     assert scores and not missing, f"points lost by the model solution: {missing}"
 
 
 def test_an_untouched_exercise_runs_and_earns_nothing(autograded):
-    scores = _autograded_scores(autograded, "untouched")
+    # The exercises "first" leaves untouched (the broken ones earn 0 in the test below).
+    scores = {name: s for name, s in _autograded_scores(autograded, "first").items()
+              if autograded["owner"].get(name) not in autograded["first"]}
     assert scores, "no graded cells were recorded"
     earned = {name: s for name, s in scores.items() if s[0] != 0}
-    assert not earned, f"points earned by an empty notebook: {earned}"
-    graded = (autograded["course"] / "autograded" / "untouched" / autograded["chapter"]
+    assert not earned, f"points earned by an exercise left untouched: {earned}"
+    graded = (autograded["course"] / "autograded" / "first" / autograded["chapter"]
               / f"{autograded['chapter']}.ipynb")
     assert graded.is_file(), "the grader did not write the autograded notebook"
 
@@ -319,16 +361,12 @@ def built_on(chapter: str) -> dict[str, set[str]]:
 
 
 def test_a_misbehaving_exercise_loses_only_its_own_points(autograded):
-    groups = exercises_of(source_notebook(autograded["chapter"]))
     scores = _autograded_scores(autograded, "misbehaving")
-    owner = {test: solution for solution, group in groups.items() for test in group["tests"]}
-    calls = built_on(autograded["chapter"])
+    assert autograded["broken"], "no exercise misbehaves"
     for name, (score, max_score) in scores.items():
-        how = autograded["broken"].get(owner.get(name))
+        how = autograded["broken"].get(autograded["owner"].get(name))
         if how:
             assert score == 0, f"{name} belongs to an exercise that {how}: it earned {score}"
-        elif calls.get(owner.get(name), set()) & set(autograded["broken"]):
-            continue  # it calls a broken exercise's function: whatever it earns is fair
         else:
             assert score == max_score, (f"{name} lost points it had earned, beside exercises "
                                         f"that {', '.join(autograded['broken'].values())}")
