@@ -1,0 +1,154 @@
+"""Validate and time gpucourse's FlashAttention backward pass on a real GPU.
+
+    PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_backward.py [--out DIR]
+
+1. Validation: dQ, dK, dV against torch autograd of plain attention in float64,
+   on ragged shapes, head dims 16 to 128, causal and not, and scores scaled 20
+   times up; the largest error relative to the largest gradient must stay below
+   1e-4.
+2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
+   and not, fp32 with TF32 off: ours (`flash_attention_backward`, the three
+   kernels, called on CUDA tensors as a user would) against the backward of
+   PyTorch's scaled_dot_product_attention with the memory-efficient backend
+   (torch.autograd.grad of its output, the forward done once beforehand), timed
+   in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
+   call of ours at seq 16384, where the naive backward's N x N matrices
+   (4 x 16 x 16384^2 floats, 64 GiB each) do not fit.
+
+Writes results/attention-backward-<gpu-slug>-<date>.json under --out
+(default: benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from gpucourse.kernels import attention as A
+from gpucourse.kernels.attention_backward import flash_attention_backward
+
+ROUNDS = 5
+TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
+
+
+def autograd64(q, k, v, dout, causal):
+    q, k, v = (x.detach().double().requires_grad_() for x in (q, k, v))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return torch.autograd.grad(out, (q, k, v), dout.double())
+
+
+def validate():
+    rows = []
+    for (b, h, n, d, causal, logit) in [(1, 2, 37, 16, False, 1), (2, 2, 100, 32, True, 1),
+                                         (1, 3, 129, 64, True, 20), (1, 2, 300, 64, False, 1),
+                                         (1, 2, 77, 128, True, 1), (1, 1, 513, 128, False, 20)]:
+        g = torch.Generator(device="cuda").manual_seed(n + d)
+        q, k, v, dout = (torch.randn(b, h, n, d, device="cuda", generator=g) for _ in range(4))
+        q = q * logit
+        out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+        ours = flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
+        want = autograd64(q, k, v, dout, causal)
+        errors = {name: float((o.double() - w).abs().max() / w.abs().max())
+                  for name, o, w in zip(("dq", "dk", "dv"), ours, want)}
+        ok = all(e < 1e-4 for e in errors.values())
+        rows.append(dict(batch=b, heads=h, seq=n, head_dim=d, causal=causal, logit_scale=logit,
+                         rel_err=errors, ok=ok))
+        print(f"validate b{b} h{h} n{n} d{d} causal={causal} x{logit}: "
+              + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()) + (" ok" if ok else " FAIL"),
+              flush=True)
+    return rows
+
+
+def time_in_turns(calls, rounds=ROUNDS):
+    """Median milliseconds of each callable, timed in turns with CUDA events."""
+    for call in calls.values():  # warm-up: compile, allocate
+        call()
+    torch.cuda.synchronize()
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def timing():
+    rows = []
+    for seq, d, causal in TIMED:
+        q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
+        out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            sdpa_out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+        def sdpa_bwd():
+            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                return torch.autograd.grad(sdpa_out, (qg, kg, vg), dout, retain_graph=True)
+
+        def flash_bwd():
+            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
+
+        ms = time_in_turns({"flash_bwd": flash_bwd, "sdpa_efficient_bwd": sdpa_bwd})
+        for variant, t in ms.items():
+            rows.append(dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=d,
+                             causal=causal, ms=t, status="ok"))
+        print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms, "
+              f"sdpa_efficient_bwd {ms['sdpa_efficient_bwd']:.3f} ms, ratio "
+              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
+        del qg, kg, vg, sdpa_out
+        torch.cuda.empty_cache()
+    return rows
+
+
+def long_sequence():
+    seq, d = 16384, 64
+    q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
+    out, lse = A.flash_attention(q, k, v, causal=True, return_lse=True)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    ms = time_in_turns({"flash_bwd": lambda: flash_attention_backward(
+        q, k, v, out, lse, dout, causal=True)}, rounds=1)["flash_bwd"]
+    extra = torch.cuda.max_memory_allocated() - before
+    print(f"seq {seq} d{d} causal: flash_bwd {ms:.1f} ms, peak extra memory {extra / 2**20:.0f} MiB",
+          flush=True)
+    return dict(variant="flash_bwd", batch=4, heads=16, seq=seq, head_dim=d, causal=True, ms=ms,
+                peak_extra_bytes=int(extra), status="ok")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    name = torch.cuda.get_device_name()
+    report = dict(benchmark="attention_backward", gpu=name, date=str(datetime.date.today()),
+                  versions=dict(python=platform.python_version(), numba=numba.__version__,
+                                torch=torch.__version__, numpy=np.__version__),
+                  method=__doc__.split("\n\n", 1)[1].strip())
+    report["validation"] = validate()
+    report["results"] = timing() + [long_sequence()]
+    slug = "h100" if "H100" in name else "h200" if "H200" in name else \
+        name.lower().replace(" ", "-")
+    path = Path(args.out) / f"attention-backward-{slug}-{report['date']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

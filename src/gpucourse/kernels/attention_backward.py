@@ -1,0 +1,225 @@
+"""The backward pass of FlashAttention, in its plainest form (FlashAttention-2's order).
+
+The forward pass kept only O and the log-sum-exp L of each row of scaled scores.
+Given dO, the gradient of the loss with respect to O, the backward pass needs
+dQ, dK and dV without ever storing the N x N matrix of probabilities. It
+recomputes each probability from the saved L, P_ij = exp(s q_i . k_j - L_i)
+(s the scale), and uses the identities of the softmax's gradient (Dao 2023,
+Algorithm 2):
+
+    D_i   = sum_c dO_ic O_ic                   (one pre-pass, a number per row)
+    dV_j  = sum_i P_ij dO_i
+    dP_ij = dO_i . v_j
+    dS_ij = P_ij (dP_ij - D_i)
+    dK_j  = s sum_i dS_ij q_i
+    dQ_i  = s sum_j dS_ij k_j
+
+Three kernels, no atomics, so the result does not depend on the order blocks
+run in:
+
+1. ``_row_dot_kernel``: D, one thread per row.
+2. the dK-dV kernel: a block per tile of BLOCK keys of a head, one thread per
+   key row, holding k_j, v_j and its dK_j and dV_j accumulators in registers;
+   it streams the queries' rows (q, dO, L and D) through shared memory a tile
+   at a time. Under a causal mask it starts at the first query tile that can
+   see its keys.
+3. the dQ kernel: a block per tile of BLOCK queries, one thread per query row,
+   holding q_i, dO_i and its dQ_i accumulator; it streams K and V through
+   shared memory and, under a causal mask, stops at the diagonal.
+
+Each thread does its row's work alone (one row per thread, no register
+tiling): the forward kernel's tuned tiling is the next step, this version is
+the reference its speed is measured against. fp32 throughout.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels import attention as A
+
+# Rows per block (one thread each) in both kernels.
+BLOCK = 32
+
+
+@cuda.jit
+def _row_dot_kernel(out, dout, delta):
+    """delta[r] = sum_c dout[r, c] * out[r, c], one thread per row of (rows, head_dim)."""
+    r = cuda.grid(1)
+    if r < delta.shape[0]:
+        total = np.float32(0.0)
+        for c in range(out.shape[1]):
+            total += dout[r, c] * out[r, c]
+        delta[r] = total
+
+
+@lru_cache(maxsize=None)
+def _kernels(head_dim: int, causal: bool):
+    """The dK-dV and dQ kernels for one head dimension (their register arrays are
+    head_dim long) and mask. Arrays are (heads, seq, head_dim) and (heads, seq)."""
+    D = head_dim
+    T = BLOCK
+
+    @cuda.jit
+    def dkdv_kernel(q, k, v, dout, lse, delta, dk, dv, scale):
+        head = cuda.blockIdx.y
+        key_tile = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        seq = q.shape[1]
+        j = key_tile * T + t
+        q_s = cuda.shared.array((T, D), np.float32)
+        do_s = cuda.shared.array((T, D), np.float32)
+        lse_s = cuda.shared.array(T, np.float32)
+        delta_s = cuda.shared.array(T, np.float32)
+        k_j = cuda.local.array(D, np.float32)
+        v_j = cuda.local.array(D, np.float32)
+        dk_j = cuda.local.array(D, np.float32)
+        dv_j = cuda.local.array(D, np.float32)
+        for c in range(D):
+            k_j[c] = k[head, j, c] if j < seq else np.float32(0.0)
+            v_j[c] = v[head, j, c] if j < seq else np.float32(0.0)
+            dk_j[c] = np.float32(0.0)
+            dv_j[c] = np.float32(0.0)
+        # Under the mask, query i sees key j only when i >= j: the query tiles
+        # before this key tile see none of its keys.
+        first = key_tile if causal else 0
+        for query_tile in range(first, (seq + T - 1) // T):
+            i = query_tile * T + t
+            for c in range(D):  # each thread loads one query row of the tile
+                q_s[t, c] = q[head, i, c] if i < seq else np.float32(0.0)
+                do_s[t, c] = dout[head, i, c] if i < seq else np.float32(0.0)
+            lse_s[t] = lse[head, i] if i < seq else np.float32(0.0)
+            delta_s[t] = delta[head, i] if i < seq else np.float32(0.0)
+            cuda.syncthreads()
+            if j < seq:
+                for r in range(T):
+                    row = query_tile * T + r
+                    if row < seq and not (causal and row < j):
+                        score = np.float32(0.0)
+                        dp = np.float32(0.0)
+                        for c in range(D):
+                            score += q_s[r, c] * k_j[c]
+                            dp += do_s[r, c] * v_j[c]
+                        p = math.exp(score * scale - lse_s[r])
+                        ds = p * (dp - delta_s[r])
+                        for c in range(D):
+                            dv_j[c] += p * do_s[r, c]
+                            dk_j[c] += ds * q_s[r, c]
+            cuda.syncthreads()
+        if j < seq:
+            for c in range(D):
+                dk[head, j, c] = dk_j[c] * scale
+                dv[head, j, c] = dv_j[c]
+
+    @cuda.jit
+    def dq_kernel(q, k, v, dout, lse, delta, dq, scale):
+        head = cuda.blockIdx.y
+        query_tile = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        seq = q.shape[1]
+        i = query_tile * T + t
+        k_s = cuda.shared.array((T, D), np.float32)
+        v_s = cuda.shared.array((T, D), np.float32)
+        q_i = cuda.local.array(D, np.float32)
+        do_i = cuda.local.array(D, np.float32)
+        dq_i = cuda.local.array(D, np.float32)
+        for c in range(D):
+            q_i[c] = q[head, i, c] if i < seq else np.float32(0.0)
+            do_i[c] = dout[head, i, c] if i < seq else np.float32(0.0)
+            dq_i[c] = np.float32(0.0)
+        lse_i = lse[head, i] if i < seq else np.float32(0.0)
+        delta_i = delta[head, i] if i < seq else np.float32(0.0)
+        # Under the mask the key tiles after this query tile are all masked.
+        last = query_tile + 1 if causal else (seq + T - 1) // T
+        for key_tile in range(last):
+            j = key_tile * T + t
+            for c in range(D):  # each thread loads one key row and one value row
+                k_s[t, c] = k[head, j, c] if j < seq else np.float32(0.0)
+                v_s[t, c] = v[head, j, c] if j < seq else np.float32(0.0)
+            cuda.syncthreads()
+            if i < seq:
+                for r in range(T):
+                    key = key_tile * T + r
+                    if key < seq and not (causal and key > i):
+                        score = np.float32(0.0)
+                        dp = np.float32(0.0)
+                        for c in range(D):
+                            score += q_i[c] * k_s[r, c]
+                            dp += do_i[c] * v_s[r, c]
+                        ds = math.exp(score * scale - lse_i) * (dp - delta_i)
+                        for c in range(D):
+                            dq_i[c] += ds * k_s[r, c]
+            cuda.syncthreads()
+        if i < seq:
+            for c in range(D):
+                dq[head, i, c] = dq_i[c] * scale
+
+    return dkdv_kernel, dq_kernel
+
+
+def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None):
+    """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
+
+    q, k, v, out, dout: float32, shape (batch, heads, seq, head_dim), all the
+    same shape, head_dim in attention.SUPPORTED_HEAD_DIMS; lse: float32, shape
+    (batch, heads, seq), as ``flash_attention(..., return_lse=True)`` returns
+    it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
+    causal and scale: as given to the forward pass.
+
+    Returns (dq, dk, dv) in the kind of the inputs. Memory beyond the
+    gradients: one float per row (D); the N x N matrix is never stored.
+    """
+    kind, (batch, heads, seq, head_dim) = A._check_qkv(q, k, v)
+    for name, x in (("out", out), ("dout", dout)):
+        if A._kind(x) != kind or tuple(x.shape) != tuple(q.shape):
+            raise ValueError(f"{name} must be of q's kind and shape {tuple(q.shape)}, "
+                             f"got {type(x).__name__} of shape {tuple(x.shape)}")
+    if A._kind(lse) != kind or tuple(lse.shape) != (batch, heads, seq):
+        raise ValueError(f"lse must be of q's kind and shape {(batch, heads, seq)}, "
+                         f"got {type(lse).__name__} of shape {tuple(lse.shape)}")
+    for name, x in (("out", out), ("dout", dout), ("lse", lse)):
+        if str(x.dtype).split(".")[-1] != "float32":
+            raise ValueError(f"{name} must be float32, got {x.dtype}")
+    causal = A._check_flag("causal", causal)
+    s = A._check_scale(scale, head_dim)
+
+    rows = batch * heads
+    qd, kd, vd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim))
+                           for x in (q, k, v, out, dout))
+    lsed = A._to_kernel(lse, kind).reshape((rows, seq))
+    delta = cuda.device_array((rows, seq), dtype=np.float32)
+    _row_dot_kernel[(rows * seq + 127) // 128, 128](
+        od.reshape((rows * seq, head_dim)), dod.reshape((rows * seq, head_dim)),
+        delta.reshape(rows * seq))
+    grads = [A._empty_like(kind, q, (batch, heads, seq, head_dim)) for _ in range(3)]
+    dq, dk, dv = (kernel_side.reshape((rows, seq, head_dim)) for _, kernel_side in grads)
+    dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
+    grid = ((seq + BLOCK - 1) // BLOCK, rows)
+    dkdv_kernel[grid, BLOCK](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
+    dq_kernel[grid, BLOCK](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
+    return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
+
+
+def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):
+    """dQ, dK and dV of softmax(scale q k^T) v in float64 numpy, from the full
+    matrix of probabilities (the naive backward pass). Arrays of shape
+    (..., seq, head_dim)."""
+    q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
+    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scores = s * q @ np.swapaxes(k, -1, -2)
+    if causal:
+        n = q.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    dv = np.swapaxes(p, -1, -2) @ dout
+    dp = dout @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    dq = s * ds @ k
+    dk = s * np.swapaxes(ds, -1, -2) @ q
+    return dq, dk, dv

@@ -1,0 +1,85 @@
+"""The FlashAttention backward pass against float64 autograd (torch on the CPU)
+and the naive backward in numpy, on ragged shapes, causal and not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gpucourse.kernels import attention as A
+from gpucourse.kernels.attention_backward import (BLOCK, flash_attention_backward,
+                                                  reference_attention_backward)
+
+ATOL, RTOL = 2e-4, 2e-3
+
+
+def inputs(shape, seed, logit_scale=1.0):
+    rng = np.random.default_rng(seed)
+    q, k, v, dout = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
+    return q * np.float32(logit_scale), k, v, dout
+
+
+def autograd_grads(q, k, v, dout, causal, scale):
+    """dQ, dK, dV by torch's autograd of plain attention, in float64."""
+    tq, tk, tv = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v))
+    scores = scale * tq @ tk.transpose(-1, -2)
+    if causal:
+        n = q.shape[-2]
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ tv
+    out.backward(torch.tensor(dout, dtype=torch.float64))
+    return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy()
+
+
+@pytest.mark.parametrize("shape, causal", [
+    ((1, 2, 37, 16), False),   # ragged: two tiles, the second of 5 rows
+    ((1, 2, 37, 16), True),
+    ((2, 1, BLOCK + 1, 32), True),  # one row past a tile
+    ((1, 1, 1, 16), False),    # one key: dV = dO, dQ = dK = 0
+])
+def test_gradients_equal_float64_autograd(shape, causal):
+    q, k, v, dout = inputs(shape, seed=sum(shape) + causal)
+    scale = 1.0 / np.sqrt(shape[-1])
+    out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    out, lse = out.astype(np.float32), lse.astype(np.float32)
+    got = flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
+    want = autograd_grads(q, k, v, dout, causal, scale)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.dtype == np.float32 and g.shape == q.shape, name
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_with_the_forward_kernels_own_output_and_large_logits():
+    # The forward kernel's O and log-sum-exp, scores scaled 30 times up: the
+    # recomputed probabilities must not overflow.
+    q, k, v, dout = inputs((1, 1, 40, 16), seed=5, logit_scale=30.0)
+    out, lse = A.flash_attention(q, k, v, causal=True, return_lse=True)
+    got = flash_attention_backward(q, k, v, out, lse, dout, causal=True)
+    want = reference_attention_backward(q, k, v, dout, causal=True)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert np.all(np.isfinite(g)), name
+        scale = max(1.0, float(np.abs(w).max()))
+        np.testing.assert_allclose(g / scale, w / scale, atol=1e-3, err_msg=name)
+
+
+def test_numpy_reference_equals_autograd():
+    q, k, v, dout = inputs((1, 1, 9, 16), seed=2)
+    for causal in (False, True):
+        for got, want in zip(reference_attention_backward(q, k, v, dout, causal=causal),
+                             autograd_grads(q, k, v, dout, causal, 0.25)):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_input_is_named():
+    q, k, v, dout = inputs((1, 1, 8, 16), seed=1)
+    out, lse = A.reference_attention(q, k, v, return_lse=True)
+    out, lse = out.astype(np.float32), lse.astype(np.float32)
+    with pytest.raises(ValueError, match="dout must be of q's kind and shape"):
+        flash_attention_backward(q, k, v, out, lse, dout[:, :, :4])
+    with pytest.raises(ValueError, match="lse must be of q's kind and shape"):
+        flash_attention_backward(q, k, v, out, lse[..., :4], dout)
+    with pytest.raises(ValueError, match="out must be float32"):
+        flash_attention_backward(q, k, v, out.astype(np.float64), lse, dout)
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
