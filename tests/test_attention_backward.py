@@ -83,3 +83,26 @@ def test_bad_input_is_named():
         flash_attention_backward(q, k, v, out.astype(np.float64), lse, dout)
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_autograd_function_trains_like_plain_attention(causal):
+    from gpucourse.kernels.attention_backward import flash_attention_autograd
+
+    q, k, v, dout = inputs((1, 2, 20, 16), seed=11 + causal)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    out = flash_attention_autograd(tq, tk, tv, causal=causal)
+    ref = A.reference_attention(q, k, v, causal=causal)
+    np.testing.assert_allclose(out.detach().numpy(), ref, atol=ATOL, rtol=RTOL)
+    (out * torch.tensor(dout)).sum().backward()  # the gradient of this loss is dout
+    for name, got, want in zip(("dq", "dk", "dv"), (tq.grad, tk.grad, tv.grad),
+                               autograd_grads(q, k, v, dout, causal, 0.25)):
+        np.testing.assert_allclose(got.numpy(), want, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_the_autograd_function_refuses_what_is_not_a_tensor():
+    from gpucourse.kernels.attention_backward import flash_attention_autograd
+
+    q = np.zeros((1, 1, 4, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match="q must be a torch tensor"):
+        flash_attention_autograd(q, q, q)

@@ -223,3 +223,71 @@ def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):
     dq = s * ds @ k
     dk = s * np.swapaxes(ds, -1, -2) @ q
     return dq, dk, dv
+
+
+# -----------------------------------------------------------------------------
+# For PyTorch models: the forward and backward kernels as one autograd operation
+
+
+def _torch_function():
+    import torch
+
+    class FlashAttention(torch.autograd.Function):
+        """softmax(scale q k^T) v whose forward and backward are the course's kernels.
+
+        CUDA tensors run on the GPU; CPU tensors go through numpy (on Numba's
+        simulator where there is no GPU: small sizes only), so that a model's
+        tests run anywhere."""
+
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale):
+            args = [_kernel_side(x) for x in (q, k, v)]
+            out, lse = A.flash_attention(*args, causal=causal, scale=scale, return_lse=True)
+            out, lse = _torch_side(out, q), _torch_side(lse, q)
+            ctx.save_for_backward(q, k, v, out, lse)
+            ctx.causal, ctx.scale = causal, scale
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            q, k, v, out, lse = ctx.saved_tensors
+            args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
+            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
+            return (*(_torch_side(g, q) for g in grads), None, None)
+
+    return FlashAttention
+
+
+_FUNCTION = None
+
+
+def _kernel_side(x):
+    """A tensor as the kernels take it: itself on a GPU, a numpy array on the CPU."""
+    x = x.detach()
+    return x if x.is_cuda else x.contiguous().numpy()
+
+
+def _torch_side(x, like):
+    import torch
+
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(x).to(like.device)
+
+
+def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
+    """Attention that PyTorch can differentiate, on the course's kernels: the
+    forward kernel saves its log-sum-exp, the backward kernels use it.
+
+    q, k, v: float32 torch tensors of shape (batch, heads, seq, head_dim), on a
+    CUDA device (the GPU kernels) or on the CPU (through numpy; on Numba's
+    simulator where there is no GPU). Returns the output; ``.backward()`` fills
+    q.grad, k.grad and v.grad.
+    """
+    global _FUNCTION
+    import torch
+
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    if _FUNCTION is None:
+        _FUNCTION = _torch_function()
+    return _FUNCTION.apply(q, k, v, A._check_flag("causal", causal), scale)
