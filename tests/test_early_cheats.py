@@ -253,6 +253,8 @@ def cheapest_instance(total_flops, budget_usd, deadline_hours, instances, mfu, s
                       max_instances=1024):
     from gpucourse import economics
 
+    if not deadline_hours > 0:
+        raise ValueError("deadline_hours must be > 0")
     mine = [economics.custom_instance(key, i["chip"], i["chips"], i["price_per_hour_usd"])
             for key, i in instances.items()]
     run = economics.cheapest_instance(total_flops, budget_usd, deadline_hours * 3600, mine, mfu,
