@@ -14,7 +14,11 @@ For every chapter in solutions/:
 from __future__ import annotations
 
 import ast
+import fcntl
+import hashlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -211,6 +215,28 @@ def misbehaving_in_turn(chapter: str, only=None):
     return filled_in(chapter, replace=replace, only=only), broken
 
 
+def _release_once(course: Path, chapter: str) -> None:
+    """``release_in_course(ROOT, course, chapter)``, generated once per version of
+    the chapter's solution and shared by every test that grades the chapter (the
+    grading round trip and the cheats tests, in whichever pytest worker): nbgrader's
+    generate_assignment costs about 10 s of CPU a call. The course folder is
+    copied from a cache keyed by the solution's bytes and the nbgrader config."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "solutions" / chapter).rglob("*")) + [ROOT / "nbgrader_config.py"]:
+        if path.is_file() and ".ipynb_checkpoints" not in path.parts:
+            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes())
+    cache = Path(tempfile.gettempdir()) / "gpucourse-releases" / f"{chapter}-{digest.hexdigest()[:16]}"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker generates, the others wait and copy
+        if not (cache / "done").exists():
+            shutil.rmtree(cache, ignore_errors=True)
+            cache.mkdir()
+            release_in_course(ROOT, cache, chapter)
+            (cache / "done").write_text("")
+    shutil.copytree(cache, course, dirs_exist_ok=True, ignore=shutil.ignore_patterns("done"))
+
+
 def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
     """Autograde ``submissions`` ({student: notebook}) of one chapter with nbgrader's own
     machinery, in the fresh course folder ``course``, as an instructor would: one run
@@ -218,7 +244,7 @@ def autograde(chapter: str, submissions: dict, course: Path) -> dict[str, dict]:
     the graded notebooks stay in ``course/autograded/<student>/<chapter>/``. A written
     answer's score is "manual": it waits for a person."""
     # The student version, generated the way `make exercises` does it.
-    release_in_course(ROOT, course, chapter)
+    _release_once(course, chapter)
     db = f"sqlite:///{course / 'gradebook.db'}"
     common = [f"--CourseDirectory.db_url={db}", "--log-level=WARN"]
 
