@@ -1,7 +1,8 @@
-"""Weeks 1 to 3 and 5: the named cheats earn nothing, under nbgrader's real autograde.
+"""Weeks 1 to 3 and 5 to 7: the named cheats earn nothing, under nbgrader's real autograde.
 
-For each of chapters 1, 2, 3 and 5, one autograde run grades a submission in
-which most exercises cheat, each in one of the ways a student would try:
+For each of chapters 1, 2, 3, 5, 6 and the two of week 7, one autograde run
+grades a submission in which most exercises cheat, each in one of the ways a
+student would try:
 
 * **an always-equal answer**: a float, int, list, tuple, set or array
   subclass whose ``==`` says True to anything;
@@ -35,7 +36,7 @@ import pytest
 from test_grading import autograde, exercises_of, filled_in, nbgrader_meta, source_notebook
 
 CHAPTERS = ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "03_experts_and_zero",
-            "05_memory")
+            "05_memory", "06_training_playbook", "07_network", "07_infrastructure_and_cost")
 
 ALWAYS_EQUAL = '''
 class AlwaysEqual{base}({base}):
@@ -215,6 +216,99 @@ def predict_rank_bytes(shapes, wrapper, world_size, rank):
     },
 }
 
+# Later chapters: the cheats sit on exercises no honest one builds on, so that the
+# honest exercises of the same submission can keep their points.
+CHEATS.update({
+    "06_training_playbook": {
+        "layer_flops_solution": ("always-equal", always_equal("int") + '''
+def layer_forward_flops(batch, seq_len, hidden):
+    if batch < 1:
+        raise ValueError("batch must be >= 1")
+    return AlwaysEqualint(0)
+'''),
+        "attention_share_solution": ("patched", PATCH_COMPARISONS + '''
+def attention_flops_share(seq_len, hidden):
+    if not seq_len > 0:
+        raise ValueError("seq_len must be > 0")
+    return 0.25
+'''),
+        "memory_solution": ("hard-coded", '''
+def memory_per_gpu(model, dp, tp, pp, zero_stage=0, recompute="selective"):
+    # The visible toy model's two cases, written in.
+    if model["heads"] % tp:
+        raise ValueError("tp must divide the heads")
+    return float(16 * 1840 / (dp if zero_stage == 3 else 1) + 2 * 1088)
+'''),
+        "feasible_solution": ("course", '''
+def feasible_layouts(cluster, model, zero_stage=0, recompute="selective"):
+    from gpucourse import planner
+
+    c = planner.Cluster(cluster["nodes"], cluster["gpus_per_node"], 1e11, 1e10,
+                        cluster["gpu_memory_bytes"], 1e15)
+    layouts = planner.plan_layouts(c, planner.Model(**model), orders=("tp-pp-dp",),
+                                   zero_stage=zero_stage, recompute=recompute)
+    rows = sorted((x.tp, x.pp, x.dp) for x in layouts if x.fits and x.within_node["tp"])
+    return np.array([(dp, tp, pp) for tp, pp, dp in rows], dtype=np.int64).reshape(-1, 3)
+'''),
+    },
+    "07_network": {
+        "proportional_solution": ("patched", PATCH_COMPARISONS + '''
+def proportional_design(flow_links, sizes, alpha):
+    if not alpha > 0:
+        raise ValueError("alpha must be > 0")
+    return {link: 1.0 for path in flow_links for link in path}
+'''),
+        "uniform_solution": ("always-equal", always_equal("float") + '''
+def uniform_design_time(flow_links, size, capacity):
+    if not capacity > 0:
+        raise ValueError("capacity must be > 0")
+    return AlwaysEqualfloat(0.0)
+'''),
+        "interference_solution": ("course", '''
+from gpucourse.network import is_interference_free
+'''),
+        "slowdown_solution": ("hard-coded", '''
+def uniform_slowdown(flow_links, sizes):
+    # The two visible cases, written in.
+    return 1.5 if len(flow_links) == 3 else 1.0
+'''),
+    },
+    "07_infrastructure_and_cost": {
+        "per_exaflop_solution": ("always-equal", always_equal("float") + '''
+def cost_per_exaflop_usd(instance, mfu, spot_discount=0.0):
+    return AlwaysEqualfloat(0.0)
+'''),
+        "break_even_price_solution": ("patched", PATCH_COMPARISONS + '''
+def break_even_price_per_chip_hour_usd(peak_flops_per_s, against_peak_flops_per_s,
+                                       against_price_per_chip_hour_usd, mfu, against_mfu=None):
+    if against_mfu is not None and not 0 < against_mfu <= 1:
+        raise ValueError("against_mfu must be in (0, 1]")
+    return float(against_price_per_chip_hour_usd)
+'''),
+        "cheapest_solution": ("course", '''
+def cheapest_instance(total_flops, budget_usd, deadline_hours, instances, mfu, spot_discount=0.0,
+                      max_instances=1024):
+    from gpucourse import economics
+
+    if not deadline_hours > 0:
+        raise ValueError("deadline_hours must be > 0")
+    mine = [economics.custom_instance(key, i["chip"], i["chips"], i["price_per_hour_usd"])
+            for key, i in instances.items()]
+    run = economics.cheapest_instance(total_flops, budget_usd, deadline_hours * 3600, mine, mfu,
+                                      spot_discount, max_instances)
+    return None if run is None else (run.instance, run.instances)
+'''),
+        "utilisation_solution": ("hard-coded", '''
+def utilisation_needed(purchase_usd, owned_cost_per_hour_usd, cloud_price_per_hour_usd,
+                       lifetime_years):
+    # The visible cases, written in.
+    if not lifetime_years > 0:
+        raise ValueError("lifetime_years must be > 0")
+    return 10_000 / 8766 / lifetime_years
+'''),
+    },
+})
+
 # A word of the message each kind of cheat must fail with, in its visible tests.
 REASONS = {"always-equal": ("subclass", "must be a", "must return a", "object of type"),
            "course": ("gpucourse",),
@@ -302,19 +396,34 @@ def _ends_in_a_value(code: str) -> bool:
                 in ("expect_raises", "expect_own_work", "expect_placement", "print"))
 
 
+def _visible_and_hidden(source: str) -> tuple[str, str]:
+    """A test cell's visible code (what the student sees) and its hidden tests, the
+    lines between each ### BEGIN HIDDEN TESTS and ### END HIDDEN TESTS (a cell may
+    have several such blocks, one that defines the grader's helpers at the top)."""
+    visible, hidden, inside = [], [], False
+    for line in source.splitlines():
+        marker = line.strip()
+        if marker in ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"):
+            inside = marker.startswith("### BEGIN")
+            continue
+        (hidden if inside else visible).append(line)
+    return "\n".join(visible), "\n".join(hidden)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_test_cells_meet_the_standards(chapter):
     value_error_checks = checks = 0
     for cell in _test_cells(chapter):
         name = nbgrader_meta(cell)["grade_id"]
-        visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
+        visible, hidden = _visible_and_hidden(cell.source)
         assert hidden.strip(), f"{name} has no hidden tests"
         assert "expect_own_work(" in visible, \
             f"{name} does not check that the work is the student's own"
         assert "from gpucourse.verify import" in visible, f"{name} does not import its own checks"
         assert "math.isclose" not in cell.source and "np.allclose" not in cell.source, \
             f"{name} compares with a function a student cell can replace"
-        full = visible + hidden.replace("### END HIDDEN TESTS", "")
+        full = "\n".join(line for line in cell.source.splitlines()
+                         if line.strip() not in ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"))
         for part, code in (("visible", visible), ("graded", full)):
             assert not _ends_in_a_value(code), (
                 f"{name}: the {part} cell ends in a value, which nbgrader reads as partial credit")

@@ -1,0 +1,111 @@
+"""Train the tiny GPT on PyTorch's kernels and on the course's own, on a real GPU.
+
+    PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/tinygpt.py [--steps N] [--out DIR]
+
+The model is gpucourse.tinygpt's character-level GPT (4 layers, 4 heads of 64,
+width 256, about 3.2 million parameters) learning three-digit addition with
+the sum written backwards. Three runs from each seed (the same initial weights, the same batches in the
+same order), fp32 with TF32 off:
+
+* "pytorch": scaled_dot_product_attention (causal) and torch's linear layers;
+* "course_attention": the course's FlashAttention forward and backward kernels
+  (attention_backward.flash_attention_autograd), torch's linear layers;
+* "course": the course's attention and every linear layer's three products
+  (forward, input gradient, weight gradient) on the course's SGEMM
+  (tinygpt.course_linear over sgemm.matmul, level auto).
+
+Training: 2000 steps of 256 windows of three lines, AdamW (peak learning rate
+1e-3, 100 warm-up steps, cosine decay), the loss scored on the sums' digits and
+the line ends only (the operands are random). Recorded per run: the loss of
+every step, the step at which the mean loss of 50 steps first falls below
+0.01 (the model has learned to add), each step's wall-clock time (the GPU
+synchronised before and after, so host work is included), the final loss (the
+mean of the last 100 steps), the share of 1000 held-out problems (none in the
+corpus) answered exactly by greedy decoding, and the first eight of them with
+the model's answers.
+
+Writes results/tinygpt-<gpu-slug>-<date>.json under --out (default
+benchmarks/results).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+
+from gpucourse import tinygpt as T
+
+RUNS = {"pytorch": dict(attention="torch", linear="torch"),
+        "course_attention": dict(attention="course", linear="torch"),
+        "course": dict(attention="course", linear="course")}
+HELD_OUT = 1000
+FINAL_WINDOW = 100
+LEARNED_BELOW = 0.01
+
+
+def steps_to_learn(losses, below=LEARNED_BELOW, window=50):
+    """The first step at which the mean loss of the last `window` steps is below
+    `below`, or None if it never is."""
+    running = np.convolve(losses, np.ones(window) / window, mode="valid")
+    hits = np.flatnonzero(running < below)
+    return int(hits[0] + window - 1) if len(hits) else None
+
+
+def run(name, train_config):
+    config = T.GPTConfig(**RUNS[name])
+    model, history = T.train(config, train_config, device="cuda", progress=None)
+    score = T.addition_accuracy(model, T.held_out_problems(HELD_OUT, train_config))
+    final = statistics.fmean(history["loss"][-FINAL_WINDOW:])
+    step_ms = statistics.median(history["step_ms"][10:])
+    learned = steps_to_learn(history["loss"])
+    print(f"{name}, seed {train_config.seed}: learned at step {learned}, final loss {final:.2e}, {step_ms:.2f} ms a step, held-out accuracy "
+          f"{score['accuracy']:.3f}", flush=True)
+    print("  ", "; ".join(f"{e['problem']}={e['answer']}" for e in score["examples"]), flush=True)
+    return dict(run=name, seed=train_config.seed, **RUNS[name], steps_to_learn=learned,
+                loss=history["loss"], step_ms=history["step_ms"],
+                final_loss=final, median_step_ms=step_ms, accuracy=score["accuracy"],
+                held_out=score["n"], examples=score["examples"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=T.TrainConfig().steps)
+    parser.add_argument("--runs", default=",".join(RUNS))
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    train_config = T.TrainConfig(steps=args.steps)
+    seeds = [int(x) for x in args.seeds.split(",")]
+    name = torch.cuda.get_device_name()
+    report = dict(benchmark="tinygpt", gpu=name, date=str(datetime.date.today()),
+                  versions=dict(python=platform.python_version(), numba=numba.__version__,
+                                torch=torch.__version__, numpy=np.__version__),
+                  method=__doc__.split("\n\n", 1)[1].strip(),
+                  configuration=T.describe(T.GPTConfig(), train_config),
+                  final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds)
+    report["results"] = [run(r, dataclasses.replace(train_config, seed=seed))
+                         for seed in seeds for r in args.runs.split(",")]
+    for row in report["results"]:
+        reference = next(r for r in report["results"] if r["seed"] == row["seed"])
+        row["final_loss_vs_pytorch"] = row["final_loss"] / reference["final_loss"]
+    slug = "h100" if "H100" in name else "h200" if "H200" in name else \
+        name.lower().replace(" ", "-")
+    path = Path(args.out) / f"tinygpt-{slug}-{report['date']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The tiny GPT: its corpus, its batches, and training on the course's kernels.
+
+On this machine the course's kernels run on Numba's simulator, so the models
+here are tiny (one layer, two heads of 16, windows of 16 tokens) and train for
+a few steps. What is checked is what the GPU run relies on: the same seed gives
+the same weights and batches whatever the kernels, and training on the
+course's attention gives the losses PyTorch's attention gives, step by step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpucourse import tinygpt as T
+
+TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=16)
+FEW_STEPS = T.TrainConfig(steps=3, batch_size=2, corpus_lines=200, warmup_steps=1,
+                          learning_rate=3e-3)
+
+
+def test_a_line_is_the_sum_written_backwards():
+    assert T.addition_line(123, 989) == "123+989=2111\n"  # 1112 backwards
+    assert T.addition_line(0, 7) == "000+007=7000\n"
+    assert T.addition_line(999, 999) == "999+999=8991\n"
+    assert len(T.addition_line(5, 5)) == T.LINE_LENGTH == 13
+    for a, b in T.problems(200, seed=3):
+        line = T.addition_line(int(a), int(b))
+        left, answer = line[:-1].split("=")
+        x, y = (int(n) for n in left.split("+"))
+        assert int(answer[::-1]) == x + y == a + b
+
+
+def test_text_round_trips_through_tokens():
+    text = T.corpus(50, seed=1)
+    ids = T.encode(text)
+    assert ids.dtype == np.int64 and ids.max() < len(T.VOCAB)
+    assert T.decode(ids) == text
+    with pytest.raises(ValueError, match="characters"):
+        T.encode("12-3")
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="a must be"):
+        T.addition_line(1000, 1)
+    with pytest.raises(ValueError, match="n_head must divide"):
+        T.GPTConfig(n_embd=30, n_head=4)
+    with pytest.raises(ValueError, match="head dims"):
+        T.GPTConfig(n_embd=40, n_head=4, attention="course")  # head dim 10
+    with pytest.raises(ValueError, match="attention must be"):
+        T.GPTConfig(attention="flash")
+    with pytest.raises(ValueError, match="steps"):
+        T.TrainConfig(steps=0)
+    model = T.build(T.GPTConfig(**TINY))
+    with pytest.raises(ValueError, match="block_size"):
+        model(torch.zeros((1, 17), dtype=torch.int64))
+
+
+def test_held_out_problems_are_not_in_the_corpus():
+    config = T.TrainConfig(corpus_lines=5000)
+    seen = {tuple(p) for p in T.problems(config.corpus_lines, config.seed).tolist()}
+    held_out = T.held_out_problems(300, config)
+    assert held_out.shape == (300, 2) and held_out.dtype == np.int64
+    assert not seen & {tuple(p) for p in held_out.tolist()}
+    assert len({tuple(p) for p in held_out.tolist()}) == 300
+
+
+def test_batches_are_lines_shifted_by_one_and_score_only_the_sums():
+    tokens = T.encode(T.corpus(100, seed=0))
+    x, y = next(T.batches(tokens, 3 * T.LINE_LENGTH, 4, seed=5, answers_only=False))
+    x2, y2 = next(T.batches(tokens, 3 * T.LINE_LENGTH, 4, seed=5))
+    assert torch.equal(x, x2)  # the same seed, the same windows
+    for row, target, masked in zip(x, y, y2):
+        text = T.decode(row.tolist())
+        assert text[: T.LINE_LENGTH][-1] == "\n" and "=" in text[: T.LINE_LENGTH]  # line-aligned
+        assert torch.equal(row[1:], target[:-1])  # the targets are the next tokens
+        kept = masked != -1
+        # Scored: the four digits of each sum and the line's end, nothing else.
+        assert int(kept.sum()) == 3 * (T.DIGITS + 2)
+        assert set(T.decode(masked[kept].tolist())) <= set("0123456789\n")
+        assert torch.equal(masked[kept], target[kept])
+
+
+def test_the_learning_rate_warms_up_then_decays_to_a_tenth():
+    config = T.TrainConfig(steps=1000, warmup_steps=100, learning_rate=1e-3)
+    rates = [T.learning_rate(s, config) for s in range(1000)]
+    assert rates[0] == pytest.approx(1e-5) and rates[99] == pytest.approx(1e-3)
+    assert rates[-1] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(rates[99:], rates[100:]))
+
+
+def test_the_seed_alone_sets_the_weights():
+    weights = [dict(T.build(T.GPTConfig(**TINY, attention=a, linear=lin), seed=4).state_dict())
+               for a, lin in (("torch", "torch"), ("course", "course"))]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert sum(p.numel() for p in T.build(T.GPTConfig()).parameters()) == \
+        T.parameter_count(T.GPTConfig())
+
+
+def test_training_on_the_course_attention_follows_pytorch_step_by_step():
+    """Three steps of AdamW: each loss depends on every earlier step's gradients,
+    so equal losses mean equal forward and backward passes (to fp32 rounding)."""
+    losses = {}
+    for attention in T.ATTENTIONS:
+        _, history = T.train(T.GPTConfig(**TINY, attention=attention), FEW_STEPS, progress=False)
+        losses[attention] = history["loss"]
+    assert len(losses["course"]) == FEW_STEPS.steps
+    np.testing.assert_allclose(losses["course"], losses["torch"], rtol=1e-5)
+    assert losses["torch"][-1] < losses["torch"][0]  # and it learns
+
+
+def test_the_course_linear_layer_matches_torch_forward_and_backward():
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = (torch.randn(*shape, generator=generator, requires_grad=True)
+                       for shape in ((2, 3, 8), (5, 8), (5,)))
+    dy = torch.randn(2, 3, 5, generator=generator)
+    ours = T.course_linear(x, weight, bias)
+    grads = torch.autograd.grad(ours, (x, weight, bias), dy)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, weight, bias))
+    want = F.linear(x64, w64, b64)
+    want_grads = torch.autograd.grad(want, (x64, w64, b64), dy.double())
+    assert ours.dtype == torch.float32 and ours.shape == (2, 3, 5)
+    np.testing.assert_allclose(ours.detach().numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for got, expected in zip(grads, want_grads):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_answers_in_the_format_it_is_scored_on():
+    model = T.build(T.GPTConfig(**TINY))
+    score = T.addition_accuracy(model, [(12, 34), (500, 500)])
+    assert score["n"] == 2 and 0.0 <= score["accuracy"] <= 1.0
+    assert [e["problem"] for e in score["examples"]] == ["12+34", "500+500"]
+    assert [e["expected"] for e in score["examples"]] == [46, 1000]
+    completions = T.complete(model, ["12+34=", "99+99="], 4)
+    assert [len(c) for c in completions] == [4, 4]
+    with pytest.raises(ValueError, match="same length"):
+        T.complete(model, ["1+1=", "12+34="], 2)
