@@ -16,7 +16,9 @@ answers it, and checks its answers two ways:
 * worker functions that train a small transformer on several processes under
   DDP, ZeRO-1 (`ZeroRedundancyOptimizer`) and FSDP2 (`fully_shard`) and
   measure what each process really holds, with exact predictions of the
-  uneven splits.
+  uneven splits; the processes are spawned afresh, or forked from a warmed-up
+  process, as week 5's graded test cells do (`measure`, `warm_up_training`,
+  `rank_states`).
 
 Byte counts are bytes; "GB" in the papers' tables means 10^9 bytes, and so it
 does here (`GB`). Every public function checks its arguments and raises
