@@ -15,7 +15,7 @@
    call of ours at seq 16384, where the naive backward's N x N matrices
    (4 x 16 x 16384^2 floats, 64 GiB each) do not fit.
 
-Writes results/attention-backward-<gpu-slug>-<date>.json under --out
+Writes results/attention_backward-<gpu-slug>-<date>.json under --out
 (default: benchmarks/results).
 """
 
@@ -158,7 +158,7 @@ def main():
     report["results"] = timing() + [long_sequence()]
     slug = "h100" if "H100" in name else "h200" if "H200" in name else \
         name.lower().replace(" ", "-")
-    path = Path(args.out) / f"attention-backward-{slug}-{report['date']}.json"
+    path = Path(args.out) / f"attention_backward-{slug}-{report['date']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")

@@ -8,6 +8,8 @@ the sum written backwards. Three runs from each seed (the same initial weights, 
 same order), fp32 with TF32 off:
 
 * "pytorch": scaled_dot_product_attention (causal) and torch's linear layers;
+* "pytorch_math" (the control): the same, with SDPA held to its math backend,
+  which adds the same products in another order;
 * "course_attention": the course's FlashAttention forward and backward kernels
   (attention_backward.flash_attention_autograd), torch's linear layers;
 * "course": the course's attention and every linear layer's three products
@@ -31,6 +33,7 @@ benchmarks/results).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -41,10 +44,14 @@ from pathlib import Path
 import numba
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse import tinygpt as T
 
 RUNS = {"pytorch": dict(attention="torch", linear="torch"),
+        # PyTorch against itself: the same model on SDPA's math backend, a
+        # different order of the same sums (the control for the comparison).
+        "pytorch_math": dict(attention="torch", linear="torch"),
         "course_attention": dict(attention="course", linear="torch"),
         "course": dict(attention="course", linear="course")}
 HELD_OUT = 1000
@@ -52,23 +59,17 @@ FINAL_WINDOW = 100
 LEARNED_BELOW = 0.01
 
 
-def steps_to_learn(losses, below=LEARNED_BELOW, window=50):
-    """The first step at which the mean loss of the last `window` steps is below
-    `below`, or None if it never is."""
-    running = np.convolve(losses, np.ones(window) / window, mode="valid")
-    hits = np.flatnonzero(running < below)
-    return int(hits[0] + window - 1) if len(hits) else None
-
-
 def run(name, train_config):
     config = T.GPTConfig(**RUNS[name])
-    model, history = T.train(config, train_config, device="cuda", progress=None)
+    backend = SDPBackend.MATH if name == "pytorch_math" else None
+    with sdpa_kernel(backend) if backend else contextlib.nullcontext():
+        model, history = T.train(config, train_config, device="cuda", progress=None)
     score = T.addition_accuracy(model, T.held_out_problems(HELD_OUT, train_config))
     final = statistics.fmean(history["loss"][-FINAL_WINDOW:])
     step_ms = statistics.median(history["step_ms"][10:])
-    learned = steps_to_learn(history["loss"])
-    print(f"{name}, seed {train_config.seed}: learned at step {learned}, final loss {final:.2e}, {step_ms:.2f} ms a step, held-out accuracy "
-          f"{score['accuracy']:.3f}", flush=True)
+    learned = T.steps_to_learn(history["loss"], LEARNED_BELOW)
+    print(f"{name}, seed {train_config.seed}: learned at step {learned}, final loss {final:.2e}, "
+          f"{step_ms:.2f} ms a step, held-out accuracy {score['accuracy']:.3f}", flush=True)
     print("  ", "; ".join(f"{e['problem']}={e['answer']}" for e in score["examples"]), flush=True)
     return dict(run=name, seed=train_config.seed, **RUNS[name], steps_to_learn=learned,
                 loss=history["loss"], step_ms=history["step_ms"],
@@ -82,6 +83,8 @@ def main():
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    parser.add_argument("--append", action="store_true",
+                        help="keep the runs of today's results file that this call does not redo")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -94,14 +97,22 @@ def main():
                   method=__doc__.split("\n\n", 1)[1].strip(),
                   configuration=T.describe(T.GPTConfig(), train_config),
                   final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds)
-    report["results"] = [run(r, dataclasses.replace(train_config, seed=seed))
-                         for seed in seeds for r in args.runs.split(",")]
-    for row in report["results"]:
-        reference = next(r for r in report["results"] if r["seed"] == row["seed"])
-        row["final_loss_vs_pytorch"] = row["final_loss"] / reference["final_loss"]
     slug = "h100" if "H100" in name else "h200" if "H200" in name else \
         name.lower().replace(" ", "-")
     path = Path(args.out) / f"tinygpt-{slug}-{report['date']}.json"
+    report["results"] = [run(r, dataclasses.replace(train_config, seed=seed))
+                         for seed in seeds for r in args.runs.split(",")]
+    if args.append and path.exists():
+        done = {(r["run"], r["seed"]) for r in report["results"]}
+        kept = [r for r in json.loads(path.read_text())["results"] if (r["run"], r["seed"]) not in done]
+        order = list(RUNS)
+        report["results"] = sorted(kept + report["results"],
+                                   key=lambda r: (r["seed"], order.index(r["run"])))
+        report["seeds"] = sorted({r["seed"] for r in report["results"]})
+    for row in report["results"]:
+        reference = next(r for r in report["results"]
+                         if r["seed"] == row["seed"] and r["run"] == "pytorch")
+        row["final_loss_vs_pytorch"] = row["final_loss"] / reference["final_loss"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")

@@ -138,3 +138,12 @@ def test_a_model_answers_in_the_format_it_is_scored_on():
     assert [len(c) for c in completions] == [4, 4]
     with pytest.raises(ValueError, match="same length"):
         T.complete(model, ["1+1=", "12+34="], 2)
+
+
+def test_a_run_has_learned_when_its_running_mean_falls_below_the_bar():
+    losses = [1.0] * 60 + [0.0] * 60
+    # The mean of the last 50 steps first drops below 0.01 when 50 of them are 0.
+    assert T.steps_to_learn(losses, 0.01) == 109
+    assert T.steps_to_learn(losses, 0.01, window=10) == 69
+    assert T.steps_to_learn([1.0] * 200, 0.01) is None
+    assert T.steps_to_learn([0.0] * 10, 0.01) is None  # shorter than the window

@@ -442,3 +442,82 @@ def addition_accuracy(model, pairs) -> dict:
 def describe(config: GPTConfig, train_config: TrainConfig) -> dict:
     return dict(model=asdict(config), training=asdict(train_config),
                 parameters=parameter_count(config), vocab=VOCAB, line_length=LINE_LENGTH)
+
+
+# -----------------------------------------------------------------------------
+# The committed GPU run (benchmarks/tinygpt.py), as the chapter shows it
+
+LEARNED_WINDOW = 50  # steps in the running mean of the loss that says a run has learned
+
+
+def steps_to_learn(losses, below: float, window: int = LEARNED_WINDOW):
+    """The first step at which the mean loss of the last `window` steps is below
+    `below`, or None if it never is."""
+    losses = np.asarray(losses, dtype=np.float64)
+    if len(losses) < window:
+        return None
+    running = np.convolve(losses, np.ones(window) / window, mode="valid")
+    hits = np.flatnonzero(running < below)
+    return int(hits[0] + window - 1) if len(hits) else None
+
+
+RUN_LABELS = {"pytorch": "PyTorch's kernels", "pytorch_math": "PyTorch, SDPA's math backend",
+              "course_attention": "the course's attention",
+              "course": "the course's attention and SGEMM"}
+
+
+def run_summary(record) -> list[dict]:
+    """One row per run of a tinygpt results file (``results.load_results("tinygpt")``):
+    run, seed, the step at which it learned to add, final loss, held-out accuracy,
+    median step time and that time over PyTorch's run of the same seed."""
+    rows = []
+    for r in record["results"]:
+        reference = next(x for x in record["results"]
+                         if x["seed"] == r["seed"] and x["run"] == "pytorch")
+        rows.append(dict(run=r["run"], label=RUN_LABELS.get(r["run"], r["run"]), seed=r["seed"],
+                         steps_to_learn=r["steps_to_learn"], final_loss=r["final_loss"],
+                         accuracy=r["accuracy"], median_step_ms=r["median_step_ms"],
+                         step_time_vs_pytorch=r["median_step_ms"] / reference["median_step_ms"]))
+    return rows
+
+
+def curves_part(record, seed: int, run: str, against: str = "pytorch", tolerance=1e-3):
+    """The first step at which run's loss differs from `against`'s (same seed) by
+    more than `tolerance`, and the largest difference before it; (None, largest)
+    if the curves never part."""
+    by_name = {(r["run"], r["seed"]): np.asarray(r["loss"]) for r in record["results"]}
+    for key in ((run, seed), (against, seed)):
+        if key not in by_name:
+            raise ValueError(f"no run {key[0]!r} with seed {key[1]} in this results file; "
+                             f"it has {sorted(by_name)}")
+    gap = np.abs(by_name[run, seed] - by_name[against, seed])
+    parted = np.flatnonzero(gap > tolerance)
+    if not len(parted):
+        return None, float(gap.max())
+    step = int(parted[0])
+    return step, float(gap[:step].max()) if step else 0.0
+
+
+def plot_runs(record, ax=None):
+    """Every run's loss against the step, a panel per seed (a 50-step running
+    mean; the loss is on a log scale, down to where the model has learned)."""
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({r["seed"] for r in record["results"]})
+    if ax is None:
+        _, ax = plt.subplots(1, len(seeds), figsize=(5.5 * len(seeds), 3.8), sharey=True,
+                             squeeze=False)
+        ax = ax[0]
+    window = LEARNED_WINDOW
+    for panel, seed in zip(np.atleast_1d(ax), seeds):
+        for i, r in enumerate(x for x in record["results"] if x["seed"] == seed):
+            smooth = np.convolve(r["loss"], np.ones(window) / window, mode="valid")
+            panel.plot(np.arange(window - 1, len(r["loss"])), smooth, color=f"C{i}",
+                       label=RUN_LABELS.get(r["run"], r["run"]))
+        panel.set_yscale("log")
+        panel.set_ylim(1e-5, 5)
+        panel.set_xlabel("step")
+        panel.set_title(f"seed {seed}")
+    np.atleast_1d(ax)[0].set_ylabel(f"loss on the sums ({window}-step mean)")
+    np.atleast_1d(ax)[0].legend(fontsize=8)
+    return ax
