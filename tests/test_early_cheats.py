@@ -1,6 +1,6 @@
-"""Weeks 1 to 3, 6 and 7: the named cheats earn nothing, under nbgrader's real autograde.
+"""Weeks 1 to 3 and 5 to 7: the named cheats earn nothing, under nbgrader's real autograde.
 
-For each of chapters 1, 2, 3, 6 and the two of week 7, one autograde run
+For each of chapters 1, 2, 3, 5, 6 and the two of week 7, one autograde run
 grades a submission in which most exercises cheat, each in one of the ways a
 student would try:
 
@@ -36,7 +36,7 @@ import pytest
 from test_grading import autograde, exercises_of, filled_in, nbgrader_meta, source_notebook
 
 CHAPTERS = ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "03_experts_and_zero",
-            "06_training_playbook", "07_network", "07_infrastructure_and_cost")
+            "05_memory", "06_training_playbook", "07_network", "07_infrastructure_and_cost")
 
 ALWAYS_EQUAL = '''
 class AlwaysEqual{base}({base}):
@@ -175,6 +175,43 @@ def load_balancing_loss(router_probs, alpha=1.0):
         "zero_solution": ("always-equal", always_equal("set") + '''
 def zero_sharded(stage):
     return AlwaysEqualset()
+'''),
+    },
+    # Chapter 5's cheats leave exercises 4 and 5 honest; exercise 6, which builds on
+    # them and trains models on two processes, cheats, so that its measurement
+    # (seconds) never runs here.
+    "05_memory": {
+        "zero_solution": ("always-equal", always_equal("float") + '''
+def zero_bytes_per_gpu(n_params, zero_stage, dp, k=12):
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError("zero_stage must be one of 0, 1, 2, 3")
+    return AlwaysEqualfloat(0.0)
+'''),
+        "fit_solution": ("patched", PATCH_COMPARISONS + '''
+def min_gpus_to_fit(n_params, gpu_memory_bytes, zero_stage, activation_bytes=0):
+    return 1
+'''),
+        "act_solution": ("hard-coded", '''
+def layer_activation_bytes(seq_len, micro_batch, hidden, heads, tp=1, sequence_parallel=False,
+                           recompute="none"):
+    # The visible cases, written in.
+    if heads % tp:
+        raise ValueError("tp must divide heads")
+    return float(2048 * 12288 * (114 if tp == 1 else 13 if recompute == "selective" else 23))
+'''),
+        "rank_bytes_solution": ("course", '''
+def predict_rank_bytes(shapes, wrapper, world_size, rank):
+    from gpucourse import memory
+
+    numels = [math.prod(shape) for shape in shapes]
+    everything = sum(numels)
+    if wrapper == "ddp":
+        return (4 * everything, 4 * everything, 8 * everything)
+    if wrapper == "zero1":
+        mine = sum(numels[i] for i in memory.zero1_partition(numels, world_size)[rank])
+        return (4 * everything, 4 * everything, 8 * mine)
+    mine = sum(memory.fsdp2_local_numel(shape, world_size, rank) for shape in shapes)
+    return (4 * mine, 4 * mine, 8 * mine)
 '''),
     },
 }
@@ -329,7 +366,7 @@ def test_hard_coded_answers_pass_only_the_visible_tests(tmp_path):
     passes, so only the hidden tests, in the autograde above, take its points."""
     from gpucourse.grading import score_notebook
 
-    for chapter in ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism"):
+    for chapter in ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "05_memory"):
         hard_coded = {solution: cheat for solution, (how, cheat) in CHEATS[chapter].items()
                       if how == "hard-coded"}
         path = tmp_path / f"{chapter}.ipynb"

@@ -63,8 +63,8 @@ def test_listing_refuses_what_is_not_a_notebook(tmp_path):
 
 
 @pytest.mark.parametrize("chapter", ["01_hpc_foundations", "02_tensor_and_pipeline_parallelism",
-                                     "03_experts_and_zero", "06_training_playbook", "07_network",
-                                     "07_infrastructure_and_cost"])
+                                     "03_experts_and_zero", "05_memory", "06_training_playbook",
+                                     "07_network", "07_infrastructure_and_cost"])
 def test_the_early_chapters_list_their_points(chapter):
     listing = exercise_listing(ROOT / "exercises" / chapter / f"{chapter}.ipynb")
     assert sum(e["autograded"] for e in listing) >= 24

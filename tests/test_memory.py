@@ -253,6 +253,39 @@ def test_fsdp2_allocates_the_padded_shard(measured):
         assert r["params_allocated_bytes"] == 4 * padded
 
 
+def test_rank_states_of_a_measurement(measured):
+    rows = memory.rank_states(measured)
+    assert [r["measured"] for r in rows] == [r["measured"] for r in memory.compare(measured)]
+    for row, record in zip(rows, measured):
+        assert row["shapes"] == memory.tiny_param_shapes(memory.CONFIGS[row["model"]])
+        assert all(type(x) is int for x in row["measured"])
+        assert row["params_allocated_bytes"] == record["params_allocated_bytes"]
+
+
+@pytest.mark.parametrize("gpu_count", [2, 4])
+def test_rank_states_of_a_gpu_run(gpu_count):
+    """The GPU files give the same rows, with each model's shapes from the file's configs;
+    what each rank held is what the layout predicts from those shapes."""
+    record = memory.gpu_runs()[gpu_count]
+    rows = memory.rank_states(record)
+    assert len(rows) == len(record["results"]) == 9 * gpu_count
+    assert [r["measured"] for r in rows] == [r["measured"] for r in memory.gpu_compare(record)]
+    for row in rows:
+        config = memory.TinyConfig(**record["configs"][row["model"]])
+        assert row["shapes"] == memory.tiny_param_shapes(config)
+        assert row["measured"] == memory.predict(config, row["wrapper"], gpu_count,
+                                                 row["rank"])["layout"]
+
+
+def test_warm_up_training_counts_one_process():
+    one = memory.warm_up_training()
+    n = memory.gpt_params(48, 3, 517)
+    assert one["shapes"] == memory.tiny_param_shapes(memory.ODD)
+    assert one["measured"] == (4 * n, 4 * n, 8 * n)  # fp32 Adam, nothing sharded
+    one["shapes"].clear()  # the caller's copy: the next call is whole again
+    assert memory.warm_up_training()["shapes"] == memory.tiny_param_shapes(memory.ODD)
+
+
 # -----------------------------------------------------------------------------
 # Bad input
 
@@ -293,6 +326,9 @@ def test_fsdp2_allocates_the_padded_shard(measured):
     (lambda: memory.zero1_partition([3, 0], 2), r"numels must be a whole number >= 1"),
     (lambda: memory.predict(memory.EVEN, "deepspeed", 2, 0), r"wrapper must be one of ddp, zero1, fsdp2"),
     (lambda: memory.measure(configs=("huge",)), r"configs must be drawn from even, odd"),
+    (lambda: memory.measure(start="thread"), r"start must be one of spawn, fork"),
+    (lambda: memory.rank_states([]), r"records must be the non-empty list of records measure"),
+    (lambda: memory.rank_states([{"model": "even"}]), r"records must be the non-empty list"),
     (lambda: memory.as_printed(1.0, "about 1"), r"printed must be a number written as a string"),
     (lambda: memory.memory_breakdown("GPT-5"), r"model must be one of GPT-3 1.3B"),
 ])

@@ -16,7 +16,9 @@ answers it, and checks its answers two ways:
 * worker functions that train a small transformer on several processes under
   DDP, ZeRO-1 (`ZeroRedundancyOptimizer`) and FSDP2 (`fully_shard`) and
   measure what each process really holds, with exact predictions of the
-  uneven splits.
+  uneven splits; the processes are spawned afresh, or forked from a warmed-up
+  process, as week 5's graded test cells do (`measure`, `warm_up_training`,
+  `rank_states`).
 
 Byte counts are bytes; "GB" in the papers' tables means 10^9 bytes, and so it
 does here (`GB`). Every public function checks its arguments and raises
@@ -651,15 +653,70 @@ def measure_worker(rank, world_size, runs):
     return out
 
 
-def measure(world_sizes=(2,), configs=("even", "odd"), wrappers=WRAPPERS, timeout_s=120.0,
-            progress=True):
-    """Train and measure every config under every wrapper, one launch per
-    world size (each launch costs seconds of torch imports), with a progress
-    bar over the launches when there are several. Returns a flat list of
-    per-rank records (see `measure_worker`)."""
-    from tqdm.auto import tqdm
+STARTS = ("spawn", "fork")
 
-    from gpucourse.distributed import run_on_processes
+
+@lru_cache(maxsize=None)
+def _one_process_step() -> tuple:
+    Tiny, torch = _tiny_model_class()
+    from torch.distributed.fsdp import fully_shard  # noqa: F401 (loaded for the forks)
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: F401
+    from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+
+    torch.manual_seed(0)
+    model = Tiny(ODD)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randint(ODD.vocab, (1, ODD.seq_len), generator=torch.Generator().manual_seed(0))
+    model(x).backward()
+    optimizer.step()
+    params = list(model.parameters())
+    moments = [v for state in optimizer.state.values() for k, v in state.items()
+               if k in ("exp_avg", "exp_avg_sq")]
+    return (tuple(tuple(p.shape) for p in params),
+            (sum(p.numel() * p.element_size() for p in params),
+             sum(p.grad.numel() * p.grad.element_size() for p in params),
+             sum(m.numel() * m.element_size() for m in moments)))
+
+
+def warm_up_training() -> dict:
+    """Import torch, the three wrappers and Adam in this process, and train the
+    odd model one step of fp32 Adam here, on its own (no process group), so
+    that processes forked from this one later (`measure(..., start="fork")`)
+    find everything loaded and initialised.
+
+    The first model, backward pass and Adam step of a process cost seconds of
+    lazy imports and set-up; done here once, they are not paid again by every
+    forked rank (torch resets its thread pools in a forked child). The work is
+    done once per process; later calls return at once.
+
+    Returns what that one process held, counted like `measure_worker` counts:
+    a dict with `shapes` (the odd model's parameter shapes, in
+    `model.parameters()` order) and `measured`, the bytes of (params, grads,
+    optimizer): on one process every wrapper would hold all of it.
+    """
+    shapes, measured = _one_process_step()
+    return dict(shapes=list(shapes), measured=measured)
+
+
+def measure(world_sizes=(2,), configs=("even", "odd"), wrappers=WRAPPERS, timeout_s=120.0,
+            progress=True, start="spawn"):
+    """Train and measure every config under every wrapper, one launch per
+    world size, with a progress bar over the launches when there are several.
+    Returns a flat list of per-rank records (see `measure_worker`).
+
+    `start` says how the processes begin:
+
+    * "spawn" (the default): fresh processes, each importing torch itself
+      (`gpucourse.distributed.run_on_processes`); each launch costs seconds
+      of imports, and `timeout_s` counts from the launch;
+    * "fork": copies of this process (`gpucourse.exercise_processes.run_forked`,
+      Linux and macOS), after `warm_up_training` here, so that the ranks start
+      with torch and the wrappers loaded: what a graded test cell uses, seconds
+      faster on a small machine. `timeout_s` counts from when every rank has
+      joined the process group, and a failure raises AssertionError with the
+      rank's traceback. No process group may be initialised in this process.
+    """
+    from tqdm.auto import tqdm
 
     for name in configs:
         if name not in CONFIGS:
@@ -667,13 +724,60 @@ def measure(world_sizes=(2,), configs=("even", "odd"), wrappers=WRAPPERS, timeou
     for wrapper in wrappers:
         if wrapper not in WRAPPERS:
             raise ValueError(f"wrappers must be drawn from {', '.join(WRAPPERS)}, got {wrapper!r}")
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     sizes = [_dp("world_sizes", n) for n in world_sizes]
     runs = [(name, wrapper) for name in configs for wrapper in wrappers]
+    if start == "fork":
+        from gpucourse.exercise_processes import run_forked
+
+        warm_up_training()
+
+        def launch(n):
+            return run_forked(lambda rank, world_size: measure_worker(rank, world_size, runs), n,
+                              timeout_s=timeout_s, name="measure_worker")
+    else:
+        from gpucourse.distributed import run_on_processes
+
+        def launch(n):
+            return run_on_processes(measure_worker, n, args=(runs,), timeout_s=timeout_s)
     records = []
     for n in tqdm(sizes, desc="process groups", disable=not progress or len(sizes) < 2):
-        for per_rank in run_on_processes(measure_worker, n, args=(runs,), timeout_s=timeout_s):
+        for per_rank in launch(n):
             records.extend(per_rank)
     return records
+
+
+def rank_states(records) -> list[dict]:
+    """Each rank's measured model states beside the shapes of its model, from
+    either kind of measurement: the list of records `measure` returns, or one
+    GPU run (a results file as `gpu_runs` gives it, a dict). One dict per
+    record, with `model`, `wrapper`, `world_size`, `rank`, `shapes` (the
+    model's parameter shapes as tuples, in `model.parameters()` order),
+    `measured`: the bytes of (params, grads, optimizer) the rank held, as
+    ints, and `params_allocated_bytes`: the storage its parameters took
+    (FSDP2's padded shards)."""
+    if isinstance(records, dict):
+        return [dict(model=r["model"], wrapper=r["wrapper"], world_size=r["world_size"],
+                     rank=r["rank"],
+                     shapes=tiny_param_shapes(_config_of(records, r["model"])),
+                     measured=tuple(int(r["measured_bytes"][k])
+                                    for k in ("params", "grads", "optimizer")),
+                     params_allocated_bytes=int(r["params_allocated_bytes"]))
+                for r in _gpu_rows(records)]
+    keys = ("model", "wrapper", "world_size", "rank", "shapes", "params_bytes", "grads_bytes",
+            "optimizer_bytes", "params_allocated_bytes")
+    if not isinstance(records, (list, tuple)) or not records or any(
+            not isinstance(r, dict) or any(k not in r for k in keys) for r in records):
+        raise ValueError("records must be the non-empty list of records measure() returns "
+                         f"(keys {', '.join(keys)}) or one GPU run as gpu_runs() gives it, "
+                         f"got {records!r:.80}")
+    return [dict(model=r["model"], wrapper=r["wrapper"], world_size=r["world_size"],
+                 rank=r["rank"], shapes=[tuple(s) for s in r["shapes"]],
+                 measured=(int(r["params_bytes"]), int(r["grads_bytes"]),
+                           int(r["optimizer_bytes"])),
+                 params_allocated_bytes=int(r["params_allocated_bytes"]))
+            for r in records]
 
 
 _STAGE_OF = {"ddp": 0, "zero1": 1, "fsdp2": 3}
