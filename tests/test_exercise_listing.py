@@ -103,3 +103,13 @@ def test_the_flash_attention_chapter_lists_its_kernels():
     functions = {name for exercise in listing for name in exercise["functions"]}
     assert {"flash_attention_kernel", "flash_attention_causal", "attention_traffic"} <= functions
     assert sum(e["written"] for e in listing) == 2 and sum(e["points"] for e in listing) == 35
+
+
+def test_the_course_meets_its_totals():
+    """Issue 14's bar for the course as a whole: at least 300 autograded points,
+    and at least two answers in words (graded by hand) in every chapter."""
+    chapters = sorted(p.name for p in (ROOT / "solutions").iterdir() if any(p.glob("*.ipynb")))
+    listings = {c: exercise_listing(ROOT / "exercises" / c / f"{c}.ipynb") for c in chapters}
+    assert sum(e["autograded"] for listing in listings.values() for e in listing) >= 300
+    few = {c: sum(e["written"] for e in listing) for c, listing in listings.items()}
+    assert all(n >= 2 for n in few.values()), f"chapters with fewer than two written answers: {few}"
