@@ -35,7 +35,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention_backward import flash_attention_autograd, flash_attention_backward
+from gpucourse.kernels.attention_backward import (VERSIONS, flash_attention_autograd,
+                                                  flash_attention_backward)
 
 ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
@@ -56,16 +57,17 @@ def validate():
         q, k, v, dout = (torch.randn(b, h, n, d, device="cuda", generator=g) for _ in range(4))
         q = q * logit
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-        ours = flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
         want = autograd64(q, k, v, dout, causal)
-        errors = {name: float((o.double() - w).abs().max() / w.abs().max())
-                  for name, o, w in zip(("dq", "dk", "dv"), ours, want)}
-        ok = all(e < 1e-4 for e in errors.values())
-        rows.append(dict(batch=b, heads=h, seq=n, head_dim=d, causal=causal, logit_scale=logit,
-                         rel_err=errors, ok=ok))
-        print(f"validate b{b} h{h} n{n} d{d} causal={causal} x{logit}: "
-              + ", ".join(f"{k} {e:.1e}" for k, e in errors.items()) + (" ok" if ok else " FAIL"),
-              flush=True)
+        for version in VERSIONS:
+            ours = flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=version)
+            errors = {name: float((o.double() - w).abs().max() / w.abs().max())
+                      for name, o, w in zip(("dq", "dk", "dv"), ours, want)}
+            ok = all(e < 1e-4 for e in errors.values())
+            rows.append(dict(batch=b, heads=h, seq=n, head_dim=d, causal=causal,
+                             logit_scale=logit, version=version, rel_err=errors, ok=ok))
+            print(f"validate v{version} b{b} h{h} n{n} d{d} causal={causal} x{logit}: "
+                  + ", ".join(f"{k} {e:.1e}" for k, e in errors.items())
+                  + (" ok" if ok else " FAIL"), flush=True)
     # The autograd operation on CUDA tensors: the gradients a model would get.
     g = torch.Generator(device="cuda").manual_seed(7)
     q, k, v, dout = (torch.randn(2, 4, 200, 64, device="cuda", generator=g) for _ in range(4))
@@ -116,11 +118,16 @@ def timing():
         def flash_bwd():
             return flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
 
-        ms = time_in_turns({"flash_bwd": flash_bwd, "sdpa_efficient_bwd": sdpa_bwd})
+        def flash_bwd_v1():
+            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=1)
+
+        ms = time_in_turns({"flash_bwd": flash_bwd, "flash_bwd_v1": flash_bwd_v1,
+                            "sdpa_efficient_bwd": sdpa_bwd})
         for variant, t in ms.items():
             rows.append(dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=d,
                              causal=causal, ms=t, status="ok"))
-        print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms, "
+        print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms "
+              f"(v1 {ms['flash_bwd_v1']:.3f}), "
               f"sdpa_efficient_bwd {ms['sdpa_efficient_bwd']:.3f} ms, ratio "
               f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
         del qg, kg, vg, sdpa_out

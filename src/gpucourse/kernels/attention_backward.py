@@ -161,14 +161,246 @@ def _kernels(head_dim: int, causal: bool):
     return dkdv_kernel, dq_kernel
 
 
-def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None):
+# -----------------------------------------------------------------------------
+# Version 2: tiles of queries and keys, a patch of each product per thread
+#
+# Version 1 gives each thread a whole row and walks the other operand through
+# shared memory one element per multiply-add: one shared load per FMA, and
+# 4 x head_dim registers of row state (it spills at head_dim 128). Version 2 is
+# FlashAttention-2's block structure with SGEMM's register tiling (chapter 8):
+# a block holds a tile of BK keys (and values) and streams tiles of BQ queries;
+# for each pair of tiles the block computes the scores S and dP = dO V^T as
+# small matrix products, each thread an SQ x SK patch of both, writes the
+# probabilities P and dS = P (dP - D) to shared memory, then adds P^T dO to dV
+# and dS^T Q to dK, each thread a VK x VC patch of both. The dQ kernel is the
+# mirror image: a block holds a query tile and streams key tiles. Shared rows
+# are padded by one float, so that threads reading different rows of one
+# column hit different banks.
+#
+# Per head dim: (BQ = BK, threads, SQ, SK, VK, VC), chosen so that the static
+# shared memory stays under 48 KiB: six tiles of BQ x (head_dim + 1) and
+# BQ x (BK + 1) floats.
+# d64 and d128 are the fastest of 7 and 5 candidates timed on an H100
+# (benchmarks/NOTES.md); d16 and d32 follow d64's shape.
+TILED_CONFIGS = {16: (32, 128, 4, 2, 2, 2), 32: (32, 128, 4, 2, 2, 4),
+                 64: (32, 128, 4, 2, 4, 4), 128: (16, 128, 2, 1, 2, 8)}
+
+
+def check_tiled_config(head_dim: int, config: tuple) -> tuple:
+    """(BQ = BK, threads, SQ, SK, VK, VC) if the patches tile the block's work
+    exactly and the static shared memory fits in 48 KiB; else ValueError."""
+    if len(config) != 6 or not all(isinstance(n, int) and n >= 1 for n in config):
+        raise ValueError(f"config must be six whole numbers (tile, threads, SQ, SK, VK, VC), "
+                         f"got {config!r}")
+    b, nt, sq, sk, vk, vc = config
+    if b % sq or b % sk or b % vk or head_dim % vc:
+        raise ValueError(f"SQ, SK and VK must divide the tile {b}, VC the head dim {head_dim}; "
+                         f"got {config}")
+    if (b // sq) * (b // sk) != nt or (b // vk) * (head_dim // vc) != nt:
+        raise ValueError(f"the score patches ({b // sq} x {b // sk}) and the output patches "
+                         f"({b // vk} x {head_dim // vc}) must each take all {nt} threads; "
+                         f"got {config}")
+    shared = 4 * (4 * b * (head_dim + 1) + 2 * b * (b + 1) + 2 * b)
+    if shared > A.STATIC_SHARED_LIMIT_BYTES:
+        raise ValueError(f"config {config} needs {shared} bytes of shared memory, over the "
+                         f"{A.STATIC_SHARED_LIMIT_BYTES} a block may have statically")
+    return tuple(config)
+
+
+@lru_cache(maxsize=None)
+def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
+    """Version 2's dK-dV and dQ kernels for one head dimension and mask (and tile
+    configuration, default TILED_CONFIGS[head_dim]), with their block size
+    (threads) and tile (rows per block)."""
+    config = check_tiled_config(head_dim, config or TILED_CONFIGS[head_dim])
+    B, NT, SQ, SK, VK, VC = config
+    D = head_dim
+    DP = D + 1  # padded row of a (rows, head_dim) tile
+    BP = B + 1  # padded row of a (queries, keys) tile
+    TX = B // SK  # threads across the keys of a score patch
+    GX = D // VC  # threads across the columns of an output patch
+    TILE = B * D
+
+    @cuda.jit(device=True, inline=True)
+    def scores(a_s, b_s, c_s, d_s, sy, sx, s_acc, p_acc):
+        """s_acc = a b^T and p_acc = c d^T on this thread's SQ x SK patch."""
+        for x in range(SQ):
+            for y in range(SK):
+                s_acc[x, y] = np.float32(0.0)
+                p_acc[x, y] = np.float32(0.0)
+        for c in range(D):
+            for x in range(SQ):
+                a = a_s[sy * SQ + x, c]
+                cc = c_s[sy * SQ + x, c]
+                for y in range(SK):
+                    s_acc[x, y] += a * b_s[sx * SK + y, c]
+                    p_acc[x, y] += cc * d_s[sx * SK + y, c]
+
+    @cuda.jit
+    def dkdv_kernel(q, k, v, dout, lse, delta, dk, dv, scale):
+        head = cuda.blockIdx.y
+        key0 = cuda.blockIdx.x * B
+        t = cuda.threadIdx.x
+        seq = q.shape[1]
+        k_s = cuda.shared.array((B, DP), np.float32)
+        v_s = cuda.shared.array((B, DP), np.float32)
+        q_s = cuda.shared.array((B, DP), np.float32)
+        do_s = cuda.shared.array((B, DP), np.float32)
+        p_s = cuda.shared.array((B, BP), np.float32)
+        ds_s = cuda.shared.array((B, BP), np.float32)
+        l_s = cuda.shared.array(B, np.float32)
+        d_s = cuda.shared.array(B, np.float32)
+        s_acc = cuda.local.array((SQ, SK), np.float32)
+        p_acc = cuda.local.array((SQ, SK), np.float32)
+        dk_acc = cuda.local.array((VK, VC), np.float32)
+        dv_acc = cuda.local.array((VK, VC), np.float32)
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        for idx in range(t, TILE, NT):
+            j = idx // D
+            c = idx - j * D
+            key = key0 + j
+            k_s[j, c] = k[head, key, c] if key < seq else np.float32(0.0)
+            v_s[j, c] = v[head, key, c] if key < seq else np.float32(0.0)
+        for x in range(VK):
+            for y in range(VC):
+                dk_acc[x, y] = np.float32(0.0)
+                dv_acc[x, y] = np.float32(0.0)
+        # Under the mask, query tiles before this key tile see none of its keys.
+        first = cuda.blockIdx.x if causal else 0
+        for tile in range(first, (seq + B - 1) // B):
+            row0 = tile * B
+            cuda.syncthreads()  # the last tile's readers are done with q_s .. ds_s
+            for idx in range(t, TILE, NT):
+                r = idx // D
+                c = idx - r * D
+                row = row0 + r
+                q_s[r, c] = q[head, row, c] if row < seq else np.float32(0.0)
+                do_s[r, c] = dout[head, row, c] if row < seq else np.float32(0.0)
+            for r in range(t, B, NT):
+                row = row0 + r
+                l_s[r] = lse[head, row] if row < seq else np.float32(0.0)
+                d_s[r] = delta[head, row] if row < seq else np.float32(0.0)
+            cuda.syncthreads()
+            scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
+            for x in range(SQ):
+                r = sy * SQ + x
+                row = row0 + r
+                for y in range(SK):
+                    j = sx * SK + y
+                    key = key0 + j
+                    p = np.float32(0.0)
+                    ds = np.float32(0.0)
+                    if row < seq and key < seq and not (causal and row < key):
+                        p = math.exp(s_acc[x, y] * scale - l_s[r])
+                        ds = p * (p_acc[x, y] - d_s[r])
+                    p_s[r, j] = p
+                    ds_s[r, j] = ds
+            cuda.syncthreads()
+            for r in range(B):  # dV += P^T dO and dK += dS^T Q on this thread's patch
+                for x in range(VK):
+                    p = p_s[r, oy * VK + x]
+                    ds = ds_s[r, oy * VK + x]
+                    for y in range(VC):
+                        dv_acc[x, y] += p * do_s[r, ox * VC + y]
+                        dk_acc[x, y] += ds * q_s[r, ox * VC + y]
+        for x in range(VK):
+            key = key0 + oy * VK + x
+            if key < seq:
+                for y in range(VC):
+                    dk[head, key, ox * VC + y] = dk_acc[x, y] * scale
+                    dv[head, key, ox * VC + y] = dv_acc[x, y]
+
+    @cuda.jit
+    def dq_kernel(q, k, v, dout, lse, delta, dq, scale):
+        head = cuda.blockIdx.y
+        tile = cuda.blockIdx.x
+        row0 = tile * B
+        t = cuda.threadIdx.x
+        seq = q.shape[1]
+        q_s = cuda.shared.array((B, DP), np.float32)
+        do_s = cuda.shared.array((B, DP), np.float32)
+        k_s = cuda.shared.array((B, DP), np.float32)
+        v_s = cuda.shared.array((B, DP), np.float32)
+        ds_s = cuda.shared.array((B, BP), np.float32)
+        l_s = cuda.shared.array(B, np.float32)
+        d_s = cuda.shared.array(B, np.float32)
+        s_acc = cuda.local.array((SQ, SK), np.float32)
+        p_acc = cuda.local.array((SQ, SK), np.float32)
+        dq_acc = cuda.local.array((VK, VC), np.float32)
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        for idx in range(t, TILE, NT):
+            r = idx // D
+            c = idx - r * D
+            row = row0 + r
+            q_s[r, c] = q[head, row, c] if row < seq else np.float32(0.0)
+            do_s[r, c] = dout[head, row, c] if row < seq else np.float32(0.0)
+        for r in range(t, B, NT):
+            row = row0 + r
+            l_s[r] = lse[head, row] if row < seq else np.float32(0.0)
+            d_s[r] = delta[head, row] if row < seq else np.float32(0.0)
+        for x in range(VK):
+            for y in range(VC):
+                dq_acc[x, y] = np.float32(0.0)
+        # Under the mask, the key tiles after this query tile are all hidden.
+        last = tile + 1 if causal else (seq + B - 1) // B
+        for key_tile in range(last):
+            key0 = key_tile * B
+            cuda.syncthreads()  # the last tile's readers are done with k_s, v_s, ds_s
+            for idx in range(t, TILE, NT):
+                j = idx // D
+                c = idx - j * D
+                key = key0 + j
+                k_s[j, c] = k[head, key, c] if key < seq else np.float32(0.0)
+                v_s[j, c] = v[head, key, c] if key < seq else np.float32(0.0)
+            cuda.syncthreads()
+            scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
+            for x in range(SQ):
+                r = sy * SQ + x
+                row = row0 + r
+                for y in range(SK):
+                    j = sx * SK + y
+                    key = key0 + j
+                    ds = np.float32(0.0)
+                    if row < seq and key < seq and not (causal and row < key):
+                        ds = math.exp(s_acc[x, y] * scale - l_s[r]) * (p_acc[x, y] - d_s[r])
+                    ds_s[r, j] = ds
+            cuda.syncthreads()
+            for j in range(B):  # dQ += dS K on this thread's patch of rows and columns
+                for x in range(VK):
+                    ds = ds_s[oy * VK + x, j]
+                    for y in range(VC):
+                        dq_acc[x, y] += ds * k_s[j, ox * VC + y]
+        for x in range(VK):
+            row = row0 + oy * VK + x
+            if row < seq:
+                for y in range(VC):
+                    dq[head, row, ox * VC + y] = dq_acc[x, y] * scale
+
+    return dkdv_kernel, dq_kernel, NT, B
+
+
+VERSIONS = (1, 2)
+
+
+def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None, version=2,
+                             config=None):
     """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
 
     q, k, v, out, dout: float32, shape (batch, heads, seq, head_dim), all the
     same shape, head_dim in attention.SUPPORTED_HEAD_DIMS; lse: float32, shape
     (batch, heads, seq), as ``flash_attention(..., return_lse=True)`` returns
     it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
-    causal and scale: as given to the forward pass.
+    causal and scale: as given to the forward pass. version: 2 (default, tiles
+    of queries and keys with register tiling) or 1 (one row per thread, the
+    plainest form; kept as the reference the speed-up is measured against).
+    config: version 2's tiles, (tile, threads, SQ, SK, VK, VC); default
+    TILED_CONFIGS[head_dim].
 
     Returns (dq, dk, dv) in the kind of the inputs. Memory beyond the
     gradients: one float per row (D); the N x N matrix is never stored.
@@ -186,6 +418,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
             raise ValueError(f"{name} must be float32, got {x.dtype}")
     causal = A._check_flag("causal", causal)
     s = A._check_scale(scale, head_dim)
+    if isinstance(version, bool) or version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
 
     rows = batch * heads
     qd, kd, vd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim))
@@ -197,10 +431,15 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
         delta.reshape(rows * seq))
     grads = [A._empty_like(kind, q, (batch, heads, seq, head_dim)) for _ in range(3)]
     dq, dk, dv = (kernel_side.reshape((rows, seq, head_dim)) for _, kernel_side in grads)
-    dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
-    grid = ((seq + BLOCK - 1) // BLOCK, rows)
-    dkdv_kernel[grid, BLOCK](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
-    dq_kernel[grid, BLOCK](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
+    if version == 1:
+        dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
+        threads, tile = BLOCK, BLOCK
+    else:
+        dkdv_kernel, dq_kernel, threads, tile = _tiled_kernels(
+            head_dim, causal, None if config is None else tuple(config))
+    grid = ((seq + tile - 1) // tile, rows)
+    dkdv_kernel[grid, threads](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
+    dq_kernel[grid, threads](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
     return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
 
 
