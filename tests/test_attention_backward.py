@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention_backward import (BLOCK, flash_attention_backward,
+from gpucourse.kernels.attention_backward import (BLOCK, TILED_CONFIGS,
+                                                  check_tiled_config, flash_attention_backward,
                                                   reference_attention_backward)
 
 ATOL, RTOL = 2e-4, 2e-3
@@ -32,18 +33,20 @@ def autograd_grads(q, k, v, dout, causal, scale):
     return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy()
 
 
-@pytest.mark.parametrize("shape, causal", [
-    ((1, 2, 37, 16), False),   # ragged: two tiles, the second of 5 rows
-    ((1, 2, 37, 16), True),
-    ((2, 1, BLOCK + 1, 32), True),  # one row past a tile
-    ((1, 1, 1, 16), False),    # one key: dV = dO, dQ = dK = 0
+@pytest.mark.parametrize("shape, causal, version", [
+    ((1, 2, 37, 16), False, 2),   # ragged: two tiles, the second of 5 rows
+    ((1, 2, 37, 16), True, 2),
+    ((1, 1, BLOCK + 1, 32), True, 2),  # one row past a tile
+    ((1, 1, 1, 16), False, 2),    # one key: dV = dO, dQ = dK = 0
+    ((1, 2, 37, 16), True, 1),    # version 1, the reference version 2 is timed against
+    ((1, 1, 1, 16), False, 1),
 ])
-def test_gradients_equal_float64_autograd(shape, causal):
+def test_gradients_equal_float64_autograd(shape, causal, version):
     q, k, v, dout = inputs(shape, seed=sum(shape) + causal)
     scale = 1.0 / np.sqrt(shape[-1])
     out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
     out, lse = out.astype(np.float32), lse.astype(np.float32)
-    got = flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
+    got = flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=version)
     want = autograd_grads(q, k, v, dout, causal, scale)
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
         assert g.dtype == np.float32 and g.shape == q.shape, name
@@ -61,6 +64,32 @@ def test_with_the_forward_kernels_own_output_and_large_logits():
         assert np.all(np.isfinite(g)), name
         scale = max(1.0, float(np.abs(w).max()))
         np.testing.assert_allclose(g / scale, w / scale, atol=1e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("head_dim, seq", [(64, 21), (128, 18)])
+def test_version_2s_own_tiles_at_the_large_head_dims(head_dim, seq):
+    """Head dims 64 and 128 have their own patch shapes (and d128 tiles of 16):
+    ragged, causal, against float64 autograd."""
+    q, k, v, dout = inputs((1, 1, seq, head_dim), seed=head_dim)
+    out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
+    got = flash_attention_backward(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout,
+                                   causal=True)
+    want = autograd_grads(q, k, v, dout, True, 1.0 / np.sqrt(head_dim))
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_tile_configurations_are_checked():
+    for head_dim, config in TILED_CONFIGS.items():
+        assert check_tiled_config(head_dim, config) == config
+    with pytest.raises(ValueError, match="must each take all 128 threads"):
+        check_tiled_config(64, (32, 128, 2, 2, 4, 4))
+    with pytest.raises(ValueError, match="must divide"):
+        check_tiled_config(64, (32, 128, 3, 2, 4, 4))
+    with pytest.raises(ValueError, match="shared memory"):
+        check_tiled_config(128, (32, 256, 2, 2, 2, 8))
+    with pytest.raises(ValueError, match="six whole numbers"):
+        check_tiled_config(64, (32, 128, 4))
 
 
 def test_numpy_reference_equals_autograd():
@@ -83,6 +112,8 @@ def test_bad_input_is_named():
         flash_attention_backward(q, k, v, out.astype(np.float64), lse, dout)
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
+    with pytest.raises(ValueError, match="version must be one of"):
+        flash_attention_backward(q, k, v, out, lse, dout, version=3)
 
 
 @pytest.mark.parametrize("causal", [False, True])
