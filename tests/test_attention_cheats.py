@@ -22,7 +22,7 @@ import inspect
 import pytest
 
 from test_attention_checks import numpy_in_disguise
-from test_grading import autograde, filled_in, graded_errors
+from test_grading import assert_cheat_lost, grade_cheater
 
 CHAPTER = "09_flash_attention"
 
@@ -70,18 +70,12 @@ HONEST = ("test_online_softmax", "test_tile_step", "test_causal_key_tiles")
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course-attention-cheats")
-    scores = autograde(CHAPTER, {"cheater": filled_in(CHAPTER, replace=cheats())}, course)
-    return scores["cheater"], graded_errors(course, CHAPTER, "cheater")
+    return grade_cheater(CHAPTER, cheats(), tmp_path_factory.mktemp("course-attention-cheats"))
 
 
 @pytest.mark.parametrize("test_cell", sorted(REASONS))
 def test_each_cheat_loses_its_exercise(graded, test_cell):
-    scores, errors = graded
-    score, max_score = scores[test_cell]
-    assert max_score > 0 and score == 0, f"{test_cell} earned {score} of {max_score}"
-    assert test_cell in errors, f"{test_cell} lost its points without an error"
-    assert REASONS[test_cell] in errors[test_cell], errors[test_cell][:500]
+    assert_cheat_lost(*graded, test_cell, REASONS[test_cell])
 
 
 def test_the_honest_exercises_keep_their_points(graded):

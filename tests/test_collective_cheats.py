@@ -22,10 +22,10 @@ from __future__ import annotations
 import ast
 import re
 
-import nbformat
 import pytest
 
-from test_grading import autograde, filled_in, nbgrader_meta, source_notebook
+from test_grading import (assert_cheat_lost, filled_in, grade_cheater, nbgrader_meta,
+                          source_notebook)
 
 CHAPTER = "04_frameworks_and_communication"
 
@@ -130,26 +130,12 @@ REASONS = {
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course-collective-cheats")
-    scores = autograde(CHAPTER, {"cheater": filled_in(CHAPTER, replace=CHEATS)}, course)
-    notebook = nbformat.read(course / "autograded" / "cheater" / CHAPTER / f"{CHAPTER}.ipynb",
-                             as_version=4)
-    errors = {}
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors[nbgrader_meta(cell).get("grade_id")] = \
-                    f"{output['ename']}: {output['evalue']}"
-    return scores["cheater"], errors
+    return grade_cheater(CHAPTER, CHEATS, tmp_path_factory.mktemp("course-collective-cheats"))
 
 
 @pytest.mark.parametrize("test_cell", sorted(REASONS))
 def test_each_cheat_loses_its_exercise(graded, test_cell):
-    scores, errors = graded
-    score, max_score = scores[test_cell]
-    assert max_score > 0 and score == 0, f"{test_cell} earned {score} of {max_score}"
-    assert test_cell in errors, f"{test_cell} lost its points without an error"
-    assert REASONS[test_cell] in errors[test_cell], errors[test_cell][:800]
+    assert_cheat_lost(*graded, test_cell, REASONS[test_cell])
 
 
 def test_every_graded_cell_is_cheated_on():

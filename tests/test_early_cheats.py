@@ -33,7 +33,8 @@ import re
 import nbformat
 import pytest
 
-from test_grading import autograde, exercises_of, filled_in, nbgrader_meta, source_notebook
+from test_grading import (exercises_of, filled_in, grade_cheater, nbgrader_meta,
+                          source_notebook)
 
 CHAPTERS = ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "03_experts_and_zero",
             "05_memory", "06_training_playbook", "07_network", "07_infrastructure_and_cost")
@@ -327,16 +328,8 @@ def graded(request, tmp_path_factory):
     chapter = request.param
     replace = {solution: cheat for solution, (_, cheat) in CHEATS[chapter].items()}
     course = tmp_path_factory.mktemp(f"course-cheats-{chapter}")
-    scores = autograde(chapter, {"cheater": filled_in(chapter, replace=replace)}, course)
-    notebook = nbformat.read(course / "autograded" / "cheater" / chapter / f"{chapter}.ipynb",
-                             as_version=4)
-    errors = {}
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors[nbgrader_meta(cell).get("grade_id")] = \
-                    f"{output['ename']}: {output['evalue']}"
-    return chapter, scores["cheater"], errors
+    scores, errors = grade_cheater(chapter, replace, course)
+    return chapter, scores, errors
 
 
 @pytest.mark.slow

@@ -288,6 +288,23 @@ def graded_errors(course: Path, chapter: str, student: str) -> dict[str, str]:
     return errors
 
 
+def grade_cheater(chapter: str, replace: dict, course: Path) -> tuple[dict, dict]:
+    """Autograde one submission, "cheater", whose solution cells ``replace`` gives
+    ({grade_id: source}): its scores and the errors its graded cells raised."""
+    scores = autograde(chapter, {"cheater": filled_in(chapter, replace=replace)}, course)
+    return scores["cheater"], graded_errors(course, chapter, "cheater")
+
+
+def assert_cheat_lost(scores: dict, errors: dict, test_cell: str, reason: str | None) -> None:
+    """A cheated exercise's test cell earned nothing, failing with an error that
+    says ``reason`` (any error when reason is None)."""
+    score, max_score = scores[test_cell]
+    assert max_score > 0 and score == 0, f"{test_cell} earned {score} of {max_score}"
+    assert test_cell in errors, f"{test_cell} lost its points without an error"
+    if reason is not None:
+        assert reason in errors[test_cell], errors[test_cell][:800]
+
+
 @pytest.fixture(scope="module", params=CHAPTERS)
 def autograded(request, tmp_path_factory):
     """Autograde two submissions of one chapter with nbgrader, once, so that every

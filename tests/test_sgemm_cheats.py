@@ -23,7 +23,7 @@ import inspect
 
 import pytest
 
-from test_grading import autograde, filled_in, graded_errors, nbgrader_meta
+from test_grading import assert_cheat_lost, filled_in, grade_cheater, nbgrader_meta
 from test_sgemm_checks import _one_output_at_a_time, numpy_in_disguise
 
 CHAPTER = "08_sgemm"
@@ -97,20 +97,12 @@ REASONS = {
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course-sgemm-cheats")
-    scores = autograde(CHAPTER, {"cheater": filled_in(CHAPTER, replace=cheats())}, course)
-    return scores["cheater"], graded_errors(course, CHAPTER, "cheater")
+    return grade_cheater(CHAPTER, cheats(), tmp_path_factory.mktemp("course-sgemm-cheats"))
 
 
 @pytest.mark.parametrize("test_cell", sorted(REASONS))
 def test_each_cheat_loses_its_exercise(graded, test_cell):
-    scores, errors = graded
-    score, max_score = scores[test_cell]
-    assert max_score > 0 and score == 0, f"{test_cell} earned {score} of {max_score}"
-    reason = REASONS[test_cell]
-    assert test_cell in errors, f"{test_cell} lost its points without an error"
-    if reason is not None:
-        assert reason in errors[test_cell], errors[test_cell][:500]
+    assert_cheat_lost(*graded, test_cell, REASONS[test_cell])
 
 
 def test_the_honest_exercise_keeps_its_points(graded):
