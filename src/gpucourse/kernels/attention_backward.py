@@ -236,6 +236,49 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
                     s_acc[x, y] += a * b_s[sx * SK + y, c]
                     p_acc[x, y] += cc * d_s[sx * SK + y, c]
 
+    @cuda.jit(device=True, inline=True)
+    def load_rows(x, y, head, row0, seq, x_s, y_s, t):
+        """Rows row0 .. row0 + B of x and y into shared tiles (zeros past seq),
+        the block's threads in turn along each row (coalesced reads)."""
+        for idx in range(t, TILE, NT):
+            r = idx // D
+            c = idx - r * D
+            row = row0 + r
+            x_s[r, c] = x[head, row, c] if row < seq else np.float32(0.0)
+            y_s[r, c] = y[head, row, c] if row < seq else np.float32(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def load_row_numbers(lse, delta, head, row0, seq, l_s, d_s, t):
+        """The log-sum-exp and D of rows row0 .. row0 + B into shared memory."""
+        for r in range(t, B, NT):
+            row = row0 + r
+            l_s[r] = lse[head, row] if row < seq else np.float32(0.0)
+            d_s[r] = delta[head, row] if row < seq else np.float32(0.0)
+
+    def probabilities(keep_p):
+        @cuda.jit(device=True, inline=True)
+        def write(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, p_s, ds_s):
+            """P (if keep_p) and dS = P (dP - D) of this thread's patch into shared
+            memory: zero where the mask hides the pair or either is past seq."""
+            for x in range(SQ):
+                r = sy * SQ + x
+                row = row0 + r
+                for y in range(SK):
+                    j = sx * SK + y
+                    key = key0 + j
+                    p = np.float32(0.0)
+                    ds = np.float32(0.0)
+                    if row < seq and key < seq and not (causal and row < key):
+                        p = math.exp(s_acc[x, y] * scale - l_s[r])
+                        ds = p * (p_acc[x, y] - d_s[r])
+                    if keep_p:
+                        p_s[r, j] = p
+                    ds_s[r, j] = ds
+        return write
+
+    p_and_ds = probabilities(True)
+    ds_only = probabilities(False)
+
     @cuda.jit
     def dkdv_kernel(q, k, v, dout, lse, delta, dk, dv, scale):
         head = cuda.blockIdx.y
@@ -258,12 +301,7 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         sx = t - sy * TX
         oy = t // GX
         ox = t - oy * GX
-        for idx in range(t, TILE, NT):
-            j = idx // D
-            c = idx - j * D
-            key = key0 + j
-            k_s[j, c] = k[head, key, c] if key < seq else np.float32(0.0)
-            v_s[j, c] = v[head, key, c] if key < seq else np.float32(0.0)
+        load_rows(k, v, head, key0, seq, k_s, v_s, t)
         for x in range(VK):
             for y in range(VC):
                 dk_acc[x, y] = np.float32(0.0)
@@ -273,31 +311,11 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         for tile in range(first, (seq + B - 1) // B):
             row0 = tile * B
             cuda.syncthreads()  # the last tile's readers are done with q_s .. ds_s
-            for idx in range(t, TILE, NT):
-                r = idx // D
-                c = idx - r * D
-                row = row0 + r
-                q_s[r, c] = q[head, row, c] if row < seq else np.float32(0.0)
-                do_s[r, c] = dout[head, row, c] if row < seq else np.float32(0.0)
-            for r in range(t, B, NT):
-                row = row0 + r
-                l_s[r] = lse[head, row] if row < seq else np.float32(0.0)
-                d_s[r] = delta[head, row] if row < seq else np.float32(0.0)
+            load_rows(q, dout, head, row0, seq, q_s, do_s, t)
+            load_row_numbers(lse, delta, head, row0, seq, l_s, d_s, t)
             cuda.syncthreads()
             scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
-            for x in range(SQ):
-                r = sy * SQ + x
-                row = row0 + r
-                for y in range(SK):
-                    j = sx * SK + y
-                    key = key0 + j
-                    p = np.float32(0.0)
-                    ds = np.float32(0.0)
-                    if row < seq and key < seq and not (causal and row < key):
-                        p = math.exp(s_acc[x, y] * scale - l_s[r])
-                        ds = p * (p_acc[x, y] - d_s[r])
-                    p_s[r, j] = p
-                    ds_s[r, j] = ds
+            p_and_ds(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, p_s, ds_s)
             cuda.syncthreads()
             for r in range(B):  # dV += P^T dO and dK += dS^T Q on this thread's patch
                 for x in range(VK):
@@ -334,16 +352,8 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         sx = t - sy * TX
         oy = t // GX
         ox = t - oy * GX
-        for idx in range(t, TILE, NT):
-            r = idx // D
-            c = idx - r * D
-            row = row0 + r
-            q_s[r, c] = q[head, row, c] if row < seq else np.float32(0.0)
-            do_s[r, c] = dout[head, row, c] if row < seq else np.float32(0.0)
-        for r in range(t, B, NT):
-            row = row0 + r
-            l_s[r] = lse[head, row] if row < seq else np.float32(0.0)
-            d_s[r] = delta[head, row] if row < seq else np.float32(0.0)
+        load_rows(q, dout, head, row0, seq, q_s, do_s, t)
+        load_row_numbers(lse, delta, head, row0, seq, l_s, d_s, t)
         for x in range(VK):
             for y in range(VC):
                 dq_acc[x, y] = np.float32(0.0)
@@ -352,24 +362,10 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         for key_tile in range(last):
             key0 = key_tile * B
             cuda.syncthreads()  # the last tile's readers are done with k_s, v_s, ds_s
-            for idx in range(t, TILE, NT):
-                j = idx // D
-                c = idx - j * D
-                key = key0 + j
-                k_s[j, c] = k[head, key, c] if key < seq else np.float32(0.0)
-                v_s[j, c] = v[head, key, c] if key < seq else np.float32(0.0)
+            load_rows(k, v, head, key0, seq, k_s, v_s, t)
             cuda.syncthreads()
             scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
-            for x in range(SQ):
-                r = sy * SQ + x
-                row = row0 + r
-                for y in range(SK):
-                    j = sx * SK + y
-                    key = key0 + j
-                    ds = np.float32(0.0)
-                    if row < seq and key < seq and not (causal and row < key):
-                        ds = math.exp(s_acc[x, y] * scale - l_s[r]) * (p_acc[x, y] - d_s[r])
-                    ds_s[r, j] = ds
+            ds_only(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, ds_s, ds_s)
             cuda.syncthreads()
             for j in range(B):  # dQ += dS K on this thread's patch of rows and columns
                 for x in range(VK):
