@@ -81,7 +81,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=T.TrainConfig().steps)
     parser.add_argument("--runs", default=",".join(RUNS))
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
     parser.add_argument("--append", action="store_true",
                         help="keep the runs of today's results file that this call does not redo")
