@@ -35,7 +35,7 @@ book: $(STAMP)
 
 # Test files run side by side, one process per core (the book build is one long test).
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=12
+	$(BIN)/python -m pytest -n auto --dist loadgroup --no-loadscope-reorder --durations=12
 
 # Two doors to JupyterLab. Each reads its settings from its folder in jupyter/,
 # put first on Jupyter's config path (above the user's home and the environment):
