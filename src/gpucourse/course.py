@@ -36,7 +36,8 @@ JOURNEY: tuple[Week, ...] = (
     Week((8, 8), "Kernels", "SGEMM in Numba-CUDA",
          "naive, coalesced, shared memory, block tiling, vectorized, autotuned"),
     Week((9, 10), "Kernels", "FlashAttention in Numba-CUDA",
-         "tiled online softmax, validated against PyTorch and benchmarked"),
+         "tiled online softmax, validated against PyTorch and benchmarked; the backward "
+         "pass, and a tiny GPT trained on the course's own kernels"),
 )
 
 
