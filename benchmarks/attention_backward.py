@@ -37,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention_backward import (VERSIONS, flash_attention_autograd,
                                                   flash_attention_backward)
+from gpucourse.results import gpu_slug
 
 ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
@@ -163,9 +164,7 @@ def main():
                   method=__doc__.split("\n\n", 1)[1].strip())
     report["validation"] = validate()
     report["results"] = timing() + [long_sequence()]
-    slug = "h100" if "H100" in name else "h200" if "H200" in name else \
-        name.lower().replace(" ", "-")
-    path = Path(args.out) / f"attention_backward-{slug}-{report['date']}.json"
+    path = Path(args.out) / f"attention_backward-{gpu_slug(name)}-{report['date']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")

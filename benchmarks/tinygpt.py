@@ -47,6 +47,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse import tinygpt as T
+from gpucourse.results import gpu_slug
 
 RUNS = {"pytorch": dict(attention="torch", linear="torch"),
         # PyTorch against itself: the same model on SDPA's math backend, a
@@ -97,9 +98,7 @@ def main():
                   method=__doc__.split("\n\n", 1)[1].strip(),
                   configuration=T.describe(T.GPTConfig(), train_config),
                   final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds)
-    slug = "h100" if "H100" in name else "h200" if "H200" in name else \
-        name.lower().replace(" ", "-")
-    path = Path(args.out) / f"tinygpt-{slug}-{report['date']}.json"
+    path = Path(args.out) / f"tinygpt-{gpu_slug(name)}-{report['date']}.json"
     report["results"] = [run(r, dataclasses.replace(train_config, seed=seed))
                          for seed in seeds for r in args.runs.split(",")]
     if args.append and path.exists():

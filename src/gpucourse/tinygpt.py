@@ -30,6 +30,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from gpucourse.checks import at_least, count, positive
+
 VOCAB = "0123456789+=\n"
 DIGITS = 3
 # "123+456=" then the four digits of the sum, lowest first, then a newline.
@@ -40,12 +42,6 @@ LINEARS = ("torch", "course")
 
 # -----------------------------------------------------------------------------
 # The corpus
-
-
-def _whole(name, value, minimum=1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def addition_line(a: int, b: int) -> str:
@@ -60,7 +56,7 @@ def addition_line(a: int, b: int) -> str:
 
 def problems(n: int, seed: int) -> np.ndarray:
     """n pairs (a, b) of three-digit operands drawn uniformly, as an (n, 2) int64 array."""
-    n = _whole("n", n)
+    n = count("n", n)
     return np.random.default_rng(seed).integers(0, 10**DIGITS, size=(n, 2))
 
 
@@ -85,7 +81,7 @@ def decode(ids) -> str:
 def held_out_problems(n: int, train_config: "TrainConfig", seed: int = 12345) -> np.ndarray:
     """n problems, as an (n, 2) int64 array, none of which is a line of the
     training corpus of `train_config`: the score measures adding, not memory."""
-    n = _whole("n", n)
+    n = count("n", n)
     seen = {(int(a), int(b)) for a, b in problems(train_config.corpus_lines, train_config.seed)}
     if 10 ** (2 * DIGITS) - len(seen) < n:
         raise ValueError(f"only {10 ** (2 * DIGITS) - len(seen)} problems are left outside the "
@@ -123,7 +119,7 @@ class GPTConfig:
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "block_size"):
-            _whole(name, getattr(self, name))
+            count(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_head must divide n_embd, got n_embd={self.n_embd}, "
                              f"n_head={self.n_head}")
@@ -303,12 +299,11 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _whole("steps", self.steps)
-        _whole("batch_size", self.batch_size)
-        _whole("warmup_steps", self.warmup_steps, minimum=0)
-        _whole("corpus_lines", self.corpus_lines)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        for name in ("steps", "batch_size", "corpus_lines"):
+            count(name, getattr(self, name))
+        if not float(at_least("warmup_steps", self.warmup_steps, 0)).is_integer():
+            raise ValueError(f"warmup_steps must be a whole number >= 0, got {self.warmup_steps!r}")
+        positive("learning_rate", self.learning_rate)
 
 
 def learning_rate(step: int, train: TrainConfig) -> float:
@@ -508,8 +503,9 @@ def plot_runs(record, ax=None):
         _, ax = plt.subplots(1, len(seeds), figsize=(5.5 * len(seeds), 3.8), sharey=True,
                              squeeze=False)
         ax = ax[0]
+    panels = np.atleast_1d(ax)
     window = LEARNED_WINDOW
-    for panel, seed in zip(np.atleast_1d(ax), seeds):
+    for panel, seed in zip(panels, seeds):
         for i, r in enumerate(x for x in record["results"] if x["seed"] == seed):
             smooth = np.convolve(r["loss"], np.ones(window) / window, mode="valid")
             panel.plot(np.arange(window - 1, len(r["loss"])), smooth, color=f"C{i}",
@@ -518,6 +514,17 @@ def plot_runs(record, ax=None):
         panel.set_ylim(1e-5, 5)
         panel.set_xlabel("step")
         panel.set_title(f"seed {seed}")
-    np.atleast_1d(ax)[0].set_ylabel(f"loss on the sums ({window}-step mean)")
-    np.atleast_1d(ax)[0].legend(fontsize=8)
+    panels[0].set_ylabel(f"loss on the sums ({window}-step mean)")
+    panels[0].legend(fontsize=8)
     return ax
+
+
+def summary_markdown(rows) -> str:
+    """``run_summary``'s rows as a markdown table, one line per run."""
+    header = ("| run | seed | learned at step | final loss | held-out sums right | ms a step | "
+              "step time / PyTorch's |\n|---|---|---|---|---|---|---|\n")
+    return header + "\n".join(
+        f"| {r['label']} | {r['seed']} | "
+        f"{r['steps_to_learn'] if r['steps_to_learn'] is not None else 'not yet'} "
+        f"| {r['final_loss']:.1e} | {r['accuracy']:.1%} | {r['median_step_ms']:.1f} "
+        f"| {r['step_time_vs_pytorch']:.2f} |" for r in rows)

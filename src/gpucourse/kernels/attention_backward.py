@@ -526,3 +526,26 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
     if _FUNCTION is None:
         _FUNCTION = _torch_function()
     return _FUNCTION.apply(q, k, v, A._check_flag("causal", causal), scale)
+
+
+# -----------------------------------------------------------------------------
+# The committed GPU run (benchmarks/attention_backward.py), as chapter 9 shows it
+
+
+def backward_markdown(record) -> str:
+    """A results file of benchmarks/attention_backward.py (``results.load_results(
+    "attention_backward")``) as a markdown table: per shape, versions 1 and 2 and
+    SDPA memory-efficient's backward in ms, and version 2's time over SDPA's."""
+    timed = {}
+    for r in record["results"]:
+        timed.setdefault((r["seq"], r["head_dim"], r["causal"]), {})[r["variant"]] = r["ms"]
+    lines = []
+    for (seq, d, causal), ms in sorted(timed.items()):
+        if "sdpa_efficient_bwd" not in ms:
+            continue  # the long-sequence run: ours alone
+        first = f"{ms['flash_bwd_v1']:.1f}" if "flash_bwd_v1" in ms else "–"
+        lines.append(f"| {seq:,} | {d} | {'yes' if causal else 'no'} | {first} | "
+                     f"{ms['flash_bwd']:.1f} | {ms['sdpa_efficient_bwd']:.1f} | "
+                     f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.1f} |")
+    return ("| N | head dim | causal | version 1 (ms) | version 2 (ms) | SDPA memory-efficient "
+            "(ms) | version 2 / SDPA |\n|---|---|---|---|---|---|---|\n" + "\n".join(lines))
