@@ -165,7 +165,8 @@ def kernel_only_call(q, k, v, causal):
         scale2 = head_dim ** -0.5 / np.log(2.0)
 
         def launch(out=out, lse=lse):  # holds out and lse while it is timed
-            A._launch_flash(config, causal, A.FAST_MATH, buffers, batch, heads, seq, scale2)
+            A._launch_flash(config, causal, A.FAST_MATH, buffers, batch, heads, seq, seq,
+                            scale2)
 
         launch()
         return launch

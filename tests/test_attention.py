@@ -248,6 +248,64 @@ def test_flash_with_tiles_past_48_kib_on_gpu(causal):
 
 
 # -----------------------------------------------------------------------------
+# Cross-attention: queries and keys of different lengths
+
+
+def sdpa_float64(q, k, v, causal):
+    """PyTorch's scaled_dot_product_attention in float64 on the CPU: the
+    definition of ``is_causal`` for unequal lengths (the top-left diagonal),
+    independent of the course's reference."""
+    import torch
+    import torch.nn.functional as F
+
+    tq, tk, tv = (torch.from_numpy(x.astype(np.float64)) for x in (q, k, v))
+    return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal).numpy()
+
+
+CROSS_CASES = [  # (queries, keys): fewer and more keys, ragged tiles
+    (5, 37),
+    (37, 5),
+    (70, 33),
+]
+
+
+@pytest.mark.parametrize("seq, key_seq", CROSS_CASES)
+@pytest.mark.parametrize("causal", [False, True])
+def test_cross_attention_reference_and_numpy_model_equal_pytorch(seq, key_seq, causal):
+    q = qkv((1, 2, seq, 16), seed=seq)[0]
+    k, v = qkv((1, 2, key_seq, 16), seed=key_seq)[1:]
+    want = sdpa_float64(q, k, v, causal)
+    np.testing.assert_allclose(A.reference_attention(q, k, v, causal=causal), want,
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(A.tiled_attention(q, k, v, causal=causal, block_rows=16,
+                                                 block_cols=8), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("seq, key_seq, head_dim, causal", [
+    (5, 37, 16, True),    # few queries: under the mask they see the first keys only
+    (37, 5, 16, True),    # few keys: rows past the last key see them all
+    (70, 33, 32, False),  # two query tiles, two key tiles, both ragged
+    (20, 45, 64, True),
+])
+def test_flash_cross_attention_equals_pytorch(seq, key_seq, head_dim, causal):
+    q = qkv((1, 2, seq, head_dim), seed=seq + head_dim)[0]
+    k, v = qkv((1, 2, key_seq, head_dim), seed=key_seq)[1:]
+    out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+    assert out.shape == q.shape and lse.shape == q.shape[:3]
+    np.testing.assert_allclose(out, sdpa_float64(q, k, v, causal), atol=ATOL, rtol=RTOL)
+    _, want_lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    np.testing.assert_allclose(lse, want_lse, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_cross_attention_equals_pytorch(causal):
+    q = qkv((1, 1, 9, 16), seed=9)[0]
+    k, v = qkv((1, 1, 23, 16), seed=23)[1:]
+    out = A.naive_attention(q, k, v, causal=causal)
+    np.testing.assert_allclose(out, sdpa_float64(q, k, v, causal), atol=ATOL, rtol=RTOL)
+
+
+# -----------------------------------------------------------------------------
 # The naive pipeline
 
 
@@ -374,8 +432,12 @@ def _error(function, *args, **kwargs):
 @pytest.mark.parametrize("function", [A.flash_attention, A.naive_attention])
 def test_bad_input(function):
     q, k, v = qkv((1, 1, 8, 16), seed=0)
-    assert "same shape" in _error(function, q, k[:, :, :4].copy(), v)
-    assert "same shape" in _error(function, q, k, np.zeros((1, 2, 8, 16), np.float32))
+    message = _error(function, q, k[:, :, :4].copy(), v)
+    assert "k and v must have the same shape" in message and "(1, 1, 4, 16)" in message
+    other_heads = np.zeros((1, 2, 8, 16), np.float32)
+    assert "q's batch, heads and head_dim" in _error(function, q, other_heads, other_heads)
+    other_dim = np.zeros((1, 1, 8, 32), np.float32)
+    assert "q's batch, heads and head_dim" in _error(function, q, other_dim, other_dim)
     assert "float32" in _error(function, q.astype(np.float64), k, v)
     assert "float32" in _error(function, q, k, v.astype(np.float16))
     assert "4 dimensions" in _error(function, q[0], k[0], v[0])

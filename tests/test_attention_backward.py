@@ -25,9 +25,9 @@ def autograd_grads(q, k, v, dout, causal, scale):
     """dQ, dK, dV by torch's autograd of plain attention, in float64."""
     tq, tk, tv = (torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v))
     scores = scale * tq @ tk.transpose(-1, -2)
-    if causal:
-        n = q.shape[-2]
-        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    if causal:  # query i sees keys 0..i (the top-left diagonal when the lengths differ)
+        n, m = q.shape[-2], k.shape[-2]
+        scores = scores.masked_fill(~torch.ones(n, m, dtype=torch.bool).tril(), float("-inf"))
     out = torch.softmax(scores, dim=-1) @ tv
     out.backward(torch.tensor(dout, dtype=torch.float64))
     return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy()
@@ -51,6 +51,26 @@ def test_gradients_equal_float64_autograd(shape, causal, version):
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
         assert g.dtype == np.float32 and g.shape == q.shape, name
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+@pytest.mark.parametrize("seq, key_seq, causal, version", [
+    (20, 45, False, 2),   # more keys than queries: two key tiles, one ragged
+    (45, 20, True, 2),    # more queries: rows past the last key see every key
+    (7, 40, True, 2),     # under the mask, keys past the last query get no gradient
+    (45, 20, True, 1),
+])
+def test_cross_attention_gradients_equal_float64_autograd(seq, key_seq, causal, version):
+    q, _, _, dout = inputs((1, 2, seq, 16), seed=seq)
+    _, k, v, _ = inputs((1, 2, key_seq, 16), seed=key_seq)
+    out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    got = flash_attention_backward(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout,
+                                   causal=causal, version=version)
+    want = autograd_grads(q, k, v, dout, causal, 0.25)
+    for name, g, w, like in zip(("dq", "dk", "dv"), got, want, (q, k, v)):
+        assert g.dtype == np.float32 and g.shape == like.shape, name
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
+    if causal and key_seq > seq:
+        assert not np.any(got[1][:, :, seq:]) and not np.any(got[2][:, :, seq:])
 
 
 def test_with_the_forward_kernels_own_output_and_large_logits():
@@ -128,6 +148,18 @@ def test_the_autograd_function_trains_like_plain_attention(causal):
     (out * torch.tensor(dout)).sum().backward()  # the gradient of this loss is dout
     for name, got, want in zip(("dq", "dk", "dv"), (tq.grad, tk.grad, tv.grad),
                                autograd_grads(q, k, v, dout, causal, 0.25)):
+        np.testing.assert_allclose(got.numpy(), want, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_the_autograd_function_does_cross_attention():
+    from gpucourse.kernels.attention_backward import flash_attention_autograd
+
+    q, _, _, dout = inputs((1, 1, 12, 16), seed=3)
+    _, k, v, _ = inputs((1, 1, 30, 16), seed=4)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    (flash_attention_autograd(tq, tk, tv, causal=True) * torch.tensor(dout)).sum().backward()
+    for name, got, want in zip(("dq", "dk", "dv"), (tq.grad, tk.grad, tv.grad),
+                               autograd_grads(q, k, v, dout, True, 0.25)):
         np.testing.assert_allclose(got.numpy(), want, atol=ATOL, rtol=RTOL, err_msg=name)
 
 

@@ -263,9 +263,13 @@ def _torch_float32():
 
 
 def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
-    """Validate q, k, v; return (kind, (batch, heads, seq, head_dim)).
-    head_dims=None accepts any head dimension. (Written for few Python
-    operations: it runs on every call, ahead of the launch.)"""
+    """Validate q, k, v; return (kind, (batch, heads, seq, head_dim), key_seq).
+
+    q is (batch, heads, seq, head_dim); k and v are (batch, heads, key_seq,
+    head_dim), of one shape, with q's batch, heads and head_dim: key_seq may
+    differ from seq (cross-attention). head_dims=None accepts any head
+    dimension. (Written for few Python operations: it runs on every call,
+    ahead of the launch.)"""
     kind = _kind(q)
     if _kind(k) != kind or _kind(v) != kind:
         kinds = {name: _kind(x) for name, x in (("q", q), ("k", k), ("v", v))}
@@ -279,12 +283,15 @@ def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
         if _dtype_name(x, kind) != "float32":
             raise ValueError(f"{name} must be float32, got {_dtype_name(x, kind)}")
     shape = tuple(map(int, q.shape))
-    for name, x in named[1:]:
-        if tuple(x.shape) != shape:
-            raise ValueError(f"q, k and v must have the same shape (batch, heads, seq, "
-                             f"head_dim); q is {shape} but {name} is {tuple(x.shape)}")
-    if min(shape) < 1:
-        raise ValueError(f"q, k and v must not be empty, got shape {shape}")
+    key_shape = tuple(map(int, k.shape))
+    if tuple(v.shape) != key_shape:
+        raise ValueError(f"k and v must have the same shape (batch, heads, key_seq, head_dim); "
+                         f"k is {key_shape} but v is {tuple(v.shape)}")
+    if key_shape[:2] != shape[:2] or key_shape[3] != shape[3]:
+        raise ValueError(f"k and v must have q's batch, heads and head_dim (only the sequence "
+                         f"length may differ); q is {shape} but k and v are {key_shape}")
+    if min(shape) < 1 or key_shape[2] < 1:
+        raise ValueError(f"q, k and v must not be empty, got shapes {shape} and {key_shape}")
     if head_dims is not None and shape[3] not in head_dims:
         raise ValueError(f"head_dim must be one of {', '.join(map(str, head_dims))}, "
                          f"got {shape[3]}")
@@ -292,7 +299,7 @@ def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
         if not _is_c_contiguous(x, kind):
             raise ValueError(f"{name} must be C-contiguous (row-major); got a strided view; "
                              f"pass a contiguous copy (np.ascontiguousarray or .contiguous())")
-    return kind, shape
+    return kind, shape, key_shape[2]
 
 
 def _check_flag(name, value) -> bool:
@@ -318,6 +325,16 @@ def _count(name, value) -> int:
     return int(value)
 
 
+def _check_cross_shapes(q_shape, k_shape, v_shape) -> None:
+    """q (..., seq, head_dim); k and v one shape (..., key_seq, head_dim), q's
+    but for the sequence length."""
+    if len(q_shape) < 2 or k_shape != v_shape or len(k_shape) != len(q_shape) \
+            or k_shape[:-2] != q_shape[:-2] or k_shape[-1] != q_shape[-1]:
+        raise ValueError(f"q must have shape (..., seq, head_dim) and k and v one shape "
+                         f"(..., key_seq, head_dim) that differs from q's only in the "
+                         f"sequence length; got {q_shape}, {k_shape} and {v_shape}")
+
+
 # -----------------------------------------------------------------------------
 # The reference
 
@@ -325,10 +342,13 @@ def _count(name, value) -> int:
 def reference_attention(q, k, v, causal=False, scale=None, return_lse=False):
     """softmax(scale * q k^T) v in float64 numpy, with an optional causal mask.
 
-    q, k, v: arrays of shape (..., seq, head_dim) with equal shapes (any real
-    dtype; they are converted to float64). Returns a float64 array of the same
-    shape, and with ``return_lse`` also the log-sum-exp of each row of scaled
-    scores, of shape (..., seq).
+    q: shape (..., seq, head_dim); k and v: one shape (..., key_seq, head_dim),
+    q's but for the sequence length (cross-attention when key_seq differs);
+    any real dtype (converted to float64). The causal mask is PyTorch's
+    ``is_causal``: query i sees keys 0..i, aligned at the top left when the
+    lengths differ. Returns a float64 array of q's shape, and with
+    ``return_lse`` also the log-sum-exp of each row of scaled scores, of shape
+    (..., seq).
     """
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
@@ -342,15 +362,14 @@ def reference_attention(q, k, v, causal=False, scale=None, return_lse=False):
                              f"got shape {a.shape}")
         arrays.append(a.astype(np.float64))
     q64, k64, v64 = arrays
-    if not (q64.shape == k64.shape == v64.shape):
-        raise ValueError(f"q, k and v must have the same shape, got {q64.shape}, "
-                         f"{k64.shape} and {v64.shape}")
+    _check_cross_shapes(q64.shape, k64.shape, v64.shape)
     seq, head_dim = q64.shape[-2:]
     s = _check_scale(scale, head_dim)
     scores = s * (q64 @ np.swapaxes(k64, -1, -2))
     if causal:
-        # Query i sees keys 0..i: everything above the diagonal is masked.
-        scores = np.where(np.tri(seq, dtype=bool), scores, -np.inf)
+        # Query i sees keys 0..i: everything above the diagonal is masked
+        # (with more keys than queries, the diagonal starts at the top left).
+        scores = np.where(np.tri(seq, k64.shape[-2], dtype=bool), scores, -np.inf)
     row_max = scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores - row_max)
     row_sum = weights.sum(axis=-1, keepdims=True)
@@ -439,17 +458,17 @@ def tiled_attention(q, k, v, *, causal=False, scale=None, block_rows=64, block_c
     """The tiled kernel's algorithm in float64 numpy: query tiles outer, key
     tiles inner, ``online_softmax_step`` per tile, one division at the end.
 
-    q, k, v: equal shapes (..., seq, head_dim). A model to read and to test
-    against, not a fast path.
+    q, k, v: as ``reference_attention`` takes them. A model to read and to
+    test against, not a fast path.
     """
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     block_rows, block_cols = _count("block_rows", block_rows), _count("block_cols", block_cols)
     q64, k64, v64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    if not (q64.shape == k64.shape == v64.shape) or q64.ndim < 2:
-        raise ValueError(f"q, k and v must have the same shape (..., seq, head_dim), got "
-                         f"{q64.shape}, {k64.shape} and {v64.shape}")
+    _check_cross_shapes(q64.shape, k64.shape, v64.shape)
     seq, head_dim = q64.shape[-2:]
+    key_seq = k64.shape[-2]
+    key_tiles = -(-key_seq // block_cols)
     s = _check_scale(scale, head_dim)
     out = np.empty_like(q64)
     lse = np.empty(q64.shape[:-1])
@@ -459,10 +478,10 @@ def tiled_attention(q, k, v, *, causal=False, scale=None, block_rows=64, block_c
             row_max = np.full(len(rows), -np.inf)
             row_sum = np.zeros(len(rows))
             acc = np.zeros((len(rows), head_dim))
-            n_tiles = (causal_key_tiles(qt, block_rows, block_cols, seq) if causal
-                       else -(-seq // block_cols))
+            n_tiles = (min(causal_key_tiles(qt, block_rows, block_cols, seq), key_tiles)
+                       if causal else key_tiles)
             for kt in range(n_tiles):
-                keys = np.arange(kt * block_cols, min((kt + 1) * block_cols, seq))
+                keys = np.arange(kt * block_cols, min((kt + 1) * block_cols, key_seq))
                 scores = s * q64[index][rows] @ k64[index][keys].T
                 if causal:
                     scores = np.where(keys[None, :] > rows[:, None], -np.inf, scores)
@@ -516,8 +535,7 @@ def _scores_kernel(q, k, scores, scale, causal):
     heads = q.shape[1]
     b = bh // heads
     h = bh % heads
-    seq = q.shape[2]
-    if i >= seq or j >= seq:
+    if i >= q.shape[2] or j >= k.shape[2]:
         return
     if causal and j > i:
         scores[b, h, i, j] = -math.inf
@@ -536,18 +554,18 @@ def _softmax_kernel(scores, lse):
     heads = scores.shape[1]
     b = bh // heads
     h = bh % heads
-    seq = scores.shape[2]
-    if i >= seq:
+    keys = scores.shape[3]
+    if i >= scores.shape[2]:
         return
     row_max = -math.inf
-    for j in range(seq):
+    for j in range(keys):
         row_max = max(row_max, scores[b, h, i, j])
     row_sum = 0.0
-    for j in range(seq):
+    for j in range(keys):
         e = math.exp(scores[b, h, i, j] - row_max)
         scores[b, h, i, j] = e
         row_sum += e
-    for j in range(seq):
+    for j in range(keys):
         scores[b, h, i, j] = scores[b, h, i, j] / row_sum
     lse[b, h, i] = row_max + math.log(row_sum)
 
@@ -560,33 +578,33 @@ def _pv_kernel(p, v, out):
     heads = v.shape[1]
     b = bh // heads
     h = bh % heads
-    seq = v.shape[2]
-    if i >= seq or c >= v.shape[3]:
+    if i >= p.shape[2] or c >= v.shape[3]:
         return
     total = 0.0
-    for j in range(seq):
+    for j in range(v.shape[2]):
         total += p[b, h, i, j] * v[b, h, j, c]
     out[b, h, i, c] = total
 
 
 def naive_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
-    """Attention as three kernels that write the (seq x seq) score matrix to memory.
+    """Attention as three kernels that write the (seq x key_seq) score matrix to memory.
 
     Same arguments, validation and return kinds as ``flash_attention``; any
-    head_dim >= 1 is accepted. It needs batch * heads * seq**2 * 4 extra bytes
-    of device memory for the scores (allocated through torch for torch inputs,
-    so that torch's memory statistics see it).
+    head_dim >= 1 is accepted. It needs batch * heads * seq * key_seq * 4 extra
+    bytes of device memory for the scores (allocated through torch for torch
+    inputs, so that torch's memory statistics see it).
     """
-    kind, (batch, heads, seq, head_dim) = _check_qkv(q, k, v, head_dims=None)
+    kind, (batch, heads, seq, head_dim), key_seq = _check_qkv(q, k, v, head_dims=None)
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
     qd, kd, vd = (_to_kernel(x, kind) for x in (q, k, v))
-    _, scores = _empty_like(kind, q, (batch, heads, seq, seq))
+    _, scores = _empty_like(kind, q, (batch, heads, seq, key_seq))
     lse, lse_d = _empty_like(kind, q, (batch, heads, seq))
     out, out_d = _empty_like(kind, q, (batch, heads, seq, head_dim))
     tiles = (seq + NAIVE_TILE - 1) // NAIVE_TILE
-    _scores_kernel[(tiles, tiles, batch * heads), (NAIVE_TILE, NAIVE_TILE)](
+    key_tiles = (key_seq + NAIVE_TILE - 1) // NAIVE_TILE
+    _scores_kernel[(key_tiles, tiles, batch * heads), (NAIVE_TILE, NAIVE_TILE)](
         qd, kd, scores, np.float32(s), causal)
     rows = (seq + NAIVE_ROWS_PER_BLOCK - 1) // NAIVE_ROWS_PER_BLOCK
     _softmax_kernel[(rows, batch * heads), NAIVE_ROWS_PER_BLOCK](scores, lse_d)
@@ -656,11 +674,13 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 k_next[it] = k[unsigned64(base + idx)]
                 v_next[it] = v[unsigned64(base + idx)]
 
-    def flash_forward(q, k, v, out, lse, seq, heads, scale):
-        # q, k, v and out are the (batch, heads, seq, head_dim) arrays as flat
-        # float32 memory (the caller checked that they are contiguous), so
-        # that an element's address is one addition away: rows r .. r + n of
-        # one head are the contiguous elements (bh * seq + r) * D onwards.
+    def flash_forward(q, k, v, out, lse, seq, key_seq, heads, scale):
+        # q and out are the (batch, heads, seq, head_dim) arrays, k and v the
+        # (batch, heads, key_seq, head_dim) ones, as flat float32 memory (the
+        # caller checked that they are contiguous), so that an element's
+        # address is one addition away: query rows r .. r + n of one head are
+        # the contiguous elements (bh * seq + r) * D onwards, key rows
+        # (bh * key_seq + r) * D onwards.
         t = cuda.threadIdx.x
         tx = t % TX  # which slice of columns
         ty = t // TX  # which group of TM rows
@@ -681,7 +701,8 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
         else:
             q_start = cuda.blockIdx.x * BR
         bh = cuda.blockIdx.z * heads + cuda.blockIdx.y  # which (batch, head)
-        head_base = bh * seq * D
+        head_base = bh * seq * D  # this head's queries and outputs
+        kv_base = bh * key_seq * D  # ... and its keys and values
         # Element t + it * THREADS of a (rows x D) tile is (row, col) =
         # (t // D + it * THREADS // D, t % D + it * THREADS % D): the parts
         # that depend on `it` are constants once the loops are unrolled.
@@ -742,7 +763,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             for c in range(CO):
                 acc[i, c] = 0.0
 
-        n_tiles = (seq + BC - 1) // BC
+        n_tiles = (key_seq + BC - 1) // BC
         if causal:
             # Key tiles that start after this block's last query row are fully
             # masked: skip them. About half the tiles, for long sequences.
@@ -752,7 +773,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
         # The first K and V tile goes to registers; the loop below stores each
         # tile to shared memory and then starts reading the next one, which
         # arrives while the current one is being used.
-        fetch_kv(k, v, k_next, v_next, head_base, seq * D, t)
+        fetch_kv(k, v, k_next, v_next, kv_base, key_seq * D, t)
 
         for kt in range(n_tiles):
             k_start = kt * BC
@@ -764,8 +785,8 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 v_tile[j * D_U + c] = v_next[it]
             cuda.syncthreads()
             if kt + 1 < n_tiles:
-                fetch_kv(k, v, k_next, v_next, head_base + (k_start + BC) * D,
-                         (seq - k_start - BC) * D, t)
+                fetch_kv(k, v, k_next, v_next, kv_base + (k_start + BC) * D,
+                         (key_seq - k_start - BC) * D, t)
 
             # S = (scale Q) K^T for this thread's TM rows x CS columns, four
             # head-dim values at a time: one 128-bit load brings four values of
@@ -804,12 +825,12 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             # 1. Mask keys past the end and, when causal, keys after the query.
             #    Only the last tile and (causal) the tiles that cross the
             #    diagonal hold such keys; the others skip this step.
-            if k_start + BC > seq or (causal and k_start + BC - 1 > q_start):
+            if k_start + BC > key_seq or (causal and k_start + BC - 1 > q_start):
                 for i in range(TM):
                     row = q_start + ty + NY * i
                     for jj in range(CS):
                         key = k_start + tx + TX * jj
-                        if key >= seq or (causal and key > row):
+                        if key >= key_seq or (causal and key > row):
                             s[i, jj] = NEG_INF
             # 2. This tile's maximum of each row, first over this thread's columns...
             for i in range(TM):
@@ -909,12 +930,12 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
 
 
 # The tiled kernel's parameters on a GPU: q, k, v, out and lse as raw float32
-# pointers, then seq, heads and the scale. A launch then costs little Python:
+# pointers, then seq, key_seq, heads and the scale. A launch then costs little Python:
 # Numba passes a pointer as one integer, where an array argument is first
 # wrapped in a device array (tens of microseconds for each torch tensor,
 # which showed in the timings at short sequences).
 _FLOAT_POINTER = types.CPointer(float32)
-FLASH_SIGNATURE = types.void(*(_FLOAT_POINTER,) * 5, int32, int32, float32)
+FLASH_SIGNATURE = types.void(*(_FLOAT_POINTER,) * 5, int32, int32, int32, float32)
 
 
 @lru_cache(maxsize=None)
@@ -978,7 +999,8 @@ def _flash_launch_config(grid: tuple, threads: int, dynamic_bytes: int):
     return LaunchConfig(grid=grid, block=(threads, 1, 1), shmem_size=dynamic_bytes)
 
 
-def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale, device_id=None):
+def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale,
+                  device_id=None):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
     GPU, flat arrays on the simulator. `scale` already carries log2(e).
 
@@ -995,27 +1017,31 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale, d
         device_id = _current_gpu() if device_id is None else device_id
         function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
         core_launch()(stream, _flash_launch_config(grid, config.threads, dynamic_bytes),
-                            function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(heads),
-                            ctypes.c_float(scale))
+                            function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(key_seq),
+                            ctypes.c_int32(heads), ctypes.c_float(scale))
     else:
-        kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(heads),
-                                                       np.float32(scale))
+        kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(key_seq),
+                                                       np.int32(heads), np.float32(scale))
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """softmax(scale q k^T) v by the tiled online-softmax kernel (FlashAttention-2 order).
 
-    q, k, v: float32, shape (batch, heads, seq, head_dim), all the same shape,
-    C-contiguous, head_dim in SUPPORTED_HEAD_DIMS; numpy arrays, Numba device
-    arrays or CUDA torch tensors (all of one kind).
-    causal: mask keys after each query (and skip key tiles that are fully masked).
+    q: float32, shape (batch, heads, seq, head_dim); k and v: float32, one
+    shape (batch, heads, key_seq, head_dim), which may differ from q's in the
+    sequence length alone (cross-attention); C-contiguous, head_dim in
+    SUPPORTED_HEAD_DIMS; numpy arrays, Numba device arrays or CUDA torch
+    tensors (all of one kind).
+    causal: mask keys after each query (and skip key tiles that are fully
+    masked): query i sees keys 0..i, PyTorch's ``is_causal``, whose diagonal
+    starts at the top left when key_seq differs from seq.
     scale: the factor on the scores; None means 1 / sqrt(head_dim).
     return_lse: also return the log-sum-exp of each row of scaled scores,
     shape (batch, heads, seq), which a backward pass would need.
 
     Returns the output (and the log-sum-exp) in the kind of the inputs.
     """
-    kind, (batch, heads, seq, head_dim) = _check_qkv(q, k, v)
+    kind, (batch, heads, seq, head_dim), _ = _check_qkv(q, k, v)
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
@@ -1030,6 +1056,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
     this, to compare tile shapes); device_id, where known, spares asking the
     driver again."""
     batch, heads, seq, head_dim = (int(n) for n in q.shape)
+    key_seq = int(k.shape[2])
     # The kernel works with scores in base 2: it multiplies Q by scale * log2(e)
     # and uses exp2, since e^x = 2^(x log2 e) and exp2 is one instruction on a GPU.
     scale2 = scale * math.log2(math.e)
@@ -1047,7 +1074,8 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
         out = torch.empty_like(q)  # q is a contiguous float32 tensor: so is out
         lse = q.new_empty((batch, heads, seq))
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
-        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2, numba_device)
+        _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale2,
+                      numba_device)
         return out, lse
     qd, kd, vd = (_to_kernel(x, kind) for x in (q, k, v))
     out = cuda.device_array((batch, heads, seq, head_dim), dtype=np.float32)
@@ -1057,7 +1085,7 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
         buffers = [x.__cuda_array_interface__["data"][0] for x in arrays]
     else:
         buffers = [_flat(x) for x in arrays]
-    _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, scale2)
+    _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale2)
     return _from_kernel(out, kind), _from_kernel(lse, kind)
 
 

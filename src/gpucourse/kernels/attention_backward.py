@@ -69,7 +69,8 @@ def _kernels(head_dim: int, causal: bool):
         head = cuda.blockIdx.y
         key_tile = cuda.blockIdx.x
         t = cuda.threadIdx.x
-        seq = q.shape[1]
+        seq = q.shape[1]  # queries
+        key_seq = k.shape[1]  # keys (and values)
         j = key_tile * T + t
         q_s = cuda.shared.array((T, D), np.float32)
         do_s = cuda.shared.array((T, D), np.float32)
@@ -80,8 +81,8 @@ def _kernels(head_dim: int, causal: bool):
         dk_j = cuda.local.array(D, np.float32)
         dv_j = cuda.local.array(D, np.float32)
         for c in range(D):
-            k_j[c] = k[head, j, c] if j < seq else np.float32(0.0)
-            v_j[c] = v[head, j, c] if j < seq else np.float32(0.0)
+            k_j[c] = k[head, j, c] if j < key_seq else np.float32(0.0)
+            v_j[c] = v[head, j, c] if j < key_seq else np.float32(0.0)
             dk_j[c] = np.float32(0.0)
             dv_j[c] = np.float32(0.0)
         # Under the mask, query i sees key j only when i >= j: the query tiles
@@ -95,7 +96,7 @@ def _kernels(head_dim: int, causal: bool):
             lse_s[t] = lse[head, i] if i < seq else np.float32(0.0)
             delta_s[t] = delta[head, i] if i < seq else np.float32(0.0)
             cuda.syncthreads()
-            if j < seq:
+            if j < key_seq:
                 for r in range(T):
                     row = query_tile * T + r
                     if row < seq and not (causal and row < j):
@@ -110,7 +111,7 @@ def _kernels(head_dim: int, causal: bool):
                             dv_j[c] += p * do_s[r, c]
                             dk_j[c] += ds * q_s[r, c]
             cuda.syncthreads()
-        if j < seq:
+        if j < key_seq:
             for c in range(D):
                 dk[head, j, c] = dk_j[c] * scale
                 dv[head, j, c] = dv_j[c]
@@ -120,7 +121,8 @@ def _kernels(head_dim: int, causal: bool):
         head = cuda.blockIdx.y
         query_tile = cuda.blockIdx.x
         t = cuda.threadIdx.x
-        seq = q.shape[1]
+        seq = q.shape[1]  # queries
+        key_seq = k.shape[1]  # keys (and values)
         i = query_tile * T + t
         k_s = cuda.shared.array((T, D), np.float32)
         v_s = cuda.shared.array((T, D), np.float32)
@@ -134,17 +136,19 @@ def _kernels(head_dim: int, causal: bool):
         lse_i = lse[head, i] if i < seq else np.float32(0.0)
         delta_i = delta[head, i] if i < seq else np.float32(0.0)
         # Under the mask the key tiles after this query tile are all masked.
-        last = query_tile + 1 if causal else (seq + T - 1) // T
+        last = (key_seq + T - 1) // T
+        if causal:
+            last = min(last, query_tile + 1)
         for key_tile in range(last):
             j = key_tile * T + t
             for c in range(D):  # each thread loads one key row and one value row
-                k_s[t, c] = k[head, j, c] if j < seq else np.float32(0.0)
-                v_s[t, c] = v[head, j, c] if j < seq else np.float32(0.0)
+                k_s[t, c] = k[head, j, c] if j < key_seq else np.float32(0.0)
+                v_s[t, c] = v[head, j, c] if j < key_seq else np.float32(0.0)
             cuda.syncthreads()
             if i < seq:
                 for r in range(T):
                     key = key_tile * T + r
-                    if key < seq and not (causal and key > i):
+                    if key < key_seq and not (causal and key > i):
                         score = np.float32(0.0)
                         dp = np.float32(0.0)
                         for c in range(D):
@@ -257,9 +261,10 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
 
     def probabilities(keep_p):
         @cuda.jit(device=True, inline=True)
-        def write(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, p_s, ds_s):
+        def write(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, key_seq, p_s, ds_s):
             """P (if keep_p) and dS = P (dP - D) of this thread's patch into shared
-            memory: zero where the mask hides the pair or either is past seq."""
+            memory: zero where the mask hides the pair, or past the queries (seq)
+            or the keys (key_seq)."""
             for x in range(SQ):
                 r = sy * SQ + x
                 row = row0 + r
@@ -268,7 +273,7 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
                     key = key0 + j
                     p = np.float32(0.0)
                     ds = np.float32(0.0)
-                    if row < seq and key < seq and not (causal and row < key):
+                    if row < seq and key < key_seq and not (causal and row < key):
                         p = math.exp(s_acc[x, y] * scale - l_s[r])
                         ds = p * (p_acc[x, y] - d_s[r])
                     if keep_p:
@@ -284,7 +289,8 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         head = cuda.blockIdx.y
         key0 = cuda.blockIdx.x * B
         t = cuda.threadIdx.x
-        seq = q.shape[1]
+        seq = q.shape[1]  # queries
+        key_seq = k.shape[1]  # keys (and values)
         k_s = cuda.shared.array((B, DP), np.float32)
         v_s = cuda.shared.array((B, DP), np.float32)
         q_s = cuda.shared.array((B, DP), np.float32)
@@ -301,7 +307,7 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         sx = t - sy * TX
         oy = t // GX
         ox = t - oy * GX
-        load_rows(k, v, head, key0, seq, k_s, v_s, t)
+        load_rows(k, v, head, key0, key_seq, k_s, v_s, t)
         for x in range(VK):
             for y in range(VC):
                 dk_acc[x, y] = np.float32(0.0)
@@ -315,7 +321,8 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
             load_row_numbers(lse, delta, head, row0, seq, l_s, d_s, t)
             cuda.syncthreads()
             scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
-            p_and_ds(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, p_s, ds_s)
+            p_and_ds(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, key_seq, p_s,
+                     ds_s)
             cuda.syncthreads()
             for r in range(B):  # dV += P^T dO and dK += dS^T Q on this thread's patch
                 for x in range(VK):
@@ -326,7 +333,7 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
                         dk_acc[x, y] += ds * q_s[r, ox * VC + y]
         for x in range(VK):
             key = key0 + oy * VK + x
-            if key < seq:
+            if key < key_seq:
                 for y in range(VC):
                     dk[head, key, ox * VC + y] = dk_acc[x, y] * scale
                     dv[head, key, ox * VC + y] = dv_acc[x, y]
@@ -337,7 +344,8 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
         tile = cuda.blockIdx.x
         row0 = tile * B
         t = cuda.threadIdx.x
-        seq = q.shape[1]
+        seq = q.shape[1]  # queries
+        key_seq = k.shape[1]  # keys (and values)
         q_s = cuda.shared.array((B, DP), np.float32)
         do_s = cuda.shared.array((B, DP), np.float32)
         k_s = cuda.shared.array((B, DP), np.float32)
@@ -358,14 +366,17 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
             for y in range(VC):
                 dq_acc[x, y] = np.float32(0.0)
         # Under the mask, the key tiles after this query tile are all hidden.
-        last = tile + 1 if causal else (seq + B - 1) // B
+        last = (key_seq + B - 1) // B
+        if causal:
+            last = min(last, tile + 1)
         for key_tile in range(last):
             key0 = key_tile * B
             cuda.syncthreads()  # the last tile's readers are done with k_s, v_s, ds_s
-            load_rows(k, v, head, key0, seq, k_s, v_s, t)
+            load_rows(k, v, head, key0, key_seq, k_s, v_s, t)
             cuda.syncthreads()
             scores(q_s, k_s, do_s, v_s, sy, sx, s_acc, p_acc)
-            ds_only(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, ds_s, ds_s)
+            ds_only(s_acc, p_acc, l_s, d_s, scale, sy, sx, row0, key0, seq, key_seq, ds_s,
+                    ds_s)
             cuda.syncthreads()
             for j in range(B):  # dQ += dS K on this thread's patch of rows and columns
                 for x in range(VK):
@@ -388,20 +399,22 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
                              config=None):
     """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
 
-    q, k, v, out, dout: float32, shape (batch, heads, seq, head_dim), all the
-    same shape, head_dim in attention.SUPPORTED_HEAD_DIMS; lse: float32, shape
-    (batch, heads, seq), as ``flash_attention(..., return_lse=True)`` returns
-    it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
+    q, out, dout: float32, shape (batch, heads, seq, head_dim); k, v: float32,
+    shape (batch, heads, key_seq, head_dim) (key_seq may differ from seq:
+    cross-attention), head_dim in attention.SUPPORTED_HEAD_DIMS; lse: float32,
+    shape (batch, heads, seq), as ``flash_attention(..., return_lse=True)``
+    returns it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: 2 (default, tiles
     of queries and keys with register tiling) or 1 (one row per thread, the
     plainest form; kept as the reference the speed-up is measured against).
     config: version 2's tiles, (tile, threads, SQ, SK, VK, VC); default
     TILED_CONFIGS[head_dim].
 
-    Returns (dq, dk, dv) in the kind of the inputs. Memory beyond the
-    gradients: one float per row (D); the N x N matrix is never stored.
+    Returns (dq, dk, dv) in the kind of the inputs, of the shapes of q, k and
+    v. Memory beyond the gradients: one float per query row (D); the
+    seq x key_seq matrix is never stored.
     """
-    kind, (batch, heads, seq, head_dim) = A._check_qkv(q, k, v)
+    kind, (batch, heads, seq, head_dim), key_seq = A._check_qkv(q, k, v)
     for name, x in (("out", out), ("dout", dout)):
         if A._kind(x) != kind or tuple(x.shape) != tuple(q.shape):
             raise ValueError(f"{name} must be of q's kind and shape {tuple(q.shape)}, "
@@ -418,37 +431,42 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
 
     rows = batch * heads
-    qd, kd, vd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim))
-                           for x in (q, k, v, out, dout))
+    qd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim)) for x in (q, out, dout))
+    kd, vd = (A._to_kernel(x, kind).reshape((rows, key_seq, head_dim)) for x in (k, v))
     lsed = A._to_kernel(lse, kind).reshape((rows, seq))
     delta = cuda.device_array((rows, seq), dtype=np.float32)
     _row_dot_kernel[(rows * seq + 127) // 128, 128](
         od.reshape((rows * seq, head_dim)), dod.reshape((rows * seq, head_dim)),
         delta.reshape(rows * seq))
-    grads = [A._empty_like(kind, q, (batch, heads, seq, head_dim)) for _ in range(3)]
-    dq, dk, dv = (kernel_side.reshape((rows, seq, head_dim)) for _, kernel_side in grads)
+    grads = [A._empty_like(kind, q, (batch, heads, n, head_dim)) for n in (seq, key_seq, key_seq)]
+    dq, dk, dv = (kernel_side.reshape((rows, n, head_dim))
+                  for (_, kernel_side), n in zip(grads, (seq, key_seq, key_seq)))
     if version == 1:
         dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
         threads, tile = BLOCK, BLOCK
     else:
         dkdv_kernel, dq_kernel, threads, tile = _tiled_kernels(
             head_dim, causal, None if config is None else tuple(config))
-    grid = ((seq + tile - 1) // tile, rows)
-    dkdv_kernel[grid, threads](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
-    dq_kernel[grid, threads](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
+    key_grid = ((key_seq + tile - 1) // tile, rows)  # a block per tile of keys ...
+    query_grid = ((seq + tile - 1) // tile, rows)  # ... and per tile of queries
+    dkdv_kernel[key_grid, threads](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
+    dq_kernel[query_grid, threads](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
     return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
 
 
 def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):
     """dQ, dK and dV of softmax(scale q k^T) v in float64 numpy, from the full
     matrix of probabilities (the naive backward pass). Arrays of shape
-    (..., seq, head_dim)."""
+    (..., seq, head_dim) for q and dout, (..., key_seq, head_dim) for k and v;
+    the causal mask as ``attention.reference_attention``'s."""
     q, k, v, dout = (np.asarray(x, dtype=np.float64) for x in (q, k, v, dout))
+    A._check_cross_shapes(q.shape, k.shape, v.shape)
+    if dout.shape != q.shape:
+        raise ValueError(f"dout must have q's shape {q.shape}, got {dout.shape}")
     s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     scores = s * q @ np.swapaxes(k, -1, -2)
     if causal:
-        n = q.shape[-2]
-        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+        scores = np.where(np.tri(q.shape[-2], k.shape[-2], dtype=bool), scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
     p /= p.sum(axis=-1, keepdims=True)
