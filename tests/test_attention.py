@@ -306,6 +306,55 @@ def test_naive_cross_attention_equals_pytorch(causal):
 
 
 # -----------------------------------------------------------------------------
+# Half precision: float16 (and, on a GPU, bfloat16) in and out, float32 inside
+
+
+@pytest.mark.parametrize("seq, key_seq, head_dim, causal", [
+    (37, 37, 16, True),
+    (20, 45, 64, False),
+])
+def test_flash_in_float16_is_float32_arithmetic_rounded_once(seq, key_seq, head_dim, causal):
+    """The kernel reads float16, computes in float32 and rounds its output once:
+    its error against float64 on the float16 inputs is float16's rounding of
+    the output (half a unit in the last place, 2^-11 relative), not the
+    larger error of float16 arithmetic; the log-sum-exp stays float32."""
+    q = qkv((1, 2, seq, head_dim), seed=seq, scale=2.0)[0].astype(np.float16)
+    k, v = (x.astype(np.float16) for x in qkv((1, 2, key_seq, head_dim), seed=key_seq)[1:])
+    out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+    assert out.dtype == np.float16 and out.shape == q.shape
+    assert lse.dtype == np.float32
+    want, want_lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    rounding = np.abs(want.astype(np.float16).astype(np.float64) - want)
+    assert np.all(np.abs(out.astype(np.float64) - want) <= rounding + 1e-6 + 1e-5 * np.abs(want))
+    np.testing.assert_allclose(lse, want_lse, atol=ATOL, rtol=RTOL)
+
+
+def test_flash_refuses_mixed_or_unsupported_dtypes():
+    q, k, v = qkv((1, 1, 8, 16), seed=0)
+    message = _error(A.flash_attention, q.astype(np.float16), k, v)
+    assert "one dtype" in message and "float16" in message
+    message = _error(A.flash_attention, q.astype(np.float64), k, v)
+    assert "float32 or float16 or bfloat16" in message and "float64" in message
+    # The naive pipeline and the backward pass stay float32.
+    assert "must be float32, got float16" in _error(
+        A.naive_attention, *(x.astype(np.float16) for x in (q, k, v)))
+
+
+@pytest.mark.skipif(_torch_cuda() is None, reason="needs a GPU and torch with CUDA")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_flash_takes_half_precision_torch_tensors(dtype):
+    torch = _torch_cuda()
+    q, k, v = qkv((2, 4, 300, 128), seed=4)
+    tq, tk, tv = (torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v))
+    out, lse = A.flash_attention(tq, tk, tv, causal=True, return_lse=True)
+    assert out.dtype == getattr(torch, dtype) and lse.dtype == torch.float32
+    want = A.reference_attention(*(x.float().cpu().numpy() for x in (tq, tk, tv)), causal=True)
+    step = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]  # half a unit, relative
+    got = out.float().cpu().numpy()
+    assert np.all(np.abs(got - want) <= step * np.abs(want) + 1e-5)
+
+
+# -----------------------------------------------------------------------------
 # The naive pipeline
 
 

@@ -54,6 +54,7 @@ from gpucourse.kernels._launch import core_launch
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+from numba.types import float16  # noqa: E402
 
 # Inside the tiled kernel, shared-memory indices are unsigned on a GPU: Numba
 # then skips the fix-up it applies to negative, Python-style indices, which
@@ -262,14 +263,15 @@ def _torch_float32():
     return torch.float32
 
 
-def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
+def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS, dtypes=("float32",)):
     """Validate q, k, v; return (kind, (batch, heads, seq, head_dim), key_seq).
 
     q is (batch, heads, seq, head_dim); k and v are (batch, heads, key_seq,
     head_dim), of one shape, with q's batch, heads and head_dim: key_seq may
     differ from seq (cross-attention). head_dims=None accepts any head
-    dimension. (Written for few Python operations: it runs on every call,
-    ahead of the launch.)"""
+    dimension; dtypes names the element types accepted (one for all three).
+    (Written for few Python operations: it runs on every call, ahead of the
+    launch.)"""
     kind = _kind(q)
     if _kind(k) != kind or _kind(v) != kind:
         kinds = {name: _kind(x) for name, x in (("q", q), ("k", k), ("v", v))}
@@ -280,8 +282,11 @@ def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS):
         if len(x.shape) != 4:
             raise ValueError(f"{name} must have 4 dimensions (batch, heads, seq, head_dim), "
                              f"got shape {tuple(x.shape)}")
-        if _dtype_name(x, kind) != "float32":
-            raise ValueError(f"{name} must be float32, got {_dtype_name(x, kind)}")
+        if _dtype_name(x, kind) not in dtypes:
+            raise ValueError(f"{name} must be {' or '.join(dtypes)}, got {_dtype_name(x, kind)}")
+    if len(dtypes) > 1 and not _dtype_name(q, kind) == _dtype_name(k, kind) == _dtype_name(v, kind):
+        raise ValueError(f"q, k and v must have one dtype, got {_dtype_name(q, kind)}, "
+                         f"{_dtype_name(k, kind)} and {_dtype_name(v, kind)}")
     shape = tuple(map(int, q.shape))
     key_shape = tuple(map(int, k.shape))
     if tuple(v.shape) != key_shape:
@@ -622,8 +627,13 @@ def naive_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
 
 @lru_cache(maxsize=None)
 def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
-                  fastmath: bool = False):
+                  fastmath: bool = False, io: str = "float32"):
     """Compile the tiled forward kernel for one tile shape.
+
+    io: the element type of q, k, v and the output ("float32", or "float16"
+    and "bfloat16" on a GPU, "float16" on the simulator). Whatever it is,
+    the kernel converts each element to float32 as it loads it and does all
+    its arithmetic in float32; only the output is rounded back to io.
 
     Every size the kernel's arrays need is a constant captured here: Numba
     (and its simulator) want shared and local array shapes known when the
@@ -659,6 +669,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     Q_LOADS = BR * D // THREADS  # elements of the Q tile each thread loads
     KV_LOADS = BC * D // THREADS  # ... and of each K and V tile
     ALIGN = SHARED_ALIGNMENT  # 16 bytes on a GPU, so that four floats load as one
+    to_io = _IO_CONVERSIONS[io]()  # float32 -> the output's element type
 
     @cuda.jit(device=True, **_INLINE)
     def fetch_kv(k, v, k_next, v_next, base, valid, t):
@@ -671,8 +682,8 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             k_next[it] = float32(0.0)
             v_next[it] = float32(0.0)
             if idx < valid:
-                k_next[it] = k[unsigned64(base + idx)]
-                v_next[it] = v[unsigned64(base + idx)]
+                k_next[it] = float32(k[unsigned64(base + idx)])
+                v_next[it] = float32(v[unsigned64(base + idx)])
 
     def flash_forward(q, k, v, out, lse, seq, key_seq, heads, scale):
         # q and out are the (batch, heads, seq, head_dim) arrays, k and v the
@@ -741,7 +752,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             idx = t + it * THREADS
             value = float32(0.0)
             if idx < q_valid:
-                value = q[unsigned64(q_base + idx)] * scale
+                value = float32(q[unsigned64(q_base + idx)]) * scale
             r = t_row + unsigned((it * THREADS) // D)
             q_tile[r * Q_ROW + t_col + unsigned((it * THREADS) % D)] = value
 
@@ -920,12 +931,13 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 out_base = head_base + row * D + tx * 4
                 for g in range(GROUPS):
                     for x in range(4):
-                        out[unsigned64(out_base + g * TX * 4 + x)] = acc[i, 4 * g + x] * inverse
+                        out[unsigned64(out_base + g * TX * 4 + x)] = to_io(
+                            acc[i, 4 * g + x] * inverse)
                 if tx == 0:  # back from base 2 to natural logarithms
                     lse[unsigned64(bh * seq + row)] = (row_max[i] + math.log2(row_sum[i])) * LN2
 
     if on_gpu():
-        return cuda.jit(FLASH_SIGNATURE, fastmath=fastmath)(flash_forward)
+        return cuda.jit(_flash_signature(io), fastmath=fastmath)(flash_forward)
     return cuda.jit(flash_forward)
 
 
@@ -936,6 +948,32 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
 # which showed in the timings at short sequences).
 _FLOAT_POINTER = types.CPointer(float32)
 FLASH_SIGNATURE = types.void(*(_FLOAT_POINTER,) * 5, int32, int32, int32, float32)
+
+# Element types of q, k, v and the output besides float32: the kernel reads
+# them, converts to float32 and rounds its output back (the log-sum-exp stays
+# float32). bfloat16 has no numpy dtype, so it comes only as CUDA torch tensors.
+HALF_DTYPES = ("float16", "bfloat16")
+FLASH_DTYPES = ("float32",) + HALF_DTYPES
+
+
+def _bfloat16():
+    from numba.cuda.bf16 import bfloat16, float2bfloat16
+
+    return bfloat16, float2bfloat16
+
+
+# The conversion from float32 to each element type, found when a kernel is built
+# (numba-cuda's bfloat16 module is imported only for a bfloat16 kernel).
+_IO_CONVERSIONS = {"float32": lambda: float32, "float16": lambda: float16,
+                   "bfloat16": lambda: _bfloat16()[1]}
+
+
+def _flash_signature(io: str):
+    """FLASH_SIGNATURE with q, k, v and out of element type io."""
+    element = {"float32": float32, "float16": float16}.get(io) or _bfloat16()[0]
+    pointer = types.CPointer(element)
+    return types.void(pointer, pointer, pointer, pointer, _FLOAT_POINTER, int32, int32, int32,
+                      float32)
 
 
 @lru_cache(maxsize=None)
@@ -1000,9 +1038,10 @@ def _flash_launch_config(grid: tuple, threads: int, dynamic_bytes: int):
 
 
 def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale,
-                  device_id=None):
+                  device_id=None, io="float32"):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
-    GPU, flat arrays on the simulator. `scale` already carries log2(e).
+    GPU, flat arrays on the simulator. `scale` already carries log2(e); io is
+    the element type of q, k, v and out.
 
     On a GPU the launch goes straight to `cuda.core.launch`, the call Numba's
     `kernel[grid, block](...)` ends in, with the arguments already in the
@@ -1011,7 +1050,7 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
     call, about 20 microseconds of Python that showed in the timings."""
     grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
     gpu = on_gpu()
-    kernel = _flash_kernel(config, causal, gpu, fastmath)
+    kernel = _flash_kernel(config, causal, gpu, fastmath, io)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
     if gpu:
         device_id = _current_gpu() if device_id is None else device_id
@@ -1027,11 +1066,14 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """softmax(scale q k^T) v by the tiled online-softmax kernel (FlashAttention-2 order).
 
-    q: float32, shape (batch, heads, seq, head_dim); k and v: float32, one
-    shape (batch, heads, key_seq, head_dim), which may differ from q's in the
-    sequence length alone (cross-attention); C-contiguous, head_dim in
-    SUPPORTED_HEAD_DIMS; numpy arrays, Numba device arrays or CUDA torch
-    tensors (all of one kind).
+    q: shape (batch, heads, seq, head_dim); k and v: one shape (batch, heads,
+    key_seq, head_dim), which may differ from q's in the sequence length
+    alone (cross-attention); C-contiguous, head_dim in SUPPORTED_HEAD_DIMS;
+    numpy arrays, Numba device arrays or CUDA torch tensors (all of one
+    kind), all float32 or all float16 (or all bfloat16, as CUDA torch
+    tensors: numpy has no bfloat16). Half-precision inputs are converted to
+    float32 as they are loaded; the arithmetic is float32 and the output is
+    rounded back to the inputs' type.
     causal: mask keys after each query (and skip key tiles that are fully
     masked): query i sees keys 0..i, PyTorch's ``is_causal``, whose diagonal
     starts at the top left when key_seq differs from seq.
@@ -1039,22 +1081,24 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     return_lse: also return the log-sum-exp of each row of scaled scores,
     shape (batch, heads, seq), which a backward pass would need.
 
-    Returns the output (and the log-sum-exp) in the kind of the inputs.
+    Returns the output (in the inputs' kind and dtype) and, with return_lse,
+    the log-sum-exp (float32).
     """
-    kind, (batch, heads, seq, head_dim), _ = _check_qkv(q, k, v)
+    kind, (batch, heads, seq, head_dim), _ = _check_qkv(q, k, v, dtypes=FLASH_DTYPES)
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
     s = _check_scale(scale, head_dim)
     device_id = _current_gpu() if on_gpu() else None
     config = _config_for(head_dim, device_id, causal=causal, seq=int(q.shape[2]))
-    out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id)
+    out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id,
+                          io=_dtype_name(q, kind))
     return (out, lse) if return_lse else out
 
 
-def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
-    """Launch the tiled kernel on checked inputs (the benchmark also calls
-    this, to compare tile shapes); device_id, where known, spares asking the
-    driver again."""
+def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None, io="float32"):
+    """Launch the tiled kernel on checked inputs of element type io (the
+    benchmark also calls this, to compare tile shapes); device_id, where
+    known, spares asking the driver again."""
     batch, heads, seq, head_dim = (int(n) for n in q.shape)
     key_seq = int(k.shape[2])
     # The kernel works with scores in base 2: it multiplies Q by scale * log2(e)
@@ -1071,21 +1115,22 @@ def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None):
             raise ValueError(f"q, k and v must be on the GPU Numba launches on (cuda:"
                              f"{numba_device}), got {devices}; move them there, or select "
                              f"that GPU with numba.cuda.select_device")
-        out = torch.empty_like(q)  # q is a contiguous float32 tensor: so is out
-        lse = q.new_empty((batch, heads, seq))
+        out = torch.empty_like(q)  # q is contiguous: so is out, of q's dtype
+        lse = q.new_empty((batch, heads, seq), dtype=torch.float32)
         buffers = [x.data_ptr() for x in (q, k, v, out, lse)]
         _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale2,
-                      numba_device)
+                      numba_device, io)
         return out, lse
     qd, kd, vd = (_to_kernel(x, kind) for x in (q, k, v))
-    out = cuda.device_array((batch, heads, seq, head_dim), dtype=np.float32)
+    out = cuda.device_array((batch, heads, seq, head_dim), dtype=np.dtype(io))
     lse = cuda.device_array((batch, heads, seq), dtype=np.float32)
     arrays = (qd, kd, vd, out, lse)
     if on_gpu():
         buffers = [x.__cuda_array_interface__["data"][0] for x in arrays]
     else:
         buffers = [_flat(x) for x in arrays]
-    _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale2)
+    _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale2,
+                  io=io)
     return _from_kernel(out, kind), _from_kernel(lse, kind)
 
 

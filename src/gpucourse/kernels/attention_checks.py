@@ -449,7 +449,7 @@ def attention_traffic_bytes(heads: int, seq: int, head_dim: int, *, causal: bool
         with _quiet():
             trace = inspection.trace(library, grid, config.threads, q.reshape(-1),
                                      k.reshape(-1), v.reshape(-1), out, lse, np.int32(seq),
-                                     np.int32(heads), scale)
+                                     np.int32(seq), np.int32(heads), scale)
         names = tuple(list(trace.arrays)[:5])
     q, k, v, out, lse = names[:5]
     elements = sum(trace.total(n, "read") for n in (q, k, v)) + \
