@@ -8,7 +8,8 @@
    1e-4; and the same for the autograd operation (flash_attention_autograd).
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, the three
-   kernels, called on CUDA tensors as a user would) against the backward of
+   kernels, called on CUDA tensors as a user would; the default version as
+   flash_bwd, versions 1 and 3 as flash_bwd_v1 and flash_bwd_v3) against the backward of
    PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -122,13 +123,16 @@ def timing():
         def flash_bwd_v1():
             return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=1)
 
+        def flash_bwd_v3():
+            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=3)
+
         ms = time_in_turns({"flash_bwd": flash_bwd, "flash_bwd_v1": flash_bwd_v1,
-                            "sdpa_efficient_bwd": sdpa_bwd})
+                            "flash_bwd_v3": flash_bwd_v3, "sdpa_efficient_bwd": sdpa_bwd})
         for variant, t in ms.items():
             rows.append(dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=d,
                              causal=causal, ms=t, status="ok"))
         print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms "
-              f"(v1 {ms['flash_bwd_v1']:.3f}), "
+              f"(v1 {ms['flash_bwd_v1']:.3f}, v3 {ms['flash_bwd_v3']:.3f}), "
               f"sdpa_efficient_bwd {ms['sdpa_efficient_bwd']:.3f} ms, ratio "
               f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
         del qg, kg, vg, sdpa_out

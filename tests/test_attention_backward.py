@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention_backward import (BLOCK, TILED_CONFIGS,
-                                                  check_tiled_config, flash_attention_backward,
+from gpucourse.kernels.attention_backward import (BLOCK, TILED_CONFIGS, TILED_CONFIGS_V3,
+                                                  check_tiled_config, check_tiled_config_v3,
+                                                  flash_attention_backward,
                                                   reference_attention_backward)
 
 ATOL, RTOL = 2e-4, 2e-3
@@ -40,6 +41,8 @@ def autograd_grads(q, k, v, dout, causal, scale):
     ((1, 1, 1, 16), False, 2),    # one key: dV = dO, dQ = dK = 0
     ((1, 2, 37, 16), True, 1),    # version 1, the reference version 2 is timed against
     ((1, 1, 1, 16), False, 1),
+    ((1, 2, 37, 16), True, 3),    # version 3: tiles in dynamic shared memory
+    ((1, 1, 1, 16), False, 3),
 ])
 def test_gradients_equal_float64_autograd(shape, causal, version):
     q, k, v, dout = inputs(shape, seed=sum(shape) + causal)
@@ -58,6 +61,7 @@ def test_gradients_equal_float64_autograd(shape, causal, version):
     (45, 20, True, 2),    # more queries: rows past the last key see every key
     (7, 40, True, 2),     # under the mask, keys past the last query get no gradient
     (45, 20, True, 1),
+    (45, 20, True, 3),
 ])
 def test_cross_attention_gradients_equal_float64_autograd(seq, key_seq, causal, version):
     q, _, _, dout = inputs((1, 2, seq, 16), seed=seq)
@@ -99,6 +103,75 @@ def test_version_2s_own_tiles_at_the_large_head_dims(head_dim, seq):
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
 
 
+@pytest.mark.parametrize("head_dim, seq, key_seq", [(64, 70, 45), (128, 9, 13)])
+def test_version_3s_own_tiles_at_the_large_head_dims(head_dim, seq, key_seq):
+    """Version 3's 64-row tiles (256 threads, four-float loads), ragged, causal,
+    cross-attention, against float64 autograd."""
+    q, _, _, dout = inputs((1, 1, seq, head_dim), seed=head_dim)
+    _, k, v, _ = inputs((1, 1, key_seq, head_dim), seed=head_dim + 1)
+    out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
+    got = flash_attention_backward(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout,
+                                   causal=True, version=3)
+    want = autograd_grads(q, k, v, dout, True, 1.0 / np.sqrt(head_dim))
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_version_3_configurations_are_checked():
+    for head_dim, config in TILED_CONFIGS_V3.items():
+        assert check_tiled_config_v3(head_dim, config) == config
+    with pytest.raises(ValueError, match="multiples of 4"):
+        check_tiled_config_v3(64, (64, 256, 4, 4, 2, 8))
+    with pytest.raises(ValueError, match="must each take all 128 threads"):
+        check_tiled_config_v3(64, (64, 128, 4, 4, 4, 4))
+    with pytest.raises(ValueError, match="shared memory"):
+        check_tiled_config_v3(128, (128, 1024, 4, 4, 4, 4))
+    with pytest.raises(ValueError, match="six whole numbers"):
+        check_tiled_config_v3(64, (64, 256, 4, 4, 4, True))
+
+
+V3_PTX_SCRIPT = """
+import os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # the real compiler; no GPU is needed for PTX
+os.environ.pop("GPUCOURSE_DEVICE", None)
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+import numba.cuda
+from numba import float32, int32, types
+from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
+_compile_without_a_gpu()
+from gpucourse.kernels import attention_backward as AB
+flat = types.Array(float32, 1, "C")
+dkdv, dq, *_ = AB._v3_functions(64, True)
+for name, function in (("dkdv", dkdv), ("dq", dq)):
+    signature = types.void(*(flat,) * AB.V3_SIGNATURES[name], int32, int32, float32)
+    print(numba.cuda.compile_ptx(function, signature, cc=(9, 0))[0])
+    print("=== end of kernel ===")
+"""
+
+
+def test_version_3_compiles_for_an_h100_with_four_float_shared_loads():
+    """What a GPU would run, compiled here without one: both kernels read their
+    tiles with 128-bit shared loads and keep every patch in registers."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", V3_PTX_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if done.returncode and "libnvrtc" in done.stderr + done.stdout:
+        pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = done.stdout.split("=== end of kernel ===")[:2]
+    for text in kernels:
+        assert ".target sm_90" in text
+        assert ".extern .shared .align 16" in text  # the dynamic tiles, aligned for v4
+        assert text.count("ld.shared.v4.f32") >= 16
+        assert ".local" not in text  # no patch spilled to local memory
+
+
 def test_tile_configurations_are_checked():
     for head_dim, config in TILED_CONFIGS.items():
         assert check_tiled_config(head_dim, config) == config
@@ -133,7 +206,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
     with pytest.raises(ValueError, match="version must be one of"):
-        flash_attention_backward(q, k, v, out, lse, dout, version=3)
+        flash_attention_backward(q, k, v, out, lse, dout, version=4)
 
 
 @pytest.mark.parametrize("causal", [False, True])

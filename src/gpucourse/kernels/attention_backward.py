@@ -392,7 +392,348 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
     return dkdv_kernel, dq_kernel, NT, B
 
 
-VERSIONS = (1, 2)
+
+# -----------------------------------------------------------------------------
+# Version 3: bigger tiles in dynamic shared memory, four floats per shared load
+#
+# Version 2 is held back by its shared memory: 48 KiB of static shared memory
+# caps its tiles at 32 rows (16 at head dim 128), and its patches read shared
+# memory one float at a time, about one load per multiply-add. Version 3 takes
+# its tiles from dynamic shared memory (a block may opt in to far more than 48
+# KiB on recent GPUs, as the forward kernel does), so tiles of 64 keys and 64
+# queries fit, and it reads the tiles four floats at a time (ld.shared.v4.f32),
+# the way chapter 8's level 5 reads its tiles:
+#
+# - S = Q K^T and dP = dO V^T: a thread's SQ x SK patch, its rows sy + NY x and
+#   its keys sx + TX y (neighbouring threads on neighbouring rows), reading four
+#   head-dim values of each row and key per load. Rows are padded by four
+#   floats: the rows one quarter-warp reads then start four banks apart.
+# - P and dS go to shared memory; dV += P^T dO and dK += dS^T Q take a VK x VC
+#   patch per thread, VK neighbouring keys (one load of P gives four of them)
+#   and VC columns in groups of four, GX * 4 apart (a warp's loads of a row of
+#   dO or Q are then contiguous).
+# - The dQ kernel stores dS transposed, so that dQ += dS K reads four
+#   neighbouring queries of dS per load.
+#
+# The arrays are passed flat (an element's index is (row of all heads) * D +
+# column), which is how the loads of four neighbours are written.
+#
+# Per head dim: (tile, threads, SQ, SK, VK, VC). Shared memory: four tiles of
+# tile x (head_dim + 4) floats, two of tile x (tile + 4), and 2 x tile.
+TILED_CONFIGS_V3 = {16: (32, 32, 8, 4, 4, 4), 32: (64, 128, 8, 4, 4, 4),
+                    64: (64, 256, 4, 4, 4, 4), 128: (64, 256, 4, 4, 4, 8)}
+
+
+def shared_bytes_v3(head_dim: int, tile: int) -> int:
+    """The dynamic shared memory of version 3's kernels (the dK-dV kernel's,
+    the larger of the two) for one head dim and tile."""
+    return 4 * (4 * tile * (head_dim + 4) + 2 * tile * (tile + 4) + 2 * tile)
+
+
+def check_tiled_config_v3(head_dim: int, config: tuple) -> tuple:
+    """(tile, threads, SQ, SK, VK, VC) if the patches tile the block's work
+    exactly, the four-float loads line up (VK and VC multiples of 4) and the
+    shared memory fits in what a block may opt in to on an H100 (227 KiB);
+    else ValueError."""
+    if len(config) != 6 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                   for n in config):
+        raise ValueError(f"config must be six whole numbers (tile, threads, SQ, SK, VK, VC), "
+                         f"got {config!r}")
+    b, nt, sq, sk, vk, vc = config
+    if vk % 4 or vc % 4:
+        raise ValueError(f"VK and VC must be multiples of 4 (four floats per load); got {config}")
+    if b % sq or b % sk or b % vk or head_dim % vc or b % 4:
+        raise ValueError(f"SQ, SK and VK must divide the tile {b} (a multiple of 4), VC the "
+                         f"head dim {head_dim}; got {config}")
+    if nt % A.WARP_SIZE or nt > 1024:
+        raise ValueError(f"threads must be a multiple of {A.WARP_SIZE} up to 1024; got {config}")
+    if (b // sq) * (b // sk) != nt or (b // vk) * (head_dim // vc) != nt:
+        raise ValueError(f"the score patches ({b // sq} x {b // sk}) and the output patches "
+                         f"({b // vk} x {head_dim // vc}) must each take all {nt} threads; "
+                         f"got {config}")
+    if (b * head_dim) % (4 * nt):
+        raise ValueError(f"a tile of {b} x {head_dim} floats must load in groups of four, "
+                         f"evenly over {nt} threads; got {config}")
+    shared = shared_bytes_v3(head_dim, b)
+    if shared > A.DYNAMIC_SHARED_LIMIT_BYTES:
+        raise ValueError(f"config {config} needs {shared} bytes of shared memory, over the "
+                         f"{A.DYNAMIC_SHARED_LIMIT_BYTES} a block may have on an H100")
+    return tuple(config)
+
+
+V3_SIGNATURES = {"dkdv": 8, "dq": 7}  # flat float32 arrays each kernel takes, then seq,
+# key_seq and the scale
+
+
+@lru_cache(maxsize=None)
+def _tiled_kernels_v3(head_dim: int, causal: bool, config: tuple | None = None):
+    """Version 3's dK-dV and dQ kernels for one head dimension and mask (and tile
+    configuration, default TILED_CONFIGS_V3[head_dim]), with their block size
+    (threads), tile and dynamic shared memory in bytes."""
+    dkdv, dq, threads, tile, shared = _v3_functions(head_dim, causal, config)
+    if on_gpu():
+        from numba import float32, int32, types
+
+        flat = types.Array(float32, 1, "C")
+
+        def signature(arrays):
+            return types.void(*(flat,) * arrays, int32, int32, float32)
+
+        return (cuda.jit(signature(V3_SIGNATURES["dkdv"]))(dkdv),
+                cuda.jit(signature(V3_SIGNATURES["dq"]))(dq), threads, tile, shared)
+    return cuda.jit(dkdv), cuda.jit(dq), threads, tile, shared
+
+
+def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None):
+    """Version 3's two kernels as Python functions (what `_tiled_kernels_v3`
+    compiles; the tests compile them for a GPU target, without a GPU)."""
+    config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
+    B, NT, SQ, SK, VK, VC = config
+    D = head_dim
+    DR = D + 4  # padded row of a (rows, head_dim) tile
+    PR = B + 4  # padded row of a (rows, tile) tile
+    NY = B // SQ  # row groups of the score patches: a thread's rows are sy + NY x
+    TX = B // SK  # key groups: a thread's keys are sx + TX y
+    GX = D // VC  # threads across the columns of an output patch
+    GROUPS = VC // 4  # ... each with VC / 4 groups of four columns, GX * 4 apart
+    LOADS = B * D // (4 * NT)  # groups of four floats each thread loads per tile
+    TILE_SIZE = B * DR
+    P_SIZE = B * PR
+    # Where each tile starts in the one dynamic array (all multiples of four floats).
+    X_BASE, Y_BASE, U_BASE, W_BASE = 0, TILE_SIZE, 2 * TILE_SIZE, 3 * TILE_SIZE
+    P_BASE = 4 * TILE_SIZE
+    DS_BASE = P_BASE + P_SIZE
+    L_BASE = DS_BASE + P_SIZE
+    DL_BASE = L_BASE + B
+    END = DL_BASE + B
+    ALIGN = A.SHARED_ALIGNMENT
+    load4 = A.load_float4_flat
+    u = A.unsigned  # unsigned indices on a GPU (see attention.unsigned)
+
+    @cuda.jit(device=True, **A._INLINE)
+    def load_tile(x, base, valid_rows, tile, t):
+        """Rows 0 .. B of a (rows, D) block of flat x starting at element base
+        into a padded shared tile; rows from valid_rows on read as zeros.
+        Consecutive threads read consecutive groups of four (coalesced)."""
+        for it in range(LOADS):
+            idx = t + it * NT
+            r = idx // (D // 4)
+            c = (idx - r * (D // 4)) * 4
+            inside = r < valid_rows
+            for e in range(4):
+                value = np.float32(0.0)
+                if inside:
+                    value = x[base + r * D + c + e]
+                tile[u(r * DR + c + e)] = value
+
+    @cuda.jit(device=True, **A._INLINE)
+    def load_numbers(lse, delta, base, valid_rows, smem, t):
+        """The log-sum-exp and D of rows 0 .. B (from element base) into shared memory."""
+        for r in range(t, B, NT):
+            l_value = np.float32(0.0)
+            d_value = np.float32(0.0)
+            if r < valid_rows:
+                l_value = lse[base + r]
+                d_value = delta[base + r]
+            smem[u(L_BASE + r)] = l_value
+            smem[u(DL_BASE + r)] = d_value
+
+    @cuda.jit(device=True, **A._INLINE)
+    def scores(smem, a_base, b_base, c_base, d_base, sy, sx, s_acc, p_acc):
+        """s_acc = a b^T and p_acc = c d^T on this thread's SQ x SK patch (rows
+        sy + NY x of a and c, rows sx + TX y of b and d), four columns a load."""
+        b4 = cuda.local.array((SK, 4), np.float32)
+        d4 = cuda.local.array((SK, 4), np.float32)
+        for x in range(SQ):
+            for y in range(SK):
+                s_acc[x, y] = np.float32(0.0)
+                p_acc[x, y] = np.float32(0.0)
+        c = u(0)
+        while c < u(D):
+            for y in range(SK):
+                row = u((sx + TX * y) * DR) + c
+                b4[y, 0], b4[y, 1], b4[y, 2], b4[y, 3] = load4(smem, u(b_base) + row)
+                d4[y, 0], d4[y, 1], d4[y, 2], d4[y, 3] = load4(smem, u(d_base) + row)
+            for x in range(SQ):
+                row = u((sy + NY * x) * DR) + c
+                a0, a1, a2, a3 = load4(smem, u(a_base) + row)
+                c0, c1, c2, c3 = load4(smem, u(c_base) + row)
+                for y in range(SK):
+                    s_acc[x, y] += a0 * b4[y, 0]
+                    s_acc[x, y] += a1 * b4[y, 1]
+                    s_acc[x, y] += a2 * b4[y, 2]
+                    s_acc[x, y] += a3 * b4[y, 3]
+                    p_acc[x, y] += c0 * d4[y, 0]
+                    p_acc[x, y] += c1 * d4[y, 1]
+                    p_acc[x, y] += c2 * d4[y, 2]
+                    p_acc[x, y] += c3 * d4[y, 3]
+            c += u(4)
+
+    def probabilities(keep_p, transposed):
+        @cuda.jit(device=True, **A._INLINE)
+        def write(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq):
+            """P (if keep_p) and dS = P (dP - D) of this thread's patch into shared
+            memory, as [query, key] or (transposed) [key, query]: zero where the
+            mask hides the pair, or past the queries or the keys."""
+            for x in range(SQ):
+                r = sy + NY * x
+                row = row0 + r
+                lse_r = smem[u(L_BASE + r)]
+                delta_r = smem[u(DL_BASE + r)]
+                for y in range(SK):
+                    j = sx + TX * y
+                    key = key0 + j
+                    p = np.float32(0.0)
+                    ds = np.float32(0.0)
+                    if row < seq and key < key_seq and not (causal and row < key):
+                        p = math.exp(s_acc[x, y] * scale - lse_r)
+                        ds = p * (p_acc[x, y] - delta_r)
+                    at = u(j * PR + r) if transposed else u(r * PR + j)
+                    if keep_p:
+                        smem[u(P_BASE) + at] = p
+                    smem[u(DS_BASE) + at] = ds
+        return write
+
+    p_and_ds = probabilities(True, False)
+    ds_transposed = probabilities(False, True)
+
+    def dkdv_v3(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, scale):
+        # The block's keys and values stay in shared memory (tiles X and Y);
+        # query tiles stream through U (Q) and W (dO).
+        bh = cuda.blockIdx.y
+        key0 = cuda.blockIdx.x * B
+        t = cuda.threadIdx.x
+        smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
+        k_s = smem[X_BASE:Y_BASE]
+        v_s = smem[Y_BASE:U_BASE]
+        q_s = smem[U_BASE:W_BASE]
+        do_s = smem[W_BASE:P_BASE]
+        s_acc = cuda.local.array((SQ, SK), np.float32)
+        p_acc = cuda.local.array((SQ, SK), np.float32)
+        dk_acc = cuda.local.array((VK, VC), np.float32)
+        dv_acc = cuda.local.array((VK, VC), np.float32)
+        p4 = cuda.local.array(VK, np.float32)
+        ds4 = cuda.local.array(VK, np.float32)
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        kv_base = (bh * key_seq + key0) * D
+        load_tile(k, kv_base, key_seq - key0, k_s, t)
+        load_tile(v, kv_base, key_seq - key0, v_s, t)
+        for x in range(VK):
+            for y in range(VC):
+                dk_acc[x, y] = np.float32(0.0)
+                dv_acc[x, y] = np.float32(0.0)
+        # Under the mask, query tiles before this key tile see none of its keys.
+        first = cuda.blockIdx.x if causal else 0
+        for tile in range(first, (seq + B - 1) // B):
+            row0 = tile * B
+            cuda.syncthreads()  # the last tile's readers are done with Q, dO, P, dS
+            q_base = (bh * seq + row0) * D
+            load_tile(q, q_base, seq - row0, q_s, t)
+            load_tile(dout, q_base, seq - row0, do_s, t)
+            load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
+            cuda.syncthreads()
+            scores(smem, U_BASE, X_BASE, W_BASE, Y_BASE, sy, sx, s_acc, p_acc)
+            p_and_ds(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
+            cuda.syncthreads()
+            # dV += P^T dO and dK += dS^T Q on this thread's VK keys x VC columns.
+            for r in range(B):
+                for a in range(VK // 4):
+                    at = u(r * PR + oy * VK + 4 * a)
+                    p4[4 * a], p4[4 * a + 1], p4[4 * a + 2], p4[4 * a + 3] = load4(
+                        smem, u(P_BASE) + at)
+                    ds4[4 * a], ds4[4 * a + 1], ds4[4 * a + 2], ds4[4 * a + 3] = load4(
+                        smem, u(DS_BASE) + at)
+                for g in range(GROUPS):
+                    at = u(r * DR + ox * 4 + g * GX * 4)
+                    o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
+                    q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
+                    for x in range(VK):
+                        dv_acc[x, 4 * g] += p4[x] * o0
+                        dv_acc[x, 4 * g + 1] += p4[x] * o1
+                        dv_acc[x, 4 * g + 2] += p4[x] * o2
+                        dv_acc[x, 4 * g + 3] += p4[x] * o3
+                        dk_acc[x, 4 * g] += ds4[x] * q0
+                        dk_acc[x, 4 * g + 1] += ds4[x] * q1
+                        dk_acc[x, 4 * g + 2] += ds4[x] * q2
+                        dk_acc[x, 4 * g + 3] += ds4[x] * q3
+        for x in range(VK):
+            key = key0 + oy * VK + x
+            if key < key_seq:
+                out = (bh * key_seq + key) * D + ox * 4
+                for g in range(GROUPS):
+                    for e in range(4):
+                        dk[out + g * GX * 4 + e] = dk_acc[x, 4 * g + e] * scale
+                        dv[out + g * GX * 4 + e] = dv_acc[x, 4 * g + e]
+
+    def dq_v3(q, k, v, dout, lse, delta, dq, seq, key_seq, scale):
+        # The block's queries stay in shared memory (Q in X, dO in Y); key
+        # tiles stream through U (K) and W (V).
+        bh = cuda.blockIdx.y
+        tile = cuda.blockIdx.x
+        row0 = tile * B
+        t = cuda.threadIdx.x
+        smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
+        q_s = smem[X_BASE:Y_BASE]
+        do_s = smem[Y_BASE:U_BASE]
+        k_s = smem[U_BASE:W_BASE]
+        v_s = smem[W_BASE:P_BASE]
+        s_acc = cuda.local.array((SQ, SK), np.float32)
+        p_acc = cuda.local.array((SQ, SK), np.float32)
+        dq_acc = cuda.local.array((VK, VC), np.float32)
+        ds4 = cuda.local.array(VK, np.float32)
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        q_base = (bh * seq + row0) * D
+        load_tile(q, q_base, seq - row0, q_s, t)
+        load_tile(dout, q_base, seq - row0, do_s, t)
+        load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
+        for x in range(VK):
+            for y in range(VC):
+                dq_acc[x, y] = np.float32(0.0)
+        # Under the mask, the key tiles after this query tile are all hidden.
+        last = (key_seq + B - 1) // B
+        if causal:
+            last = min(last, tile + 1)
+        for key_tile in range(last):
+            key0 = key_tile * B
+            cuda.syncthreads()  # the last tile's readers are done with K, V and dS
+            kv_base = (bh * key_seq + key0) * D
+            load_tile(k, kv_base, key_seq - key0, k_s, t)
+            load_tile(v, kv_base, key_seq - key0, v_s, t)
+            cuda.syncthreads()
+            scores(smem, X_BASE, U_BASE, Y_BASE, W_BASE, sy, sx, s_acc, p_acc)
+            ds_transposed(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
+            cuda.syncthreads()
+            # dQ += dS K on this thread's VK queries x VC columns.
+            for j in range(B):
+                for a in range(VK // 4):
+                    at = u(j * PR + oy * VK + 4 * a)
+                    ds4[4 * a], ds4[4 * a + 1], ds4[4 * a + 2], ds4[4 * a + 3] = load4(
+                        smem, u(DS_BASE) + at)
+                for g in range(GROUPS):
+                    k0, k1, k2, k3 = load4(smem, u(U_BASE) + u(j * DR + ox * 4 + g * GX * 4))
+                    for x in range(VK):
+                        dq_acc[x, 4 * g] += ds4[x] * k0
+                        dq_acc[x, 4 * g + 1] += ds4[x] * k1
+                        dq_acc[x, 4 * g + 2] += ds4[x] * k2
+                        dq_acc[x, 4 * g + 3] += ds4[x] * k3
+        for x in range(VK):
+            row = row0 + oy * VK + x
+            if row < seq:
+                out = (bh * seq + row) * D + ox * 4
+                for g in range(GROUPS):
+                    for e in range(4):
+                        dq[out + g * GX * 4 + e] = dq_acc[x, 4 * g + e] * scale
+
+    return dkdv_v3, dq_v3, NT, B, 4 * END
+
+
+VERSIONS = (1, 2, 3)
 
 
 def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None, version=2,
@@ -405,10 +746,11 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     shape (batch, heads, seq), as ``flash_attention(..., return_lse=True)``
     returns it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: 2 (default, tiles
-    of queries and keys with register tiling) or 1 (one row per thread, the
-    plainest form; kept as the reference the speed-up is measured against).
-    config: version 2's tiles, (tile, threads, SQ, SK, VK, VC); default
-    TILED_CONFIGS[head_dim].
+    of queries and keys with register tiling), 1 (one row per thread, the
+    plainest form; kept as the reference the speed-up is measured against) or
+    3 (bigger tiles in dynamic shared memory, read four floats at a time).
+    config: version 2's or 3's tiles, (tile, threads, SQ, SK, VK, VC); default
+    TILED_CONFIGS[head_dim] or TILED_CONFIGS_V3[head_dim].
 
     Returns (dq, dk, dv) in the kind of the inputs, of the shapes of q, k and
     v. Memory beyond the gradients: one float per query row (D); the
@@ -441,6 +783,10 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     grads = [A._empty_like(kind, q, (batch, heads, n, head_dim)) for n in (seq, key_seq, key_seq)]
     dq, dk, dv = (kernel_side.reshape((rows, n, head_dim))
                   for (_, kernel_side), n in zip(grads, (seq, key_seq, key_seq)))
+    if version == 3:
+        _launch_v3(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
+                   np.float32(s), config)
+        return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
     if version == 1:
         dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
         threads, tile = BLOCK, BLOCK
@@ -452,6 +798,30 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     dkdv_kernel[key_grid, threads](qd, kd, vd, dod, lsed, delta, dk, dv, np.float32(s))
     dq_kernel[query_grid, threads](qd, kd, vd, dod, lsed, delta, dq, np.float32(s))
     return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
+
+
+def _launch_v3(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, causal, scale,
+               config):
+    """Version 3's two kernels on the (rows, seq, head_dim) device arrays, passed
+    flat, with the dynamic shared memory their tiles take (opted in to, once
+    per kernel, where it passes 48 KiB)."""
+    dkdv, dq_kernel, threads, tile, shared = _tiled_kernels_v3(
+        head_dim, causal, None if config is None else tuple(config))
+    if on_gpu():
+        device_id = A._current_gpu()
+        if shared > A._max_shared_bytes_per_block(device_id):
+            raise ValueError(f"version 3 needs {shared} bytes of shared memory per block, "
+                             f"more than this GPU gives; use version=2 or smaller tiles")
+        for kernel in (dkdv, dq_kernel):
+            A._compiled_flash(kernel, shared, device_id)  # the opt-in, once
+    rows = q.shape[0]
+    flat = [x.reshape(x.size) for x in (q, k, v, dout, lse, delta, dq, dk, dv)]
+    qf, kf, vf, dof, lsef, deltaf, dqf, dkf, dvf = flat
+    sizes = (np.int32(seq), np.int32(key_seq), scale)
+    dkdv[((key_seq + tile - 1) // tile, rows), threads, 0, shared](
+        qf, kf, vf, dof, lsef, deltaf, dkf, dvf, *sizes)
+    dq_kernel[((seq + tile - 1) // tile, rows), threads, 0, shared](
+        qf, kf, vf, dof, lsef, deltaf, dqf, *sizes)
 
 
 def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):
@@ -557,13 +927,21 @@ def backward_markdown(record) -> str:
     timed = {}
     for r in record["results"]:
         timed.setdefault((r["seq"], r["head_dim"], r["causal"]), {})[r["variant"]] = r["ms"]
+    third = any(r["variant"] == "flash_bwd_v3" for r in record["results"])
     lines = []
     for (seq, d, causal), ms in sorted(timed.items()):
         if "sdpa_efficient_bwd" not in ms:
             continue  # the long-sequence run: ours alone
         first = f"{ms['flash_bwd_v1']:.1f}" if "flash_bwd_v1" in ms else "–"
-        lines.append(f"| {seq:,} | {d} | {'yes' if causal else 'no'} | {first} | "
-                     f"{ms['flash_bwd']:.1f} | {ms['sdpa_efficient_bwd']:.1f} | "
-                     f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.1f} |")
-    return ("| N | head dim | causal | version 1 (ms) | version 2 (ms) | SDPA memory-efficient "
-            "(ms) | version 2 / SDPA |\n|---|---|---|---|---|---|---|\n" + "\n".join(lines))
+        cells = [f"{seq:,}", str(d), "yes" if causal else "no", first, f"{ms['flash_bwd']:.1f}"]
+        if third:
+            cells.append(f"{ms['flash_bwd_v3']:.1f}" if "flash_bwd_v3" in ms else "–")
+        best = min(ms[v] for v in ("flash_bwd", "flash_bwd_v3") if v in ms)
+        cells += [f"{ms['sdpa_efficient_bwd']:.1f}", f"{best / ms['sdpa_efficient_bwd']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    header = ["N", "head dim", "causal", "version 1 (ms)", "version 2 (ms)"]
+    header += ["version 3 (ms)"] if third else []
+    header += ["SDPA memory-efficient (ms)",
+               "fastest of ours / SDPA" if third else "version 2 / SDPA"]
+    return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
+            + "\n".join(lines))
