@@ -8,7 +8,9 @@ way to issue tensor-core instructions: no mma, no wgmma) and rounds its output
 once. This script measures what that costs against PyTorch's
 scaled_dot_product_attention in the same precision, whose flash backend does
 its matrix products on tensor cores, and whose memory-efficient backend is the
-fp32 benchmark's peer.
+fp32 benchmark's peer. For float16 the backward pass is timed too (version 3
+of the course's backward, float16 in and out) against the two backends'
+backward in float16.
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
 for float16 and bfloat16: ours, SDPA flash, SDPA memory-efficient, and ours in
@@ -55,6 +57,50 @@ CASES = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"fp16": 4 * 2.0 ** -11, "bf16": 4 * 2.0 ** -8}  # a few half-units at 1
 ROUNDS = 3
+
+
+def backward_rows(bench, q, k, v, causal, seq, d):
+    """The backward pass in float16: ours (version 3, float16 in and out,
+    float32 inside) against SDPA's flash and memory-efficient backends'
+    backward in float16 (torch.autograd.grad of their output, the forward done
+    once beforehand), timed in turns; errors against float64 autograd."""
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    from gpucourse.kernels.attention_backward import flash_attention_backward
+
+    g = torch.Generator(device="cuda").manual_seed(seq + d)
+    dout = torch.randn(q.shape, device="cuda", generator=g).to(q.dtype)
+    out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+    calls = {"flash_bwd_fp16": lambda: flash_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, version=3)}
+    for name, backend in (("sdpa_flash_bwd_fp16", SDPBackend.FLASH_ATTENTION),
+                          ("sdpa_efficient_bwd_fp16", SDPBackend.EFFICIENT_ATTENTION)):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        with sdpa_kernel(backend):
+            result = scaled_dot_product_attention(*leaves, is_causal=causal)
+
+        def grad(result=result, leaves=leaves, backend=backend):
+            with sdpa_kernel(backend):
+                return torch.autograd.grad(result, leaves, dout, retain_graph=True)
+
+        calls[name] = grad
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    want = torch.autograd.grad(scaled_dot_product_attention(*leaves, is_causal=causal), leaves,
+                               dout.double())
+    rows = []
+    ms = bench.interleaved_ms(calls, rounds=ROUNDS)
+    for name, call in calls.items():
+        got = call()
+        error = max(float((x.double() - w).abs().max() / w.abs().max())
+                    for x, w in zip(got, want))
+        rows.append(dict(variant=name, dtype="fp16", batch=BATCH, heads=HEADS, seq=seq,
+                         head_dim=d, causal=causal, ms=ms[name], max_rel_err=error,
+                         passed=error < 8 * 2.0 ** -11))
+    print(f"fp16 backward N{seq} d{d} causal={causal!s:5}: "
+          + ", ".join(f"{r['variant']} {r['ms']:.3f} ms (err {r['max_rel_err']:.1e})"
+                      for r in rows), flush=True)
+    return rows
 
 
 def main(argv=None):
@@ -106,6 +152,8 @@ def main(argv=None):
                   f"({ours / peer if peer else float('nan'):.1f}x), ours fp32 "
                   f"{ms['flash_fp32']:.3f} ms; errors "
                   + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()), flush=True)
+            if tag == "fp16":
+                rows += backward_rows(bench, q, k, v, causal, seq, d)
             del q, k, v, q32, k32, v32, ref
     report = {
         "benchmark": "attention_half", "gpu": gpu, "date": date, "versions": bench.versions(),

@@ -117,6 +117,29 @@ def test_version_3s_own_tiles_at_the_large_head_dims(head_dim, seq, key_seq):
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
 
 
+def test_version_3_in_float16_computes_in_float32():
+    """float16 in and out, float32 inside: each gradient's error against float64
+    on the float16 values is its own rounding to float16 and little more."""
+    q, _, _, dout = inputs((1, 2, 37, 16), seed=8)
+    _, k, v, _ = inputs((1, 2, 29, 16), seed=9)
+    q, k, v, dout = (x.astype(np.float16) for x in (q, k, v, dout))
+    out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
+    got = flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32),
+                                   dout, causal=True, version=3)
+    # The reference from the same rounded O the kernel was given (D uses it).
+    want = autograd_grads(q, k, v, dout, True, 0.25)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.dtype == np.float16, name
+        rounding = np.abs(w.astype(np.float16).astype(np.float64) - w)
+        err = np.abs(g.astype(np.float64) - w)
+        assert np.all(err <= rounding + 1e-3 * np.abs(w).max()), (name, float(err.max()))
+    with pytest.raises(ValueError, match="version 3 alone"):
+        flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32), dout)
+    with pytest.raises(ValueError, match="dout must be float16"):
+        flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32),
+                                 dout.astype(np.float32), version=3)
+
+
 def test_version_3_configurations_are_checked():
     for head_dim, config in TILED_CONFIGS_V3.items():
         assert check_tiled_config_v3(head_dim, config) == config
@@ -138,16 +161,15 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 import numba.cuda
-from numba import float32, int32, types
 from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
 _compile_without_a_gpu()
 from gpucourse.kernels import attention_backward as AB
-flat = types.Array(float32, 1, "C")
-dkdv, dq, *_ = AB._v3_functions(64, True)
-for name, function in (("dkdv", dkdv), ("dq", dq)):
-    signature = types.void(*(flat,) * AB.V3_SIGNATURES[name], int32, int32, float32)
-    print(numba.cuda.compile_ptx(function, signature, cc=(9, 0))[0])
-    print("=== end of kernel ===")
+for io in ("float32", "float16"):
+    dkdv, dq, *_ = AB._v3_functions(64, True, None, io)
+    for name, function in (("dkdv", dkdv), ("dq", dq)):
+        signature = AB.v3_signature(name, io)
+        print(numba.cuda.compile_ptx(function, signature, cc=(9, 0))[0])
+        print("=== end of kernel ===")
 """
 
 
@@ -164,12 +186,18 @@ def test_version_3_compiles_for_an_h100_with_four_float_shared_loads():
     if done.returncode and "libnvrtc" in done.stderr + done.stdout:
         pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
     assert done.returncode == 0, done.stderr[-3000:]
-    kernels = done.stdout.split("=== end of kernel ===")[:2]
+    kernels = done.stdout.split("=== end of kernel ===")[:4]
     for text in kernels:
         assert ".target sm_90" in text
         assert ".extern .shared .align 16" in text  # the dynamic tiles, aligned for v4
         assert text.count("ld.shared.v4.f32") >= 16
         assert ".local" not in text  # no patch spilled to local memory
+    # In float16 the kernels read 16-bit elements, convert them to float32 and
+    # round each gradient once: no half-precision arithmetic.
+    for text in kernels[2:]:
+        assert "ld.global.u16" in text or "ld.global.b16" in text
+        assert "cvt.f32.f16" in text and "cvt.rn.f16.f32" in text
+        assert not any(op in text for op in ("fma.rn.f16", "mul.f16", "add.f16"))
 
 
 def test_tile_configurations_are_checked():
@@ -234,6 +262,23 @@ def test_the_autograd_function_does_cross_attention():
     for name, got, want in zip(("dq", "dk", "dv"), (tq.grad, tk.grad, tv.grad),
                                autograd_grads(q, k, v, dout, True, 0.25)):
         np.testing.assert_allclose(got.numpy(), want, atol=ATOL, rtol=RTOL, err_msg=name)
+
+
+def test_the_autograd_function_in_float16():
+    from gpucourse.kernels.attention_backward import flash_attention_autograd
+
+    q, k, v, dout = inputs((1, 1, 21, 16), seed=6)
+    tq, tk, tv = (torch.tensor(x, dtype=torch.float16, requires_grad=True) for x in (q, k, v))
+    out = flash_attention_autograd(tq, tk, tv, causal=True)
+    assert out.dtype == torch.float16
+    (out.float() * torch.tensor(dout)).sum().backward()
+    want = autograd_grads(*(x.detach().double().numpy() for x in (tq, tk, tv)), dout, True, 0.25)
+    for name, got, w in zip(("dq", "dk", "dv"), (tq.grad, tk.grad, tv.grad), want):
+        assert got.dtype == torch.float16, name
+        np.testing.assert_allclose(got.double().numpy(), w, atol=3e-3 * np.abs(w).max(),
+                                   err_msg=name)
+    with pytest.raises(ValueError, match="float32 or float16"):
+        flash_attention_autograd(tq.bfloat16(), tk.bfloat16(), tv.bfloat16())
 
 
 def test_the_autograd_function_refuses_what_is_not_a_tensor():

@@ -510,14 +510,15 @@ def _to_kernel(x, kind):
     return x
 
 
-def _empty_like(kind, like, shape):
-    """An output in the caller's kind; returns (what the caller gets, what a kernel takes)."""
+def _empty_like(kind, like, shape, dtype="float32"):
+    """An output in the caller's kind, of element type dtype (a name: "float32"
+    or "float16"); returns (what the caller gets, what a kernel takes)."""
     if kind == "torch":
         import torch
 
-        out = torch.empty(shape, dtype=torch.float32, device=like.device)
+        out = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
         return out, cuda.as_cuda_array(out)
-    out = cuda.device_array(shape, dtype=np.float32)
+    out = cuda.device_array(shape, dtype=np.dtype(dtype))
     return out, out
 
 

@@ -48,12 +48,13 @@ BLOCK = 32
 
 @cuda.jit
 def _row_dot_kernel(out, dout, delta):
-    """delta[r] = sum_c dout[r, c] * out[r, c], one thread per row of (rows, head_dim)."""
+    """delta[r] = sum_c dout[r, c] * out[r, c], one thread per row of (rows, head_dim),
+    in float32 whatever the element type of out and dout."""
     r = cuda.grid(1)
     if r < delta.shape[0]:
         total = np.float32(0.0)
         for c in range(out.shape[1]):
-            total += dout[r, c] * out[r, c]
+            total += np.float32(dout[r, c]) * np.float32(out[r, c])
         delta[r] = total
 
 
@@ -465,29 +466,41 @@ V3_SIGNATURES = {"dkdv": 8, "dq": 7}  # flat float32 arrays each kernel takes, t
 # key_seq and the scale
 
 
+def v3_signature(kernel: str, io: str = "float32"):
+    """The Numba signature of version 3's kernel ("dkdv" or "dq") for inputs and
+    gradients of element type io: flat arrays of io, except the log-sum-exp
+    and D (float32), then seq, key_seq and the scale."""
+    from numba import float32, int32, types
+
+    flat = types.Array(float32, 1, "C")
+    element = types.Array(A.float16 if io == "float16" else float32, 1, "C")
+    arrays = [element] * 4 + [flat, flat] + [element] * (V3_SIGNATURES[kernel] - 6)
+    return types.void(*arrays, int32, int32, float32)
+
+
 @lru_cache(maxsize=None)
-def _tiled_kernels_v3(head_dim: int, causal: bool, config: tuple | None = None):
+def _tiled_kernels_v3(head_dim: int, causal: bool, config: tuple | None = None,
+                      io: str = "float32"):
     """Version 3's dK-dV and dQ kernels for one head dimension and mask (and tile
-    configuration, default TILED_CONFIGS_V3[head_dim]), with their block size
-    (threads), tile and dynamic shared memory in bytes."""
-    dkdv, dq, threads, tile, shared = _v3_functions(head_dim, causal, config)
+    configuration, default TILED_CONFIGS_V3[head_dim], and element type of the
+    inputs and gradients), with their block size (threads), tile and dynamic
+    shared memory in bytes."""
+    dkdv, dq, threads, tile, shared = _v3_functions(head_dim, causal, config, io)
     if on_gpu():
-        from numba import float32, int32, types
-
-        flat = types.Array(float32, 1, "C")
-
-        def signature(arrays):
-            return types.void(*(flat,) * arrays, int32, int32, float32)
-
-        return (cuda.jit(signature(V3_SIGNATURES["dkdv"]))(dkdv),
-                cuda.jit(signature(V3_SIGNATURES["dq"]))(dq), threads, tile, shared)
+        return (cuda.jit(v3_signature("dkdv", io))(dkdv), cuda.jit(v3_signature("dq", io))(dq),
+                threads, tile, shared)
     return cuda.jit(dkdv), cuda.jit(dq), threads, tile, shared
 
 
-def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None):
+def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
+                  io: str = "float32"):
     """Version 3's two kernels as Python functions (what `_tiled_kernels_v3`
-    compiles; the tests compile them for a GPU target, without a GPU)."""
+    compiles; the tests compile them for a GPU target, without a GPU). io:
+    the element type of q, k, v, dO and the gradients ("float32" or
+    "float16"); the kernels convert to float32 as they load and round each
+    gradient once as they store it."""
     config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
+    to_io = A._IO_CONVERSIONS[io]()
     B, NT, SQ, SK, VK, VC = config
     D = head_dim
     DR = D + 4  # padded row of a (rows, head_dim) tile
@@ -523,7 +536,7 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None):
             for e in range(4):
                 value = np.float32(0.0)
                 if inside:
-                    value = x[base + r * D + c + e]
+                    value = np.float32(x[base + r * D + c + e])
                 tile[u(r * DR + c + e)] = value
 
     @cuda.jit(device=True, **A._INLINE)
@@ -665,8 +678,8 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None):
                 out = (bh * key_seq + key) * D + ox * 4
                 for g in range(GROUPS):
                     for e in range(4):
-                        dk[out + g * GX * 4 + e] = dk_acc[x, 4 * g + e] * scale
-                        dv[out + g * GX * 4 + e] = dv_acc[x, 4 * g + e]
+                        dk[out + g * GX * 4 + e] = to_io(dk_acc[x, 4 * g + e] * scale)
+                        dv[out + g * GX * 4 + e] = to_io(dv_acc[x, 4 * g + e])
 
     def dq_v3(q, k, v, dout, lse, delta, dq, seq, key_seq, scale):
         # The block's queries stay in shared memory (Q in X, dO in Y); key
@@ -728,7 +741,7 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None):
                 out = (bh * seq + row) * D + ox * 4
                 for g in range(GROUPS):
                     for e in range(4):
-                        dq[out + g * GX * 4 + e] = dq_acc[x, 4 * g + e] * scale
+                        dq[out + g * GX * 4 + e] = to_io(dq_acc[x, 4 * g + e] * scale)
 
     return dkdv_v3, dq_v3, NT, B, 4 * END
 
@@ -740,11 +753,13 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
                              config=None):
     """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
 
-    q, out, dout: float32, shape (batch, heads, seq, head_dim); k, v: float32,
-    shape (batch, heads, key_seq, head_dim) (key_seq may differ from seq:
-    cross-attention), head_dim in attention.SUPPORTED_HEAD_DIMS; lse: float32,
-    shape (batch, heads, seq), as ``flash_attention(..., return_lse=True)``
-    returns it. All numpy arrays, all Numba device arrays or all CUDA torch tensors.
+    q, out, dout: shape (batch, heads, seq, head_dim); k, v: shape (batch,
+    heads, key_seq, head_dim) (key_seq may differ from seq: cross-attention),
+    head_dim in attention.SUPPORTED_HEAD_DIMS; all float32, or all float16
+    (version 3 only: it converts each element to float32 as it loads it and
+    rounds each gradient once); lse: float32, shape (batch, heads, seq), as
+    ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
+    all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: 2 (default, tiles
     of queries and keys with register tiling), 1 (one row per thread, the
     plainest form; kept as the reference the speed-up is measured against) or
@@ -752,11 +767,13 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     config: version 2's or 3's tiles, (tile, threads, SQ, SK, VK, VC); default
     TILED_CONFIGS[head_dim] or TILED_CONFIGS_V3[head_dim].
 
-    Returns (dq, dk, dv) in the kind of the inputs, of the shapes of q, k and
-    v. Memory beyond the gradients: one float per query row (D); the
+    Returns (dq, dk, dv) in the kind and dtype of the inputs, of the shapes of
+    q, k and v. Memory beyond the gradients: one float per query row (D); the
     seq x key_seq matrix is never stored.
     """
-    kind, (batch, heads, seq, head_dim), key_seq = A._check_qkv(q, k, v)
+    kind, (batch, heads, seq, head_dim), key_seq = A._check_qkv(q, k, v,
+                                                                 dtypes=("float32", "float16"))
+    io = A._dtype_name(q, kind)
     for name, x in (("out", out), ("dout", dout)):
         if A._kind(x) != kind or tuple(x.shape) != tuple(q.shape):
             raise ValueError(f"{name} must be of q's kind and shape {tuple(q.shape)}, "
@@ -764,13 +781,17 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     if A._kind(lse) != kind or tuple(lse.shape) != (batch, heads, seq):
         raise ValueError(f"lse must be of q's kind and shape {(batch, heads, seq)}, "
                          f"got {type(lse).__name__} of shape {tuple(lse.shape)}")
-    for name, x in (("out", out), ("dout", dout), ("lse", lse)):
-        if str(x.dtype).split(".")[-1] != "float32":
-            raise ValueError(f"{name} must be float32, got {x.dtype}")
+    for name, x, dtype in (("out", out, io), ("dout", dout, io), ("lse", lse, "float32")):
+        if str(x.dtype).split(".")[-1] != dtype:
+            raise ValueError(f"{name} must be {dtype}" + (" (q's dtype)" if name != "lse" else "")
+                             + f", got {x.dtype}")
     causal = A._check_flag("causal", causal)
     s = A._check_scale(scale, head_dim)
     if isinstance(version, bool) or version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
+    if io != "float32" and version != 3:
+        raise ValueError(f"{io} inputs run on version 3 alone (it converts as it loads); "
+                         f"pass version=3, got version={version}")
 
     rows = batch * heads
     qd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim)) for x in (q, out, dout))
@@ -780,12 +801,13 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     _row_dot_kernel[(rows * seq + 127) // 128, 128](
         od.reshape((rows * seq, head_dim)), dod.reshape((rows * seq, head_dim)),
         delta.reshape(rows * seq))
-    grads = [A._empty_like(kind, q, (batch, heads, n, head_dim)) for n in (seq, key_seq, key_seq)]
+    grads = [A._empty_like(kind, q, (batch, heads, n, head_dim), io)
+             for n in (seq, key_seq, key_seq)]
     dq, dk, dv = (kernel_side.reshape((rows, n, head_dim))
                   for (_, kernel_side), n in zip(grads, (seq, key_seq, key_seq)))
     if version == 3:
         _launch_v3(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
-                   np.float32(s), config)
+                   np.float32(s), config, io)
         return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
     if version == 1:
         dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
@@ -801,12 +823,12 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
 
 
 def _launch_v3(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, causal, scale,
-               config):
+               config, io="float32"):
     """Version 3's two kernels on the (rows, seq, head_dim) device arrays, passed
     flat, with the dynamic shared memory their tiles take (opted in to, once
     per kernel, where it passes 48 KiB)."""
     dkdv, dq_kernel, threads, tile, shared = _tiled_kernels_v3(
-        head_dim, causal, None if config is None else tuple(config))
+        head_dim, causal, None if config is None else tuple(config), io)
     if on_gpu():
         device_id = A._current_gpu()
         if shared > A._max_shared_bytes_per_block(device_id):
@@ -875,7 +897,10 @@ def _torch_function():
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
-            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
+            # Half precision runs on version 3, which converts as it loads.
+            version = 2 if q.dtype == torch.float32 else 3
+            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale,
+                                             version=version)
             return (*(_torch_side(g, q) for g in grads), None, None)
 
     return FlashAttention
@@ -900,10 +925,11 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
     """Attention that PyTorch can differentiate, on the course's kernels: the
     forward kernel saves its log-sum-exp, the backward kernels use it.
 
-    q, k, v: float32 torch tensors of shape (batch, heads, seq, head_dim), on a
-    CUDA device (the GPU kernels) or on the CPU (through numpy; on Numba's
-    simulator where there is no GPU). Returns the output; ``.backward()`` fills
-    q.grad, k.grad and v.grad.
+    q, k, v: float32 or float16 torch tensors (all of one dtype) of shape
+    (batch, heads, seq, head_dim) (k and v: key_seq rows), on a CUDA device
+    (the GPU kernels) or on the CPU (through numpy; on Numba's simulator where
+    there is no GPU). Returns the output; ``.backward()`` fills q.grad, k.grad
+    and v.grad, in the inputs' dtype.
     """
     global _FUNCTION
     import torch
@@ -911,6 +937,9 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"{name} must be a torch tensor, got {type(x).__name__}")
+        if x.dtype not in (torch.float32, torch.float16):
+            raise ValueError(f"{name} must be float32 or float16 (the backward kernels take "
+                             f"no bfloat16), got {x.dtype}")
     if _FUNCTION is None:
         _FUNCTION = _torch_function()
     return _FUNCTION.apply(q, k, v, A._check_flag("causal", causal), scale)
