@@ -513,30 +513,62 @@ def _make_2d_kernel(config: TileConfig):
 # the data is not 16-byte aligned, where a 128-bit access would be illegal.
 
 
-def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
-                            double_buffer: bool = None):
-    if unroll is None:  # the module's choice, where it divides the tile's depth
-        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
-    if unroll not in (1, 2, 4) or config.bk % unroll:
-        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
-    threads = config.threads
-    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
-    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
-    DOUBLE = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
-    a_shared, b_shared = (2 if DOUBLE else 1) * a_elements, (2 if DOUBLE else 1) * b_elements
-    A_ELEMENTS, B_ELEMENTS = _u(a_elements, b_elements)
-    tm, tn, patch = config.tm, config.tn, config.tm * config.tn
-    a_loads, b_loads = a_elements // 4 // threads, b_elements // 4 // threads
-    a_staged, b_staged = 4 * a_loads, 4 * b_loads  # registers holding the next tile
-    BM, BN, BK, TM, TN = _u(config.bm, config.bn, config.bk, config.tm, config.tn)
+def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool):
+    """The two halves of moving a bm x bk tile of A and a bk x bn tile of B into
+    shared memory, shared by levels 5-7 (see (4) above): `fetch_tiles` reads
+    them from global memory into registers, `store_tiles` later writes the
+    registers to shared memory, A transposed (a_tile[kk * bm + r]), B as is
+    (b_tile[kk * bn + col]). Each of the block's `threads` threads moves
+    a_loads float4 of A and b_loads of B, rows `threads / (bk / 4)` and
+    `threads / (bn / 4)` apart (the caller's check guarantees whole rows and
+    equal shares). Returns (fetch_tiles, store_tiles, a_staged, b_staged): the
+    device functions and the sizes of the register arrays they fill."""
+    a_loads, b_loads = bm * bk // 4 // threads, bk * bn // 4 // threads
+    BM, BN = _u(bm, bn)
     A_LOADS, B_LOADS = _u(a_loads, b_loads)
-    A_VECTORS_PER_ROW, B_VECTORS_PER_ROW = _u(config.bk // 4, config.bn // 4)
-    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // (config.bk // 4), threads // (config.bn // 4))
-    THREADS_PER_ROW = _u(config.bn // config.tn)
-    GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
+    A_VECTORS_PER_ROW, B_VECTORS_PER_ROW = _u(bk // 4, bn // 4)
+    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // (bk // 4), threads // (bn // 4))
     TWO, THREE, FOUR = _u(2, 3, 4)
-    UNROLL, STEP = unroll, _u(unroll)
-    shared_alignment = SHARED_ALIGNMENT
+
+    @cuda.jit(device=True, **_INLINE)
+    def fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k):
+        """Read the tiles starting at column k_next of A (rows row0...) and row
+        k_next of B (columns col0...) into the registers a_next and b_next;
+        zeros past the edges of the matrices. With `vectorized`, each four
+        neighbours of a row come in one 128-bit load (the caller promises rows
+        a multiple of 4 long, so the four are all inside or all outside)."""
+        a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
+        b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
+        for s in range(A_LOADS):
+            row, kk = row0 + a_row + s * A_ROW_STRIDE, k_next + a_col
+            x0 = x1 = x2 = x3 = float32(0.0)
+            if vectorized:
+                if row < m and kk < k:  # k % 4 == 0: the four are all in or all out
+                    x0, x1, x2, x3 = load_float4(a, row, kk)
+            elif row < m:
+                x0 = a[row, kk] if kk < k else float32(0.0)
+                x1 = a[row, kk + ONE] if kk + ONE < k else float32(0.0)
+                x2 = a[row, kk + TWO] if kk + TWO < k else float32(0.0)
+                x3 = a[row, kk + THREE] if kk + THREE < k else float32(0.0)
+            a_next[s * FOUR] = x0
+            a_next[s * FOUR + ONE] = x1
+            a_next[s * FOUR + TWO] = x2
+            a_next[s * FOUR + THREE] = x3
+        for s in range(B_LOADS):
+            kk, col = k_next + b_row + s * B_ROW_STRIDE, col0 + b_col
+            x0 = x1 = x2 = x3 = float32(0.0)
+            if vectorized:
+                if kk < k and col < n:  # n % 4 == 0
+                    x0, x1, x2, x3 = load_float4(b, kk, col)
+            elif kk < k:
+                x0 = b[kk, col] if col < n else float32(0.0)
+                x1 = b[kk, col + ONE] if col + ONE < n else float32(0.0)
+                x2 = b[kk, col + TWO] if col + TWO < n else float32(0.0)
+                x3 = b[kk, col + THREE] if col + THREE < n else float32(0.0)
+            b_next[s * FOUR] = x0
+            b_next[s * FOUR + ONE] = x1
+            b_next[s * FOUR + TWO] = x2
+            b_next[s * FOUR + THREE] = x3
 
     @cuda.jit(device=True, **_INLINE)
     def store_tiles(a_tile, b_tile, a_next, b_next, tid, a_base, b_base):
@@ -556,6 +588,101 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             store_float4_flat(b_tile, b_base + r * BN + b_col, b_next[s * FOUR],
                               b_next[s * FOUR + ONE], b_next[s * FOUR + TWO],
                               b_next[s * FOUR + THREE])
+
+    return fetch_tiles, store_tiles, 4 * a_loads, 4 * b_loads
+
+
+def _make_multiply_tile(multiply_step, bk: int, unroll: int):
+    """A device function doing all bk steps of a tile's dot product, one
+    `multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)`
+    per step, written out `unroll` steps per pass (see (5) above); p and q say
+    where the calling thread works (each level has its own meaning for them)."""
+    BK, STEP, TWO, THREE = _u(bk, unroll, 2, 3)
+    UNROLL = unroll
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base):
+        """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
+        if UNROLL == 1:
+            for dot in range(BK):
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        else:
+            # UNROLL steps per pass, written out.
+            dot = ZERO
+            while dot < BK:
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, p, q, a_base,
+                              b_base)
+                if UNROLL == 4:
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, p, q, a_base,
+                                  b_base)
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, p, q,
+                                  a_base, b_base)
+                dot += STEP
+
+    return multiply_tile
+
+
+def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: int,
+                 b_elements: int, double: bool):
+    """The walk along K shared by levels 5-7: a device function that fetches each
+    tile into registers, multiplies the one fetched a step earlier, and stores
+    the new one to shared memory; with `double`, into two copies of the tiles
+    (A's copies a_elements apart, B's b_elements), one barrier per step (see
+    (4) and (6) above)."""
+    BK, A_ELEMENTS, B_ELEMENTS = _u(bk, a_elements, b_elements)
+    DOUBLE = double
+
+    @cuda.jit(device=True, **_INLINE)
+    def walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k, p, q):
+        write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
+        # One step more than there are tiles: step s fetches tile s (zeros past
+        # the end of K) and multiplies tile s - 1, already in shared memory.
+        for k_next in range(ZERO, k + BK, BK):
+            fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k)
+            # Multiply the tile fetched one step earlier (in the copy the last
+            # step stored), then store this one. With two copies each branch
+            # names its copy by a constant, which the compiler folds into the
+            # shared-memory addresses.
+            if k_next > ZERO:
+                if DOUBLE and write == ZERO:
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, A_ELEMENTS,
+                                  B_ELEMENTS)
+                else:
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, ZERO, ZERO)
+            if not DOUBLE:
+                cuda.syncthreads()  # nobody overwrites a tile while others still read it
+            if DOUBLE and write == ONE:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, A_ELEMENTS, B_ELEMENTS)
+            else:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, ZERO, ZERO)
+            cuda.syncthreads()
+            if DOUBLE:
+                write = ONE - write
+
+    return walk_k
+
+
+def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
+                            double_buffer: bool = None):
+    if unroll is None:  # the module's choice, where it divides the tile's depth
+        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
+    if unroll not in (1, 2, 4) or config.bk % unroll:
+        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
+    threads = config.threads
+    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
+    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
+    double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
+    a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
+    tm, tn, patch = config.tm, config.tn, config.tm * config.tn
+    BM, BN, TM, TN = _u(config.bm, config.bn, config.tm, config.tn)
+    THREADS_PER_ROW = _u(config.bn // config.tn)
+    GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
+    TWO, THREE, FOUR = _u(2, 3, 4)
+    shared_alignment = SHARED_ALIGNMENT
+    fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
+        config.bm, config.bn, config.bk, threads, vectorized)
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
@@ -580,34 +707,15 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             for j in range(TN):
                 acc[i * TN + j] += a_frag[i] * b_frag[j]
 
-    @cuda.jit(device=True, **_INLINE)
-    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col, a_base,
-                      b_base):
-        """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
-        if UNROLL == 1:
-            for dot in range(BK):
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
-                              a_base, b_base)
-        else:
-            # UNROLL steps per pass, written out (see (5) above).
-            dot = ZERO
-            while dot < BK:
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
-                              a_base, b_base)
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, thread_row,
-                              thread_col, a_base, b_base)
-                if UNROLL == 4:
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, thread_row,
-                                  thread_col, a_base, b_base)
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, thread_row,
-                                  thread_col, a_base, b_base)
-                dot += STEP
+    walk_k = _make_k_loop(fetch_tiles, store_tiles,
+                          _make_multiply_tile(multiply_step, config.bk, unroll),
+                          config.bk, a_elements, b_elements, double)
 
     @cuda.jit
     def sgemm_vectorized(a, b, c):
         # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
         # 16-byte aligned so that four neighbours can be read in one 128-bit load.
-        # With double buffering (DOUBLE), two copies of each, one after the other.
+        # With double buffering, two copies of each, one after the other.
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
         m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
@@ -616,8 +724,6 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         col0 = uint64(cuda.blockIdx.x) * BN
         thread_row = tid // THREADS_PER_ROW  # rows thread_row*TM + 0..TM-1 of the tile
         thread_col = tid % THREADS_PER_ROW  # columns g*GROUP_STRIDE + thread_col*4 + 0..3
-        a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
-        b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
         acc = cuda.local.array(patch, float32)
         a_frag = cuda.local.array(tm, float32)
         b_frag = cuda.local.array(tn, float32)
@@ -625,62 +731,8 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         b_next = cuda.local.array(b_staged, float32)
         for i in range(patch):
             acc[i] = 0.0
-        write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
-        # One step more than there are tiles: step s fetches tile s (zeros past
-        # the end of K) and multiplies tile s - 1, already in shared memory.
-        for k_next in range(ZERO, k + BK, BK):
-            # Fetch the tile starting at column k_next of A and row k_next of B
-            # into registers; zeros past the edges of the matrices.
-            for s in range(A_LOADS):
-                row, kk = row0 + a_row + s * A_ROW_STRIDE, k_next + a_col
-                x0 = x1 = x2 = x3 = float32(0.0)
-                if vectorized:
-                    if row < m and kk < k:  # k % 4 == 0: the four are all in or all out
-                        x0, x1, x2, x3 = load_float4(a, row, kk)
-                elif row < m:
-                    x0 = a[row, kk] if kk < k else float32(0.0)
-                    x1 = a[row, kk + ONE] if kk + ONE < k else float32(0.0)
-                    x2 = a[row, kk + TWO] if kk + TWO < k else float32(0.0)
-                    x3 = a[row, kk + THREE] if kk + THREE < k else float32(0.0)
-                a_next[s * FOUR] = x0
-                a_next[s * FOUR + ONE] = x1
-                a_next[s * FOUR + TWO] = x2
-                a_next[s * FOUR + THREE] = x3
-            for s in range(B_LOADS):
-                kk, col = k_next + b_row + s * B_ROW_STRIDE, col0 + b_col
-                x0 = x1 = x2 = x3 = float32(0.0)
-                if vectorized:
-                    if kk < k and col < n:  # n % 4 == 0
-                        x0, x1, x2, x3 = load_float4(b, kk, col)
-                elif kk < k:
-                    x0 = b[kk, col] if col < n else float32(0.0)
-                    x1 = b[kk, col + ONE] if col + ONE < n else float32(0.0)
-                    x2 = b[kk, col + TWO] if col + TWO < n else float32(0.0)
-                    x3 = b[kk, col + THREE] if col + THREE < n else float32(0.0)
-                b_next[s * FOUR] = x0
-                b_next[s * FOUR + ONE] = x1
-                b_next[s * FOUR + TWO] = x2
-                b_next[s * FOUR + THREE] = x3
-            # Multiply the tile fetched one step earlier (in the copy the last
-            # step stored), then store this one. With two copies each branch
-            # names its copy by a constant, which the compiler folds into the
-            # shared-memory addresses.
-            if k_next > ZERO:
-                if DOUBLE and write == ZERO:
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
-                                  A_ELEMENTS, B_ELEMENTS)
-                else:
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
-                                  ZERO, ZERO)
-            if not DOUBLE:
-                cuda.syncthreads()  # nobody overwrites a tile while others still read it
-            if DOUBLE and write == ONE:
-                store_tiles(a_tile, b_tile, a_next, b_next, tid, A_ELEMENTS, B_ELEMENTS)
-            else:
-                store_tiles(a_tile, b_tile, a_next, b_next, tid, ZERO, ZERO)
-            cuda.syncthreads()
-            if DOUBLE:
-                write = ONE - write
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k, thread_row, thread_col)
         for i in range(TM):
             row = row0 + thread_row * TM + i
             if row < m:
