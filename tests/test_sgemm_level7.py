@@ -253,3 +253,35 @@ def test_level7_ptx_loads_128_bits_stages_in_shared_memory_and_keeps_accumulator
     vectors = (config.wm_iter * config.tm + config.wn_iter * config.tn) // 4
     assert default.count("ld.shared.v4.f32") == vectors * sgemm.DOT_UNROLL * 2
     assert two_down.count("fma.rn.f32") == 128 * sgemm.DOT_UNROLL * 2
+
+
+def _ptxas_report(ptx_text: str) -> str:
+    """ptxas's report (registers, spills) on the PTX, linked for sm_90 by nvJitLink
+    from the CUDA wheels: what the GPU's driver would do with it, without a GPU."""
+    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
+    try:
+        handle = nvjitlink.create(3, ["-arch=sm_90", "-verbose", "-O3"])
+    except Exception as error:  # no libnvJitLink on this machine
+        pytest.skip(f"nvJitLink is not available here ({error})")
+    try:
+        data = ptx_text.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "level7.ptx")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    return log.decode(errors="replace")
+
+
+def test_level7_machine_code_keeps_every_accumulator_in_registers(level7_ptx):
+    # ptxas, not only the PTX: 128 accumulators, the fragments and the staged
+    # tiles fit the 255 registers a thread may have, with no spill to local memory.
+    import re
+
+    report = _ptxas_report(level7_ptx[0])
+    registers = int(re.search(r"[Uu]sed (\d+) registers", report).group(1))
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+    assert 128 < registers <= 255
+    # The configuration's estimate is a fair guide (ptxas gave 218 for 216 here).
+    assert abs(registers - sgemm.WARP_TILE_DEFAULT.register_estimate) <= 24

@@ -319,8 +319,9 @@ def check_warp_config(config: WarpTileConfig) -> WarpTileConfig:
 WARP_TILE_DEFAULT = WarpTileConfig(bm=128, bn=128, bk=16, wm=64, wn=64, wn_iter=4, tm=8, tn=4,
                                    threads=128)
 # What benchmarks/sgemm_level7.py times on a GPU: the default, its neighbours
-# in block size (64 x 128 to 256 x 128), depth (bk 8 or 16), warps per block
-# (4 or 8) and patch shape (8 x 4, 4 x 8, 8 x 8; one or two passes down).
+# in block size (64 x 128 to 256 x 128, and level 6's 64 x 256), depth (bk 8
+# or 16), warps per block (4 or 8) and patch shape (8 x 4, 4 x 8, 8 x 8; one
+# or two passes down); 64 or 128 accumulators per thread.
 WARP_TILE_CANDIDATES = (
     WARP_TILE_DEFAULT,
     WarpTileConfig(128, 128, 8, 64, 64, 4, 8, 4, 128),
@@ -332,6 +333,7 @@ WARP_TILE_CANDIDATES = (
     WarpTileConfig(256, 128, 16, 64, 64, 4, 8, 4, 256),
     WarpTileConfig(128, 64, 16, 64, 32, 2, 8, 4, 128),
     WarpTileConfig(64, 128, 16, 32, 64, 4, 4, 4, 128),
+    WarpTileConfig(64, 256, 16, 32, 64, 2, 8, 4, 256),  # level 6's tuned block tile on the H100
 )
 
 
