@@ -231,6 +231,7 @@ class WarpTileConfig:
 
     @property
     def warps(self) -> int:
+        """Warps per block: one per wm x wn tile."""
         return self.threads // WARP_SIZE
 
     @property
@@ -904,11 +905,13 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 # of A and WN_ITER*TN of B from shared memory and does WM_ITER*WN_ITER*TM*TN
 # FMAs with them: each value serves all the patches of its row (or column) of
 # patches. (2) A warp's reads of shared memory stay inside its own wm x wn
-# tile, narrow rows of A and B that the warp's lanes read as 16-byte vectors
-# that are neighbours or the same (a broadcast): 32 lanes, few distinct
-# addresses, no bank conflicts. (3) The layout, not the hardware's thread
-# order, decides which outputs share loads, so tile sizes can be tuned for
-# the warp (the unit that actually executes) and the block separately.
+# tile: at one step its 32 lanes read a few neighbouring 16-byte vectors of
+# A's row and of B's row, many lanes the same one (a broadcast), so a warp's
+# 128-bit load takes one pass of shared memory, or two where the vectors
+# span more than 128 bytes (A with tm = 8: eight lanes' rows, 32 bytes apart).
+# (3) The layout, not the hardware's thread order, decides which outputs
+# share loads, so tile sizes can be tuned for the warp (the unit that
+# actually executes) and for the block separately.
 #
 # Everything else is level 5's: 128-bit global loads of the next tile into
 # registers while the current one is multiplied (`_make_tile_loaders`, with
