@@ -16,7 +16,10 @@
    back-to-back calls covering ~20 ms, warm-up first, median of 10), the
    variants taking turns over 3 rounds, median of the rounds.
 3. **The best three** of step 2 again, with cuBLAS and level 6 in the same
-   turns, at 8192^3, 2048^3 and 1024 x 8192 x 1024.
+   turns, at 8192^3, 2048^3 and 1024 x 8192 x 1024. Before that, the fastest
+   is timed at 4096^3 with its dot-product loop written out 1, 2 and 4 steps
+   per pass (sgemm.DOT_UNROLL, which level 6's measurements chose), in turns
+   with cuBLAS ("unroll_probe" in the results file).
 
 It prints a table (TFLOP/s and share of cuBLAS per shape) and writes
 DIR/sgemm_level7-<gpu-slug>-<YYYY-MM-DD>.json in the shape of CONVENTIONS.md:
@@ -169,6 +172,63 @@ def time_shape(sgemm, torch, time_ms, shape, configs) -> list[dict]:
     return rows
 
 
+def unroll_probe(sgemm, torch, time_ms, config, shape) -> list[dict]:
+    """The fastest candidate's kernel with its dot loop written out 1, 2 and 4
+    steps per pass (sgemm.DOT_UNROLL, chosen for level 6), launched directly
+    and timed in turns with cuBLAS over ROUNDS rounds: rows of unroll, ms,
+    tflops, vs_cublas, registers_per_thread and max_rel_err (or failed)."""
+    m, n, k = shape
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randn(m, k, device="cuda", generator=generator)
+    b = torch.randn(k, n, device="cuda", generator=generator)
+    reference = torch.mm(a, b)
+    cublas_out = torch.empty_like(reference)
+    a_dev, b_dev = sgemm.cuda.as_cuda_array(a), sgemm.cuda.as_cuda_array(b)
+    grid, block = (-(-n // config.bn), -(-m // config.bm)), (config.threads,)
+    rows, launches = [], {"cublas": lambda: torch.mm(a, b, out=cublas_out)}
+    for unroll in (1, 2, 4):
+        row = {"unroll": unroll, "config": asdict(config)}
+        rows.append(row)
+        if config.bk % unroll:
+            row["failed"] = f"bk={config.bk} is not a multiple of {unroll}"
+            continue
+        try:
+            kernel = sgemm._make_warp_tiled_kernel(config, True, unroll)
+            out = torch.full((m, n), float("nan"), device="cuda")
+            c_dev = sgemm.cuda.as_cuda_array(out)
+            kernel[grid, block](a_dev, b_dev, c_dev)
+            torch.cuda.synchronize()
+            row["max_rel_err"] = relative_error(out, reference)
+            try:
+                registers = kernel.get_regs_per_thread()
+                row["registers_per_thread"] = int(max(registers.values()) if isinstance(
+                    registers, dict) else registers)
+            except Exception:  # nice to have
+                row["registers_per_thread"] = None
+            if not row["max_rel_err"] <= 1e-4:
+                row["failed"] = f"max_rel_err {row['max_rel_err']:.2e} against cuBLAS"
+                continue
+            launches[unroll] = (lambda kernel=kernel, c_dev=c_dev:
+                                kernel[grid, block](a_dev, b_dev, c_dev))
+        except Exception as error:
+            row["failed"] = f"{type(error).__name__}: {error}"
+    samples = {name: [] for name in launches}
+    for _ in range(ROUNDS):
+        for name, launch in launches.items():
+            samples[name].append(time_ms(launch)[0])
+    cublas_ms = float(np.median(samples["cublas"]))
+    for row in rows:
+        if row["unroll"] in samples:
+            row["ms"] = float(np.median(samples[row["unroll"]]))
+            row["tflops"] = 2 * m * n * k / (row["ms"] * 1e-3) / 1e12
+            row["vs_cublas"] = cublas_ms / row["ms"]
+        shown = (f"{row['tflops']:.2f} TFLOP/s, {row['vs_cublas']:.1%} of cuBLAS, "
+                 f"{row['registers_per_thread']} registers" if "ms" in row
+                 else f"failed: {row.get('failed')}")
+        print(f"dot loop {row['unroll']} step(s) per pass, {label(config)}: {shown}", flush=True)
+    return rows
+
+
 def print_table(rows) -> None:
     print(f"\n{'shape':>16}  {'variant':<7} {'configuration':<40} {'ms':>8} {'TFLOP/s':>8} "
           f"{'of cuBLAS':>9}")
@@ -233,6 +293,14 @@ def main(argv=None) -> int:
     timed = sorted((r for r in rows if r["variant"] == "level7" and r["ms"]),
                    key=lambda r: r["ms"])
     finalists = [sgemm.WarpTileConfig(**r["config"]) for r in timed[:FINALISTS]]
+    # 2b. The fastest one with its dot loop written out 1, 2 and 4 steps per pass.
+    probe = []
+    if finalists and not args.quick:
+        try:
+            probe = unroll_probe(sgemm, torch, time_ms, finalists[0], SWEEP_SHAPE)
+        except Exception as error:  # the probe is extra information, never fatal
+            probe = [{"failed": f"{type(error).__name__}: {error}"}]
+            traceback.print_exc(limit=3)
     skipped = []
     for shape in ([] if args.quick else FINALIST_SHAPES):
         if not finalists:
@@ -261,6 +329,7 @@ def main(argv=None) -> int:
         "candidates": [asdict(c) for c in candidates],
         "validation": validation,
         "finalists": [asdict(c) for c in finalists],
+        "unroll_probe": probe,
         "skipped_shapes": skipped,
         "results": rows,
         "seconds": round(time.perf_counter() - started, 1),
