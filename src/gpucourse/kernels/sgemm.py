@@ -12,6 +12,9 @@ performance" (2022), rebuilt in Python:
     level 5   vectorized: 128-bit loads and stores, A's tile stored transposed, B read
               without bank conflicts, the next tile prefetched into registers
     level 6   autotuned: level 5's kernel with the tile sizes `autotune` found best
+    level 7   warp tiling: each warp owns a sub-tile of the block's tile, and each thread
+              several small patches spread over it (a WarpTileConfig); level 5's loads,
+              double-buffered tiles
     auto      level 6's kernel with the tile sizes measured best near the product's shape
               (small products want small tiles, so that every SM has work)
 
@@ -55,7 +58,7 @@ from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, 
 # -----------------------------------------------------------------------------
 # Levels and tile configurations
 
-LEVELS = ("1", "2", "3", "4a", "4b", "5", "6")
+LEVELS = ("1", "2", "3", "4a", "4b", "5", "6", "7")
 LEVEL_NAMES = {
     "1": "naive",
     "2": "coalesced",
@@ -64,6 +67,7 @@ LEVEL_NAMES = {
     "4b": "2D block tiling",
     "5": "vectorized loads",
     "6": "autotuned",
+    "7": "warp tiling",
 }
 
 NAIVE_BLOCK = 32  # levels 1 and 2: 32 x 32 threads, one per output
@@ -199,6 +203,139 @@ def candidate_configs(space: dict | None = None, vectorized: bool = True) -> lis
                         except ValueError:
                             pass
     return found
+
+
+@dataclass(frozen=True)
+class WarpTileConfig:
+    """Tile sizes of level 7's warp-tiled kernel.
+
+    A block of `threads` threads computes a bm x bn tile of C, stepping
+    through K bk columns at a time. Each of its threads/32 warps owns a
+    wm x wn sub-tile of the block's tile. The warp's 32 threads cover a
+    (wm / wm_iter) x (wn / wn_iter) piece of it with tm x tn patches, one
+    each, and then repeat that wm_iter times down and wn_iter times across:
+    a thread computes wm_iter x wn_iter patches of tm x tn, and the values of
+    A and B it loads from shared memory serve all the patches of their row or
+    column.
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    wn_iter: int
+    tm: int
+    tn: int
+    threads: int
+
+    @property
+    def warps(self) -> int:
+        """Warps per block: one per wm x wn tile."""
+        return self.threads // WARP_SIZE
+
+    @property
+    def wm_iter(self) -> int:
+        """Patches a thread computes down its warp's tile: the warp's tile over
+        what 32 threads cover in one pass (wn_iter passes across, tm x tn each)."""
+        return (self.wm * self.wn) // (WARP_SIZE * self.wn_iter * self.tm * self.tn)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Shared memory per block: two copies (double buffering) of a bm x bk
+        tile of A and a bk x bn tile of B."""
+        return 2 * 4 * (self.bm * self.bk + self.bk * self.bn)
+
+    @property
+    def register_estimate(self) -> int:
+        """Registers per thread: accumulators, the fragments of A and B, the
+        next tiles staged in registers (register prefetching), and overhead."""
+        accumulators = self.wm_iter * self.wn_iter * self.tm * self.tn
+        fragments = self.wm_iter * self.tm + self.wn_iter * self.tn
+        staged = (self.bm * self.bk + self.bk * self.bn) // max(1, self.threads)
+        return accumulators + fragments + staged + REGISTER_OVERHEAD
+
+
+def check_warp_config(config: WarpTileConfig) -> WarpTileConfig:
+    """Return config if level 7's kernel can use it, else raise ValueError naming
+    the constraint it breaks:
+
+    * threads: a multiple of the warp size (32) and at most 1024;
+    * warp tiling: wm divides bm, wn divides bn and the (bm/wm) x (bn/wn) warp
+      tiles are one per warp;
+    * warp patches: the warp's 32 threads tile wm x wn with tm x tn patches,
+      wn_iter across and wm_iter down (wn_iter * tn divides wn, the threads
+      across one piece, wn / wn_iter / tn, divide 32, and the rows they leave
+      times tm divide wm);
+    * vector alignment: bk, bn, tm and tn are multiples of 4 (128-bit loads from
+      global and shared memory);
+    * tile loading: the block's threads load the bm x bk tile of A and the
+      bk x bn tile of B in whole rows of float4, an equal number each;
+    * shared memory: two copies of both tiles, 8*(bm*bk + bk*bn) bytes, fit
+      the 48 KiB a block may declare statically;
+    * registers: wm_iter*wn_iter*tm*tn accumulators, the fragments, the staged
+      next tiles and ~32 for indices stay at most 255.
+    """
+    if not isinstance(config, WarpTileConfig):
+        raise ValueError("config for level 7 must be a WarpTileConfig(bm, bn, bk, wm, wn, wn_iter, "
+                         f"tm, tn, threads), got {config!r}")
+    fields = ("bm", "bn", "bk", "wm", "wn", "wn_iter", "tm", "tn", "threads")
+    bm, bn, bk, wm, wn, wn_iter, tm, tn, threads = (_whole(f, getattr(config, f)) for f in fields)
+    if threads % WARP_SIZE or threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"config breaks the thread limit: threads must be a multiple of "
+                         f"{WARP_SIZE} and at most {MAX_THREADS_PER_BLOCK}, got {threads}")
+    warps = threads // WARP_SIZE
+    if bm % wm or bn % wn or (bm // wm) * (bn // wn) != warps:
+        raise ValueError(f"config breaks warp tiling: wm must divide bm, wn divide bn, and the "
+                         f"(bm/wm) x (bn/wn) warp tiles must be one per warp ({warps} warps); got "
+                         f"bm={bm}, wm={wm}, bn={bn}, wn={wn}")
+    across = wn // (wn_iter * tn) if wn % (wn_iter * tn) == 0 else 0  # threads across a piece
+    if not across or WARP_SIZE % across or wm % ((WARP_SIZE // across) * tm):
+        raise ValueError(f"config breaks warp patches: the warp's 32 threads must tile its "
+                         f"{wm} x {wn} tile with {tm} x {tn} patches, {wn_iter} across (wn_iter*tn "
+                         f"must divide wn, wn/(wn_iter*tn) threads across must divide 32, and the "
+                         f"32/that rows of tm must divide wm)")
+    if bk % 4 or bn % 4 or tm % 4 or tn % 4:
+        raise ValueError(f"config breaks vector alignment: bk, bn, tm and tn must be multiples "
+                         f"of 4 for 128-bit loads, got bk={bk}, bn={bn}, tm={tm}, tn={tn}")
+    for tile, rows, per_row in (("A", bm, bk // 4), ("B", bk, bn // 4)):
+        if threads % per_row or rows % (threads // per_row):
+            raise ValueError(f"config breaks tile loading: the {threads} threads must load the "
+                             f"{rows} x {per_row * 4} tile of {tile} in whole rows of float4, an "
+                             f"equal share each (threads divisible by {per_row}, and {rows} rows "
+                             f"divisible by threads/{per_row})")
+    if config.shared_bytes > STATIC_SHARED_LIMIT_BYTES:
+        raise ValueError(f"config breaks the shared-memory limit: two copies of the tiles, "
+                         f"8*(bm*bk + bk*bn) bytes, must be at most {STATIC_SHARED_LIMIT_BYTES}, "
+                         f"got {config.shared_bytes}")
+    if config.register_estimate > MAX_REGISTERS_PER_THREAD:
+        raise ValueError(f"config breaks the register limit: wm_iter*wn_iter*tm*tn accumulators "
+                         f"+ fragments + staged tiles + {REGISTER_OVERHEAD} must be at most "
+                         f"{MAX_REGISTERS_PER_THREAD}, got {config.register_estimate}")
+    return config
+
+
+# The worklog's kernel-10 settings for large GPUs: 128 x 128 block tiles in four
+# warps of 64 x 64, each thread 4 patches of 8 x 4 across (128 outputs).
+WARP_TILE_DEFAULT = WarpTileConfig(bm=128, bn=128, bk=16, wm=64, wn=64, wn_iter=4, tm=8, tn=4,
+                                   threads=128)
+# What benchmarks/sgemm_level7.py times on a GPU: the default, its neighbours
+# in block size (64 x 128 to 256 x 128, and level 6's 64 x 256), depth (bk 8
+# or 16), warps per block (4 or 8) and patch shape (8 x 4, 4 x 8, 8 x 8; one
+# or two passes down); 64 or 128 accumulators per thread.
+WARP_TILE_CANDIDATES = (
+    WARP_TILE_DEFAULT,
+    WarpTileConfig(128, 128, 8, 64, 64, 4, 8, 4, 128),
+    WarpTileConfig(128, 128, 16, 64, 64, 2, 8, 4, 128),  # wm_iter = 2
+    WarpTileConfig(128, 128, 16, 64, 64, 2, 8, 8, 128),
+    WarpTileConfig(128, 128, 16, 64, 32, 2, 8, 4, 256),
+    WarpTileConfig(128, 128, 16, 32, 64, 2, 4, 8, 256),
+    WarpTileConfig(128, 256, 16, 64, 64, 4, 8, 4, 256),
+    WarpTileConfig(256, 128, 16, 64, 64, 4, 8, 4, 256),
+    WarpTileConfig(128, 64, 16, 64, 32, 2, 8, 4, 128),
+    WarpTileConfig(64, 128, 16, 32, 64, 4, 4, 4, 128),
+    WarpTileConfig(64, 256, 16, 32, 64, 2, 8, 4, 256),  # level 6's tuned block tile on the H100
+)
 
 
 def _level(level, auto_ok: bool = False) -> str:
@@ -513,30 +650,62 @@ def _make_2d_kernel(config: TileConfig):
 # the data is not 16-byte aligned, where a 128-bit access would be illegal.
 
 
-def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
-                            double_buffer: bool = None):
-    if unroll is None:  # the module's choice, where it divides the tile's depth
-        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
-    if unroll not in (1, 2, 4) or config.bk % unroll:
-        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
-    threads = config.threads
-    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
-    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
-    DOUBLE = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
-    a_shared, b_shared = (2 if DOUBLE else 1) * a_elements, (2 if DOUBLE else 1) * b_elements
-    A_ELEMENTS, B_ELEMENTS = _u(a_elements, b_elements)
-    tm, tn, patch = config.tm, config.tn, config.tm * config.tn
-    a_loads, b_loads = a_elements // 4 // threads, b_elements // 4 // threads
-    a_staged, b_staged = 4 * a_loads, 4 * b_loads  # registers holding the next tile
-    BM, BN, BK, TM, TN = _u(config.bm, config.bn, config.bk, config.tm, config.tn)
+def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool):
+    """The two halves of moving a bm x bk tile of A and a bk x bn tile of B into
+    shared memory, shared by levels 5-7 (see (4) above): `fetch_tiles` reads
+    them from global memory into registers, `store_tiles` later writes the
+    registers to shared memory, A transposed (a_tile[kk * bm + r]), B as is
+    (b_tile[kk * bn + col]). Each of the block's `threads` threads moves
+    a_loads float4 of A and b_loads of B, rows `threads / (bk / 4)` and
+    `threads / (bn / 4)` apart (the caller's check guarantees whole rows and
+    equal shares). Returns (fetch_tiles, store_tiles, a_staged, b_staged): the
+    device functions and the sizes of the register arrays they fill."""
+    a_loads, b_loads = bm * bk // 4 // threads, bk * bn // 4 // threads
+    BM, BN = _u(bm, bn)
     A_LOADS, B_LOADS = _u(a_loads, b_loads)
-    A_VECTORS_PER_ROW, B_VECTORS_PER_ROW = _u(config.bk // 4, config.bn // 4)
-    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // (config.bk // 4), threads // (config.bn // 4))
-    THREADS_PER_ROW = _u(config.bn // config.tn)
-    GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
+    A_VECTORS_PER_ROW, B_VECTORS_PER_ROW = _u(bk // 4, bn // 4)
+    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // (bk // 4), threads // (bn // 4))
     TWO, THREE, FOUR = _u(2, 3, 4)
-    UNROLL, STEP = unroll, _u(unroll)
-    shared_alignment = SHARED_ALIGNMENT
+
+    @cuda.jit(device=True, **_INLINE)
+    def fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k):
+        """Read the tiles starting at column k_next of A (rows row0...) and row
+        k_next of B (columns col0...) into the registers a_next and b_next;
+        zeros past the edges of the matrices. With `vectorized`, each four
+        neighbours of a row come in one 128-bit load (the caller promises rows
+        a multiple of 4 long, so the four are all inside or all outside)."""
+        a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
+        b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
+        for s in range(A_LOADS):
+            row, kk = row0 + a_row + s * A_ROW_STRIDE, k_next + a_col
+            x0 = x1 = x2 = x3 = float32(0.0)
+            if vectorized:
+                if row < m and kk < k:  # k % 4 == 0: the four are all in or all out
+                    x0, x1, x2, x3 = load_float4(a, row, kk)
+            elif row < m:
+                x0 = a[row, kk] if kk < k else float32(0.0)
+                x1 = a[row, kk + ONE] if kk + ONE < k else float32(0.0)
+                x2 = a[row, kk + TWO] if kk + TWO < k else float32(0.0)
+                x3 = a[row, kk + THREE] if kk + THREE < k else float32(0.0)
+            a_next[s * FOUR] = x0
+            a_next[s * FOUR + ONE] = x1
+            a_next[s * FOUR + TWO] = x2
+            a_next[s * FOUR + THREE] = x3
+        for s in range(B_LOADS):
+            kk, col = k_next + b_row + s * B_ROW_STRIDE, col0 + b_col
+            x0 = x1 = x2 = x3 = float32(0.0)
+            if vectorized:
+                if kk < k and col < n:  # n % 4 == 0
+                    x0, x1, x2, x3 = load_float4(b, kk, col)
+            elif kk < k:
+                x0 = b[kk, col] if col < n else float32(0.0)
+                x1 = b[kk, col + ONE] if col + ONE < n else float32(0.0)
+                x2 = b[kk, col + TWO] if col + TWO < n else float32(0.0)
+                x3 = b[kk, col + THREE] if col + THREE < n else float32(0.0)
+            b_next[s * FOUR] = x0
+            b_next[s * FOUR + ONE] = x1
+            b_next[s * FOUR + TWO] = x2
+            b_next[s * FOUR + THREE] = x3
 
     @cuda.jit(device=True, **_INLINE)
     def store_tiles(a_tile, b_tile, a_next, b_next, tid, a_base, b_base):
@@ -556,6 +725,101 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             store_float4_flat(b_tile, b_base + r * BN + b_col, b_next[s * FOUR],
                               b_next[s * FOUR + ONE], b_next[s * FOUR + TWO],
                               b_next[s * FOUR + THREE])
+
+    return fetch_tiles, store_tiles, 4 * a_loads, 4 * b_loads
+
+
+def _make_multiply_tile(multiply_step, bk: int, unroll: int):
+    """A device function doing all bk steps of a tile's dot product, one
+    `multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)`
+    per step, written out `unroll` steps per pass (see (5) above); p and q say
+    where the calling thread works (each level has its own meaning for them)."""
+    BK, STEP, TWO, THREE = _u(bk, unroll, 2, 3)
+    UNROLL = unroll
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base):
+        """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
+        if UNROLL == 1:
+            for dot in range(BK):
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        else:
+            # UNROLL steps per pass, written out.
+            dot = ZERO
+            while dot < BK:
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, p, q, a_base,
+                              b_base)
+                if UNROLL == 4:
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, p, q, a_base,
+                                  b_base)
+                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, p, q,
+                                  a_base, b_base)
+                dot += STEP
+
+    return multiply_tile
+
+
+def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: int,
+                 b_elements: int, double: bool):
+    """The walk along K shared by levels 5-7: a device function that fetches each
+    tile into registers, multiplies the one fetched a step earlier, and stores
+    the new one to shared memory; with `double`, into two copies of the tiles
+    (A's copies a_elements apart, B's b_elements), one barrier per step (see
+    (4) and (6) above)."""
+    BK, A_ELEMENTS, B_ELEMENTS = _u(bk, a_elements, b_elements)
+    DOUBLE = double
+
+    @cuda.jit(device=True, **_INLINE)
+    def walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k, p, q):
+        write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
+        # One step more than there are tiles: step s fetches tile s (zeros past
+        # the end of K) and multiplies tile s - 1, already in shared memory.
+        for k_next in range(ZERO, k + BK, BK):
+            fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k)
+            # Multiply the tile fetched one step earlier (in the copy the last
+            # step stored), then store this one. With two copies each branch
+            # names its copy by a constant, which the compiler folds into the
+            # shared-memory addresses.
+            if k_next > ZERO:
+                if DOUBLE and write == ZERO:
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, A_ELEMENTS,
+                                  B_ELEMENTS)
+                else:
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, ZERO, ZERO)
+            if not DOUBLE:
+                cuda.syncthreads()  # nobody overwrites a tile while others still read it
+            if DOUBLE and write == ONE:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, A_ELEMENTS, B_ELEMENTS)
+            else:
+                store_tiles(a_tile, b_tile, a_next, b_next, tid, ZERO, ZERO)
+            cuda.syncthreads()
+            if DOUBLE:
+                write = ONE - write
+
+    return walk_k
+
+
+def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
+                            double_buffer: bool = None):
+    if unroll is None:  # the module's choice, where it divides the tile's depth
+        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
+    if unroll not in (1, 2, 4) or config.bk % unroll:
+        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
+    threads = config.threads
+    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
+    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
+    double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
+    a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
+    tm, tn, patch = config.tm, config.tn, config.tm * config.tn
+    BM, BN, TM, TN = _u(config.bm, config.bn, config.tm, config.tn)
+    THREADS_PER_ROW = _u(config.bn // config.tn)
+    GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
+    TWO, THREE, FOUR = _u(2, 3, 4)
+    shared_alignment = SHARED_ALIGNMENT
+    fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
+        config.bm, config.bn, config.bk, threads, vectorized)
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
@@ -580,34 +844,15 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             for j in range(TN):
                 acc[i * TN + j] += a_frag[i] * b_frag[j]
 
-    @cuda.jit(device=True, **_INLINE)
-    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col, a_base,
-                      b_base):
-        """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
-        if UNROLL == 1:
-            for dot in range(BK):
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
-                              a_base, b_base)
-        else:
-            # UNROLL steps per pass, written out (see (5) above).
-            dot = ZERO
-            while dot < BK:
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
-                              a_base, b_base)
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, thread_row,
-                              thread_col, a_base, b_base)
-                if UNROLL == 4:
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, thread_row,
-                                  thread_col, a_base, b_base)
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, thread_row,
-                                  thread_col, a_base, b_base)
-                dot += STEP
+    walk_k = _make_k_loop(fetch_tiles, store_tiles,
+                          _make_multiply_tile(multiply_step, config.bk, unroll),
+                          config.bk, a_elements, b_elements, double)
 
     @cuda.jit
     def sgemm_vectorized(a, b, c):
         # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
         # 16-byte aligned so that four neighbours can be read in one 128-bit load.
-        # With double buffering (DOUBLE), two copies of each, one after the other.
+        # With double buffering, two copies of each, one after the other.
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
         m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
@@ -616,8 +861,6 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         col0 = uint64(cuda.blockIdx.x) * BN
         thread_row = tid // THREADS_PER_ROW  # rows thread_row*TM + 0..TM-1 of the tile
         thread_col = tid % THREADS_PER_ROW  # columns g*GROUP_STRIDE + thread_col*4 + 0..3
-        a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
-        b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
         acc = cuda.local.array(patch, float32)
         a_frag = cuda.local.array(tm, float32)
         b_frag = cuda.local.array(tn, float32)
@@ -625,62 +868,8 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         b_next = cuda.local.array(b_staged, float32)
         for i in range(patch):
             acc[i] = 0.0
-        write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
-        # One step more than there are tiles: step s fetches tile s (zeros past
-        # the end of K) and multiplies tile s - 1, already in shared memory.
-        for k_next in range(ZERO, k + BK, BK):
-            # Fetch the tile starting at column k_next of A and row k_next of B
-            # into registers; zeros past the edges of the matrices.
-            for s in range(A_LOADS):
-                row, kk = row0 + a_row + s * A_ROW_STRIDE, k_next + a_col
-                x0 = x1 = x2 = x3 = float32(0.0)
-                if vectorized:
-                    if row < m and kk < k:  # k % 4 == 0: the four are all in or all out
-                        x0, x1, x2, x3 = load_float4(a, row, kk)
-                elif row < m:
-                    x0 = a[row, kk] if kk < k else float32(0.0)
-                    x1 = a[row, kk + ONE] if kk + ONE < k else float32(0.0)
-                    x2 = a[row, kk + TWO] if kk + TWO < k else float32(0.0)
-                    x3 = a[row, kk + THREE] if kk + THREE < k else float32(0.0)
-                a_next[s * FOUR] = x0
-                a_next[s * FOUR + ONE] = x1
-                a_next[s * FOUR + TWO] = x2
-                a_next[s * FOUR + THREE] = x3
-            for s in range(B_LOADS):
-                kk, col = k_next + b_row + s * B_ROW_STRIDE, col0 + b_col
-                x0 = x1 = x2 = x3 = float32(0.0)
-                if vectorized:
-                    if kk < k and col < n:  # n % 4 == 0
-                        x0, x1, x2, x3 = load_float4(b, kk, col)
-                elif kk < k:
-                    x0 = b[kk, col] if col < n else float32(0.0)
-                    x1 = b[kk, col + ONE] if col + ONE < n else float32(0.0)
-                    x2 = b[kk, col + TWO] if col + TWO < n else float32(0.0)
-                    x3 = b[kk, col + THREE] if col + THREE < n else float32(0.0)
-                b_next[s * FOUR] = x0
-                b_next[s * FOUR + ONE] = x1
-                b_next[s * FOUR + TWO] = x2
-                b_next[s * FOUR + THREE] = x3
-            # Multiply the tile fetched one step earlier (in the copy the last
-            # step stored), then store this one. With two copies each branch
-            # names its copy by a constant, which the compiler folds into the
-            # shared-memory addresses.
-            if k_next > ZERO:
-                if DOUBLE and write == ZERO:
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
-                                  A_ELEMENTS, B_ELEMENTS)
-                else:
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, thread_row, thread_col,
-                                  ZERO, ZERO)
-            if not DOUBLE:
-                cuda.syncthreads()  # nobody overwrites a tile while others still read it
-            if DOUBLE and write == ONE:
-                store_tiles(a_tile, b_tile, a_next, b_next, tid, A_ELEMENTS, B_ELEMENTS)
-            else:
-                store_tiles(a_tile, b_tile, a_next, b_next, tid, ZERO, ZERO)
-            cuda.syncthreads()
-            if DOUBLE:
-                write = ONE - write
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k, thread_row, thread_col)
         for i in range(TM):
             row = row0 + thread_row * TM + i
             if row < m:
@@ -700,11 +889,148 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 
 
 # -----------------------------------------------------------------------------
+# Level 7: warp tiling.
+# At level 6 a block's threads are laid out over its tile of C without regard
+# to warps. Level 7 adds a level to the hierarchy, as the worklog's kernel 10
+# does: the block's bm x bn tile is cut into one wm x wn tile per warp, and the
+# warp's 32 threads cover a (wm / wm_iter) x (wn / wn_iter) piece of it with
+# one tm x tn patch each, then repeat that wm_iter times down and wn_iter
+# times across. So a thread computes wm_iter x wn_iter small patches, spread
+# over its warp's tile:
+#
+#     rows    warp_row*WM + wm*WSUB_M + thread_row*TM + 0..TM-1   (wm < WM_ITER)
+#     columns warp_col*WN + wn*WSUB_N + thread_col*TN + 0..TN-1   (wn < WN_ITER)
+#
+# Three things follow. (1) At each step of K a thread loads WM_ITER*TM values
+# of A and WN_ITER*TN of B from shared memory and does WM_ITER*WN_ITER*TM*TN
+# FMAs with them: each value serves all the patches of its row (or column) of
+# patches. (2) A warp's reads of shared memory stay inside its own wm x wn
+# tile: at one step its 32 lanes read a few neighbouring 16-byte vectors of
+# A's row and of B's row, many lanes the same one (a broadcast), so a warp's
+# 128-bit load takes one pass of shared memory, or two where the vectors
+# span more than 128 bytes (A with tm = 8: eight lanes' rows, 32 bytes apart).
+# (3) The layout, not the hardware's thread order, decides which outputs
+# share loads, so tile sizes can be tuned for the warp (the unit that
+# actually executes) and for the block separately.
+#
+# Everything else is level 5's: 128-bit global loads of the next tile into
+# registers while the current one is multiplied (`_make_tile_loaders`, with
+# the same contract on aligned rows and the same scalar fallback), A's tile
+# stored transposed, two copies of the tiles and one barrier per step of K
+# (`_make_k_loop`, always double-buffered here), the dot loop written out
+# DOT_UNROLL steps per pass (`_make_multiply_tile`) and 128-bit stores of C.
+
+
+def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: int = None):
+    if unroll is None:  # the module's choice, where it divides the tile's depth
+        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
+    if unroll not in (1, 2, 4) or config.bk % unroll:
+        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
+    bm, bn, bk, threads = config.bm, config.bn, config.bk, config.threads
+    wm_iter, wn_iter, tm, tn = config.wm_iter, config.wn_iter, config.tm, config.tn
+    a_elements, b_elements = bm * bk, bk * bn
+    a_shared, b_shared = 2 * a_elements, 2 * b_elements  # two copies (double buffering)
+    accumulators = wm_iter * wn_iter * tm * tn
+    a_fragment, b_fragment = wm_iter * tm, wn_iter * tn
+    BM, BN, WM, WN, TM, TN = _u(bm, bn, config.wm, config.wn, tm, tn)
+    WM_ITER, WN_ITER = _u(wm_iter, wn_iter)
+    WSUB_M, WSUB_N = _u(config.wm // wm_iter, config.wn // wn_iter)  # one pass of the warp
+    THREADS_ACROSS = _u(config.wn // wn_iter // tn)  # lanes across one pass
+    WARPS_ACROSS = _u(bn // config.wn)
+    ROW_OUTPUTS = _u(wn_iter * tn)  # a thread's accumulators per row of its outputs
+    LANES = _u(WARP_SIZE)
+    TWO, THREE, FOUR = _u(2, 3, 4)
+    shared_alignment = SHARED_ALIGNMENT
+    fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(bm, bn, bk, threads,
+                                                                      vectorized)
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, a_offset, b_offset, a_base,
+                      b_base):
+        # The thread's WM_ITER*TM values of A (TM at a time, one run per pass
+        # down) and WN_ITER*TN values of B at step `dot`, four per 128-bit load,
+        # from the copy of the tiles at a_base and b_base; a_offset and b_offset
+        # are where its first patch starts in the block's tile. Then every patch.
+        for wm in range(WM_ITER):
+            for i in range(ZERO, TM, FOUR):
+                x0, x1, x2, x3 = load_float4_flat(
+                    a_tile, a_base + dot * BM + a_offset + wm * WSUB_M + i)
+                a_frag[wm * TM + i] = x0
+                a_frag[wm * TM + i + ONE] = x1
+                a_frag[wm * TM + i + TWO] = x2
+                a_frag[wm * TM + i + THREE] = x3
+        for wn in range(WN_ITER):
+            for j in range(ZERO, TN, FOUR):
+                x0, x1, x2, x3 = load_float4_flat(
+                    b_tile, b_base + dot * BN + b_offset + wn * WSUB_N + j)
+                b_frag[wn * TN + j] = x0
+                b_frag[wn * TN + j + ONE] = x1
+                b_frag[wn * TN + j + TWO] = x2
+                b_frag[wn * TN + j + THREE] = x3
+        # acc holds the thread's outputs row by row: output row wm*TM + i,
+        # column wn*TN + j (in the thread's own numbering) at index
+        # (wm*TM + i) * ROW_OUTPUTS + wn*TN + j.
+        for r in range(WM_ITER * TM):
+            for s in range(WN_ITER * TN):
+                acc[r * ROW_OUTPUTS + s] += a_frag[r] * b_frag[s]
+
+    walk_k = _make_k_loop(fetch_tiles, store_tiles, _make_multiply_tile(multiply_step, bk, unroll),
+                          bk, a_elements, b_elements, True)
+
+    @cuda.jit
+    def sgemm_warp_tiled(a, b, c):
+        # Level 5's tiles: A's transposed (a_tile[kk * BM + r]), B's as is
+        # (b_tile[kk * BN + col]), 16-byte aligned, two copies of each.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
+        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM
+        col0 = uint64(cuda.blockIdx.x) * BN
+        # Which warp tile, and where in one pass of it this lane's patch lies.
+        warp, lane = tid // LANES, tid % LANES
+        warp_row, warp_col = warp // WARPS_ACROSS, warp % WARPS_ACROSS
+        thread_row, thread_col = lane // THREADS_ACROSS, lane % THREADS_ACROSS
+        a_offset = warp_row * WM + thread_row * TM  # the first patch's rows in the block tile
+        b_offset = warp_col * WN + thread_col * TN  # ... and its columns
+        acc = cuda.local.array(accumulators, float32)
+        a_frag = cuda.local.array(a_fragment, float32)
+        b_frag = cuda.local.array(b_fragment, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(accumulators):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k, a_offset, b_offset)
+        # Each patch's rows of C, four columns per 128-bit store; a patch that
+        # hangs over the edge writes only what is inside.
+        for wm in range(WM_ITER):
+            for i in range(TM):
+                row = row0 + a_offset + wm * WSUB_M + i
+                if row < m:
+                    for wn in range(WN_ITER):
+                        for j in range(ZERO, TN, FOUR):
+                            col = col0 + b_offset + wn * WSUB_N + j
+                            base = (wm * TM + i) * ROW_OUTPUTS + wn * TN + j
+                            if vectorized:
+                                if col < n:  # n % 4 == 0: the four are all in or all out
+                                    store_float4(c, row, col, acc[base], acc[base + ONE],
+                                                 acc[base + TWO], acc[base + THREE])
+                            else:
+                                for q in range(FOUR):
+                                    if col + q < n:
+                                        c[row, col + q] = acc[base + q]
+
+    return sgemm_warp_tiled
+
+
+# -----------------------------------------------------------------------------
 # Choosing and launching a kernel
 
 
 @lru_cache(maxsize=None)
-def _compiled(kind: str, config: TileConfig | None = None, vectorized: bool = False):
+def _compiled(kind: str, config: TileConfig | WarpTileConfig | None = None,
+              vectorized: bool = False):
     """One kernel object per (kind, config): Numba caches its compiled code on it."""
     if kind == "shared":
         return _make_shared_kernel(SHARED_TILE)
@@ -712,6 +1038,8 @@ def _compiled(kind: str, config: TileConfig | None = None, vectorized: bool = Fa
         return _make_1d_kernel(config)
     if kind == "2d":
         return _make_2d_kernel(config)
+    if kind == "warp":
+        return _make_warp_tiled_kernel(config, vectorized)
     return _make_vectorized_kernel(config, vectorized)
 
 
@@ -761,14 +1089,16 @@ def _read_tuned_file(path: str, stamp: int) -> dict:
         return json.load(f)
 
 
-def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
+def kernel_for(level, shape, vectorized=True,
+               config: TileConfig | WarpTileConfig | None = None):
     """The kernel, grid and block matmul launches for `level` at shape (m, n, k).
 
     Level "auto" is level 6's kernel with the tile configuration `auto_config`
     picks for the shape.
 
-    `config` overrides the tile sizes of levels 4a-6 (it must pass check_config).
-    Returns (kernel, grid, block).
+    `config` overrides the tile sizes of levels 4a-6 (a TileConfig that passes
+    check_config) or of level 7 (a WarpTileConfig that passes check_warp_config,
+    default WARP_TILE_DEFAULT). Returns (kernel, grid, block).
     """
     key = _level(level, auto_ok=True)
     m, n, k = shape
@@ -783,16 +1113,19 @@ def kernel_for(level, shape, vectorized=True, config: TileConfig | None = None):
         return (_compiled("shared"), (_blocks(n, SHARED_TILE), _blocks(m, SHARED_TILE)),
                 (SHARED_TILE, SHARED_TILE))
     if config is None:
-        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or \
-            _tuned_here(gpu_model())
+        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5, "7": WARP_TILE_DEFAULT}.get(key) \
+            or _tuned_here(gpu_model())
     return _tiled_kernel(key, config, bool(vectorized)), \
         (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
 
 
 @lru_cache(maxsize=None)
-def _tiled_kernel(key: str, config: TileConfig, vectorized: bool):
-    """The kernel of level 4a, 4b, 5 or 6 for `config`, checked once (matmul asks on
+def _tiled_kernel(key: str, config: TileConfig | WarpTileConfig, vectorized: bool):
+    """The kernel of level 4a, 4b, 5, 6 or 7 for `config`, checked once (matmul asks on
     every call; a configuration that breaks a constraint raises every time)."""
+    if key == "7":
+        check_warp_config(config)
+        return _compiled("warp", config, vectorized)
     if key == "4a":
         if config.tn != 1:
             raise ValueError(f"config for level 4a must have tn=1 (a column per thread), got {config}")
@@ -1034,8 +1367,8 @@ def _sum_grid(m: int, n: int) -> tuple:
 def _check_splits(splits, key) -> int:
     if splits is None:
         return None
-    if key not in ("5", "6", "auto"):
-        raise ValueError(f"splits applies to levels 5, 6 and auto only, got level {key!r}")
+    if key not in ("5", "6", "7", "auto"):
+        raise ValueError(f"splits applies to levels 5, 6, 7 and auto only, got level {key!r}")
     if isinstance(splits, (bool, np.bool_)) or not isinstance(splits, (int, np.integer)) \
             or not 1 <= splits <= 64:
         raise ValueError(f"splits must be a whole number from 1 to 64, got {splits!r}")
@@ -1102,19 +1435,20 @@ def _fast_matmul(a, b, key, config, splits, out=None):
     return out
 
 
-def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int | None = None,
-           out=None):
-    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6 or
+def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
+           splits: int | None = None, out=None):
+    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
     "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
     a: M x K, b: K x N, both float32 and both of one kind: numpy arrays (the
     result is a numpy array), or device arrays with __cuda_array_interface__
     (a Numba device array gives a Numba device array, a CUDA torch tensor a
     CUDA torch tensor on the same device). Any M, N, K >= 0.
-    config: tile sizes for levels 4a-6 (default: each level's own; level 6
-    reads sgemm_tuned.json).
+    config: tile sizes for levels 4a-6, a TileConfig (default: each level's
+    own; level 6 reads sgemm_tuned.json), or for level 7, a WarpTileConfig
+    (default WARP_TILE_DEFAULT).
     splits: cut K into this many slices, each multiplied by its own blocks,
-    and add the partial products (split-K; levels 5, 6 and auto; default 1,
+    and add the partial products (split-K; levels 5, 6, 7 and auto; default 1,
     or what auto measured best near this shape).
     out: where to write C (returned): an M x N C-contiguous float32 array of
     the inputs' kind. A call that allocates C each time pays for the
@@ -1143,10 +1477,13 @@ def matmul(a, b, level="auto", *, config: TileConfig | None = None, splits: int 
             raise ValueError(f"inner dimensions must match: a is {a.shape[0]} x {a.shape[1]} so b "
                              f"must have {a.shape[1]} rows, got b of shape {tuple(b.shape)}")
     if config is not None:
-        if key not in ("4a", "4b", "5", "6", "auto"):
-            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 (and auto) only, got level "
-                             f"{level!r}")
-        check_config(config, vectorized=key in ("5", "6", "auto"))
+        if key not in ("4a", "4b", "5", "6", "7", "auto"):
+            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 (and auto; a TileConfig) "
+                             f"and 7 (a WarpTileConfig) only, got level {level!r}")
+        if key == "7":
+            check_warp_config(config)
+        else:
+            check_config(config, vectorized=key in ("5", "6", "auto"))
     splits = _check_splits(splits, key)
     if out is not None:
         _check_out(out, a, (int(a.shape[0]), int(b.shape[1])))
@@ -1214,7 +1551,7 @@ def _check_out(out, a, shape) -> None:
 # Resource reports and autotuning (a real GPU only)
 
 
-def resource_usage(level, config: TileConfig | None = None) -> dict:
+def resource_usage(level, config: TileConfig | WarpTileConfig | None = None) -> dict:
     """Registers per thread, shared memory per block and local memory per thread
     of `level`'s kernel, from Numba's own compile report (compiling it first).
 
@@ -1326,7 +1663,7 @@ def matmul_flops(m, n, k) -> int:
     return 2 * _whole("m", m) * _whole("n", n) * _whole("k", k)
 
 
-def traffic_model(level, m, n, k, config: TileConfig | None = None) -> dict:
+def traffic_model(level, m, n, k, config: TileConfig | WarpTileConfig | None = None) -> dict:
     """What `level` moves for an m x k by k x n product, in a simple model.
 
     Returns a dict with:
@@ -1357,6 +1694,12 @@ def traffic_model(level, m, n, k, config: TileConfig | None = None) -> dict:
         t = SHARED_TILE
         global_bytes = 4 * (m * n * k / t) * 2  # each block reads t x k of A and k x t of B
         shared_per_fma = 2.0
+    elif key == "7":
+        config = WARP_TILE_DEFAULT if config is None else check_warp_config(config)
+        global_bytes = 4 * m * n * k * (1 / config.bn + 1 / config.bm)
+        # Per step of K: wm_iter*tm values of A and wn_iter*tn of B for all the patches.
+        rows, cols = config.wm_iter * config.tm, config.wn_iter * config.tn
+        shared_per_fma = (rows + cols) / (rows * cols)
     else:
         if config is None:
             config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5}.get(key) or DEFAULT_TUNED
