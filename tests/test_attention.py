@@ -602,3 +602,24 @@ def test_benchmark_summary_keeps_head_dims_apart():
         if r["variant"] == "flash" and r["head_dim"] == 64:
             r["ms"] /= 1.2
     assert "(the same, to two digits)" in A.benchmark_markdown(data)
+
+
+def test_half_precision_tables_read_a_results_file():
+    # A results file of benchmarks/attention_half.py, made up: ours 0.6 ms
+    # against SDPA flash's 0.1 ms forward (6x) and 3.0 against 0.3 backward (10x);
+    # ours in fp32 0.5 ms, so fp16 takes 1.2 times its fp32 time.
+    def row(variant, dtype, ms):
+        return dict(variant=variant, dtype=dtype, batch=4, heads=16, seq=1024, head_dim=64,
+                    causal=False, ms=ms)
+
+    record = {"results": [row("flash_fp16", "fp16", 0.6), row("sdpa_flash_fp16", "fp16", 0.1),
+                          row("sdpa_efficient_fp16", "fp16", 0.2), row("flash_fp32", "fp32", 0.5),
+                          row("flash_bwd_fp16", "fp16", 3.0),
+                          row("sdpa_flash_bwd_fp16", "fp16", 0.3)]}
+    ratios = A.half_precision_ratios(record)
+    assert ratios["forward"] == pytest.approx((6.0, 6.0))
+    assert ratios["backward"] == pytest.approx((10.0, 10.0))
+    assert ratios["half_over_fp32"] == pytest.approx((1.2, 1.2))
+    table = A.half_precision_markdown(record).splitlines()
+    assert table[2] == "| forward | fp16 | 1,024 | 64 | no | 0.600 | 0.100 | 0.200 | 0.500 | 6.0 |"
+    assert table[3] == "| backward | fp16 | 1,024 | 64 | no | 3.000 | 0.300 | – | – | 10.0 |"

@@ -1484,3 +1484,64 @@ def benchmark_markdown(data, causal=False):
             lines += ["", f"{VARIANT_LABELS[variant]} ran out of memory at N = {oom:,}"
                       + (f"; ours ran up to N = {max(ran):,}." if ran else ".")]
     return "\n".join(lines)
+
+
+# -----------------------------------------------------------------------------
+# Half precision (benchmarks/attention_half.py), as chapter 9 shows it
+
+
+def _half_cases(record):
+    """{(pass, type, seq, head_dim, causal): {"ours", "flash", "efficient": ms}}
+    from an attention_half results file, pass "forward" or "backward", type
+    "fp16" or "bf16"; and {(seq, head_dim, causal): ms} of ours in fp32."""
+    cases, fp32 = {}, {}
+    for r in record["results"]:
+        shape = (r["seq"], r["head_dim"], r["causal"])
+        if r["variant"] == "flash_fp32":
+            fp32[shape] = min(r["ms"], fp32.get(shape, math.inf))
+            continue
+        direction = "backward" if "_bwd_" in r["variant"] else "forward"
+        who = ("flash" if r["variant"].startswith("sdpa_flash") else
+               "efficient" if r["variant"].startswith("sdpa_efficient") else "ours")
+        cases.setdefault((direction, r["dtype"]) + shape, {})[who] = r["ms"]
+    return cases, fp32
+
+
+def half_precision_ratios(record) -> dict:
+    """Ours over SDPA's flash backend (tensor cores) in the same precision, as
+    (lowest, highest) per pass ("forward", "backward"); and ours in half
+    precision over ours in fp32 on the same shapes (forward)."""
+    cases, fp32 = _half_cases(record)
+    found = {}
+    for direction in ("forward", "backward"):
+        ratios = [ms["ours"] / ms["flash"] for key, ms in cases.items()
+                  if key[0] == direction and "ours" in ms and "flash" in ms]
+        if ratios:
+            found[direction] = (min(ratios), max(ratios))
+    own = [ms["ours"] / fp32[key[2:]] for key, ms in cases.items()
+           if key[0] == "forward" and "ours" in ms and key[2:] in fp32]
+    if own:
+        found["half_over_fp32"] = (min(own), max(own))
+    return found
+
+
+def half_precision_markdown(record) -> str:
+    """An attention_half results file as a markdown table: per pass, type and
+    shape, ours, SDPA flash and memory-efficient in ms, ours in fp32 (forward),
+    and ours over SDPA flash."""
+    cases, fp32 = _half_cases(record)
+    lines = []
+    for key in sorted(cases, key=lambda k: (k[0] != "forward", k[1], k[2:])):
+        direction, dtype, seq, d, causal = key
+        ms = cases[key]
+
+        def cell(name, table=ms):
+            return f"{table[name]:.3f}" if name in table else "–"
+
+        own = f"{fp32[key[2:]]:.3f}" if direction == "forward" and key[2:] in fp32 else "–"
+        ratio = f"{ms['ours'] / ms['flash']:.1f}" if "ours" in ms and "flash" in ms else "–"
+        lines.append(f"| {direction} | {dtype} | {seq:,} | {d} | {'yes' if causal else 'no'} | "
+                     f"{cell('ours')} | {cell('flash')} | {cell('efficient')} | {own} | {ratio} |")
+    return ("| pass | type | N | head dim | causal | ours (ms) | SDPA flash (ms) | SDPA "
+            "memory-efficient (ms) | ours in fp32 (ms) | ours / SDPA flash |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(lines))
