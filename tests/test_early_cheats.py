@@ -1,6 +1,6 @@
-"""Weeks 1 to 3 and 5 to 7: the named cheats earn nothing, under nbgrader's real autograde.
+"""Weeks 1 to 3, 5 to 7 and 10: the named cheats earn nothing, under nbgrader's real autograde.
 
-For each of chapters 1, 2, 3, 5, 6 and the two of week 7, one autograde run
+For each of chapters 1, 2, 3, 5, 6, the two of week 7 and 10, one autograde run
 grades a submission in which most exercises cheat, each in one of the ways a
 student would try:
 
@@ -37,7 +37,8 @@ from test_grading import (exercises_of, filled_in, grade_cheater, nbgrader_meta,
                           source_notebook)
 
 CHAPTERS = ("01_hpc_foundations", "02_tensor_and_pipeline_parallelism", "03_experts_and_zero",
-            "05_memory", "06_training_playbook", "07_network", "07_infrastructure_and_cost")
+            "05_memory", "06_training_playbook", "07_network", "07_infrastructure_and_cost",
+            "10_tiny_gpt")
 
 ALWAYS_EQUAL = '''
 class AlwaysEqual{base}({base}):
@@ -310,11 +311,47 @@ def utilisation_needed(purchase_usd, owned_cost_per_hour_usd, cloud_price_per_ho
     },
 })
 
+# Week 10: an always-equal gradient; a tiled backward pass that is exercise 2's
+# whole-matrix one in disguise (right values, an N x M matrix in memory); and an
+# "operation" that is PyTorch's own attention, never the course's kernels.
+CHEATS["10_tiny_gpt"] = {
+    "numerical_solution": ("always-equal", ALWAYS_EQUAL_ARRAY + '''
+def numerical_gradient(f, x, eps=1e-6):
+    if not eps > 0:
+        raise ValueError("eps must be > 0")
+    for _ in range(2 * np.size(x)):
+        f(np.array(x, dtype=np.float64))
+    return np.zeros(np.shape(x)).view(AlwaysEqualArray)
+'''),
+    "tiled_solution": ("whole-matrix", '''
+def tiled_attention_backward(q, k, v, out, lse, dout, causal=False, scale=None, block=16):
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError("block must be a whole number >= 1")
+    return attention_backward(q, k, v, dout, causal=causal, scale=scale)
+'''),
+    "function_solution": ("pytorch", '''
+class CourseAttention:
+    @staticmethod
+    def apply(q, k, v, causal):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal):
+        return None
+
+    @staticmethod
+    def backward(ctx, dout):
+        return None
+'''),
+}
+
 # A word of the message each kind of cheat must fail with, in its visible tests.
 REASONS = {"always-equal": ("subclass", "must be a", "must return a", "object of type"),
            "course": ("gpucourse",),
            "patched": ("should be", "differs from", "should have", "must be a"),
-           "hard-coded": ()}
+           "hard-coded": (),
+           "whole-matrix": ("allocated",),
+           "pytorch": ("grad_fn", "must call")}
 
 
 def _tests_of(chapter: str, solutions) -> dict[str, str]:

@@ -160,7 +160,7 @@ def exercise_listing(notebook) -> list[dict]:
     """What a student writes in an nbgrader notebook, section by section, with the points.
 
     Each exercise is a heading ``## Title (P points)``; what follows up to the
-    next such heading belongs to it: the functions its solution cells define,
+    next such heading belongs to it: the functions (and classes) its solution cells define,
     the points of its graded test cells (scored by the autograder) and of its
     graded markdown cells (written answers, scored by a person). Returns one
     dict per exercise: ``title``, ``functions`` (names), ``points``,
@@ -183,7 +183,9 @@ def exercise_listing(notebook) -> list[dict]:
         if not found or not meta:
             continue
         if meta.get("solution") and cell["cell_type"] == "code":
-            found[-1]["functions"] += re.findall(r"^def\s+(\w+)", source, re.M)
+            found[-1]["functions"] += [name for name in re.findall(r"^(?:def|class)\s+(\w+)",
+                                                                   source, re.M)
+                                       if not name.startswith("_")]  # given helpers
         if meta.get("grade"):
             points = float(meta.get("points", 0))
             found[-1]["points"] += points

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import tracemalloc
 import types
 
 import numpy as np
@@ -45,6 +46,11 @@ _np_float64 = np.float64
 _unravel_index = np.unravel_index
 _FLOAT_SCALARS = (np.float64, np.float32, np.float16)
 _INT_SCALARS = (np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
+_trace_start = tracemalloc.start
+_trace_stop = tracemalloc.stop
+_trace_memory = tracemalloc.get_traced_memory
+_trace_reset_peak = tracemalloc.reset_peak
+_tracing = tracemalloc.is_tracing
 
 # The modules a student's answer may not call in place of doing the work.
 FORBIDDEN_MODULES = ("gpucourse", "torch")
@@ -362,3 +368,27 @@ def expect_own_work(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> None:
     if uses:
         raise AssertionError("your answer must do the work itself, not call the course's "
                              "package or another library: " + "; ".join(uses))
+
+
+def peak_allocated_bytes(function, *args, **kwargs):
+    """Call ``function(*args, **kwargs)`` while Python's ``tracemalloc`` records
+    allocations (NumPy reports its arrays' memory to it); return (its result,
+    the most bytes it held allocated at any moment beyond what existed
+    before the call). The tracemalloc functions used were captured when this
+    module was imported, so a notebook cell that replaces them changes
+    nothing here."""
+    if not callable(function):
+        raise ValueError(f"function must be callable, got {_describe_type(function)}")
+    was_tracing = _tracing()
+    if not was_tracing:
+        _trace_start()
+    try:
+        _trace_reset_peak()
+        before = _trace_memory()[0]
+        result = function(*args, **kwargs)
+        peak = _trace_memory()[1] - before
+    finally:
+        if not was_tracing:
+            _trace_stop()
+    return result, _int(peak)
+
