@@ -222,3 +222,22 @@ def test_always_equal_containers_and_strings_earn_nothing():
 def test_expect_equal_refuses_an_expected_value_it_cannot_compare():
     with pytest.raises(ValueError, match="expected must be built of"):
         verify.expect_equal(np.zeros(2), np.zeros(2))
+
+
+def test_peak_allocated_bytes_sees_a_whole_matrix_and_not_a_loop_of_small_ones(monkeypatch):
+    import tracemalloc
+
+    import numpy as np
+
+    from gpucourse.verify import peak_allocated_bytes
+
+    result, peak = peak_allocated_bytes(lambda n: float(np.ones((n, n)).sum()), 512)
+    assert result == 512.0 * 512 and peak >= 512 * 512 * 8  # one 2 MiB matrix, held
+    _, small = peak_allocated_bytes(lambda n: [float(np.ones(n).sum()) for _ in range(100)], 512)
+    assert small < 64 * 1024  # a hundred 4 KiB rows, never held together
+    # A notebook cell that replaces tracemalloc's functions changes nothing here.
+    monkeypatch.setattr(tracemalloc, "get_traced_memory", lambda: (0, 0))
+    _, peak = peak_allocated_bytes(lambda: np.ones((256, 256)))
+    assert peak >= 256 * 256 * 8
+    with pytest.raises(ValueError, match="function must be callable"):
+        peak_allocated_bytes(3)
