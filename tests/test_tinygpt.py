@@ -9,6 +9,8 @@ course's attention gives the losses PyTorch's attention gives, step by step.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -147,3 +149,23 @@ def test_a_run_has_learned_when_its_running_mean_falls_below_the_bar():
     assert T.steps_to_learn(losses, 0.01, window=10) == 69
     assert T.steps_to_learn([1.0] * 200, 0.01) is None
     assert T.steps_to_learn([0.0] * 10, 0.01) is None  # shorter than the window
+
+
+def test_the_loss_floor_is_the_entropy_of_the_operands():
+    # Scored on the sums alone, a model that adds makes no mistake: floor 0.
+    assert T.loss_floor(answers_only=True) == 0.0
+    # On every character, a window of three lines has 18 operand digits among
+    # its 39 targets (5 in the first line, whose first digit is the input, 6 in
+    # each of the others, and the first digit of the fourth line): each costs ln 10.
+    assert T.loss_floor(3 * T.LINE_LENGTH, answers_only=False) == pytest.approx(
+        18 / 39 * math.log(10), rel=1e-12)
+    # The same count, made from the batches themselves: a target is an operand
+    # digit exactly where the line's text says so.
+    tokens = T.encode(T.corpus(20, seed=1))
+    _, y = next(T.batches(tokens, 2 * T.LINE_LENGTH, 3, seed=2, answers_only=False))
+    line = T.addition_line(123, 456)
+    operand = [c.isdigit() and i < 2 * T.DIGITS + 1 for i, c in enumerate(line)]
+    share = np.mean([operand[t % T.LINE_LENGTH] for t in range(1, 2 * T.LINE_LENGTH + 1)])
+    assert y.shape == (3, 2 * T.LINE_LENGTH)
+    assert T.loss_floor(2 * T.LINE_LENGTH, answers_only=False) == pytest.approx(
+        share * math.log(10), rel=1e-12)

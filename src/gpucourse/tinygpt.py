@@ -343,6 +343,24 @@ def batches(tokens: np.ndarray, block_size: int, batch_size: int, seed: int, ans
         yield tokens[windows], targets
 
 
+OPERAND_OFFSETS = tuple(range(DIGITS)) + tuple(range(DIGITS + 1, 2 * DIGITS + 1))  # a line's random digits
+
+
+def loss_floor(block_size: int = 3 * LINE_LENGTH, answers_only: bool = True) -> float:
+    """The lowest mean loss (nats per scored character) any model can reach on
+    `batches`' windows: the operands' digits are uniform and independent, so
+    each costs ln 10 however well the model adds; every other character (the
+    signs, the sum, the newline) follows from what came before. With
+    `answers_only` only the sums and line ends are scored: the floor is 0.
+    Otherwise it is ln 10 times the share of a window's targets (the tokens
+    1 .. block_size after a line start) that are operand digits."""
+    block_size = count("block_size", block_size)
+    if answers_only:
+        return 0.0
+    random = sum(1 for t in range(1, block_size + 1) if t % LINE_LENGTH in OPERAND_OFFSETS)
+    return random / block_size * math.log(10)
+
+
 def _synchronize(device):
     import torch
 
