@@ -140,6 +140,65 @@ def timing():
     return rows
 
 
+def sweep_v3():
+    """Version 3's tile candidates (attention_backward.V3_SWEEP): each checked
+    against float64 autograd on a ragged causal shape, then timed in turns with
+    SDPA memory-efficient's backward at B4 H16, N 1024 and 4096, causal and not."""
+    from gpucourse.kernels.attention_backward import V3_SWEEP
+
+    rows = []
+    for d, configs in V3_SWEEP.items():
+        g = torch.Generator(device="cuda").manual_seed(d)
+        q, k, v, dout = (torch.randn(1, 2, 300, d, device="cuda", generator=g) for _ in range(4))
+        out, lse = A.flash_attention(q, k, v, causal=True, return_lse=True)
+        want = autograd64(q, k, v, dout, True)
+        valid = []
+        for config in configs:
+            try:
+                got = flash_attention_backward(q, k, v, out, lse, dout, causal=True, version=3,
+                                               config=config)
+                error = max(float((o.double() - w).abs().max() / w.abs().max())
+                            for o, w in zip(got, want))
+            except Exception as failure:  # a candidate this GPU cannot run
+                print(f"sweep d{d} {config}: {type(failure).__name__}: {failure}", flush=True)
+                continue
+            print(f"sweep d{d} {config}: error {error:.1e}", flush=True)
+            if error < 1e-4:
+                valid.append(config)
+        for seq in (1024, 4096):
+            for causal in (False, True):
+                q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
+                out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+                qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                    sdpa_out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+                def sdpa_bwd():
+                    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                        return torch.autograd.grad(sdpa_out, (qg, kg, vg), dout,
+                                                   retain_graph=True)
+
+                calls = {"sdpa_efficient_bwd": sdpa_bwd}
+                for config in valid:
+                    calls[str(config)] = (lambda c=config: flash_attention_backward(
+                        q, k, v, out, lse, dout, causal=causal, version=3, config=c))
+                ms = time_in_turns(calls, rounds=3)
+                for name, t in ms.items():
+                    rows.append(dict(variant="flash_bwd_v3" if name != "sdpa_efficient_bwd"
+                                     else name, config=None if name == "sdpa_efficient_bwd"
+                                     else name, batch=4, heads=16, seq=seq, head_dim=d,
+                                     causal=causal, ms=t))
+                best = min((t, name) for name, t in ms.items() if name != "sdpa_efficient_bwd")
+                print(f"sweep seq {seq} d{d} causal={causal}: SDPA {ms['sdpa_efficient_bwd']:.3f} "
+                      f"ms; best v3 {best[1]} {best[0]:.3f} ms "
+                      f"({best[0] / ms['sdpa_efficient_bwd']:.2f}x); "
+                      + ", ".join(f"{n} {t:.3f}" for n, t in ms.items()
+                                  if n != "sdpa_efficient_bwd"), flush=True)
+                del qg, kg, vg, sdpa_out
+                torch.cuda.empty_cache()
+    return rows
+
+
 def long_sequence():
     seq, d = 16384, 64
     q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
@@ -158,6 +217,9 @@ def long_sequence():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    parser.add_argument("--sweep-v3", action="store_true",
+                        help="only the tile sweep of version 3 (V3_SWEEP), written as "
+                             "attention_backward_sweep-<gpu>-<date>.json")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -166,9 +228,13 @@ def main():
                   versions=dict(python=platform.python_version(), numba=numba.__version__,
                                 torch=torch.__version__, numpy=np.__version__),
                   method=__doc__.split("\n\n", 1)[1].strip())
-    report["validation"] = validate()
-    report["results"] = timing() + [long_sequence()]
-    path = Path(args.out) / f"attention_backward-{gpu_slug(name)}-{report['date']}.json"
+    if args.sweep_v3:
+        report["benchmark"] = "attention_backward_sweep"
+        report["results"] = sweep_v3()
+    else:
+        report["validation"] = validate()
+        report["results"] = timing() + [long_sequence()]
+    path = Path(args.out) / f"{report['benchmark']}-{gpu_slug(name)}-{report['date']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {path}")

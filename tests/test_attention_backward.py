@@ -151,6 +151,13 @@ def test_version_3_configurations_are_checked():
         check_tiled_config_v3(128, (128, 1024, 4, 4, 4, 4))
     with pytest.raises(ValueError, match="six whole numbers"):
         check_tiled_config_v3(64, (64, 256, 4, 4, 4, True))
+    with pytest.raises(ValueError, match="registers per thread"):
+        check_tiled_config_v3(64, (64, 256, 4, 4, 4, 4, 300))
+    from gpucourse.kernels.attention_backward import V3_SWEEP
+
+    for head_dim, configs in V3_SWEEP.items():
+        for config in configs:
+            assert check_tiled_config_v3(head_dim, config) == config
 
 
 V3_PTX_SCRIPT = """

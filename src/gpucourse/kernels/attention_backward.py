@@ -425,6 +425,19 @@ TILED_CONFIGS_V3 = {16: (32, 32, 8, 4, 4, 4), 32: (64, 128, 8, 4, 4, 4),
                     64: (64, 256, 4, 4, 4, 4), 128: (64, 256, 4, 4, 4, 8)}
 
 
+# Candidates for a sweep of version 3 on a GPU (benchmarks/attention_backward.py
+# --sweep-v3), per head dim. ptxas (sm_90, no GPU needed) puts every one at
+# 104-254 registers without spills, so most run 8 warps per multiprocessor;
+# the seventh number caps the registers at 128 (100-200 bytes of spills a
+# thread) to fit two blocks, 16 warps, where shared memory allows it.
+V3_SWEEP = {
+    64: [(64, 256, 4, 4, 4, 4), (64, 256, 4, 4, 4, 4, 128), (32, 128, 4, 2, 4, 4),
+         (32, 64, 4, 4, 4, 8), (64, 128, 8, 4, 4, 8)],
+    128: [(64, 256, 4, 4, 4, 8), (64, 256, 4, 4, 4, 8, 128), (32, 128, 4, 2, 4, 8),
+          (32, 128, 2, 4, 4, 8), (32, 256, 2, 2, 4, 4)],
+}
+
+
 def shared_bytes_v3(head_dim: int, tile: int) -> int:
     """The dynamic shared memory of version 3's kernels (the dK-dV kernel's,
     the larger of the two) for one head dim and tile."""
@@ -432,15 +445,19 @@ def shared_bytes_v3(head_dim: int, tile: int) -> int:
 
 
 def check_tiled_config_v3(head_dim: int, config: tuple) -> tuple:
-    """(tile, threads, SQ, SK, VK, VC) if the patches tile the block's work
-    exactly, the four-float loads line up (VK and VC multiples of 4) and the
-    shared memory fits in what a block may opt in to on an H100 (227 KiB);
-    else ValueError."""
-    if len(config) != 6 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
-                                   for n in config):
+    """(tile, threads, SQ, SK, VK, VC), with an optional seventh number, the
+    most registers a thread may use (the compiler spills the rest; a knob for
+    fitting more blocks on a multiprocessor), if the patches tile the block's
+    work exactly, the four-float loads line up (VK and VC multiples of 4) and
+    the shared memory fits in what a block may opt in to on an H100 (227
+    KiB); else ValueError."""
+    if len(config) not in (6, 7) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                            and n >= 1 for n in config):
         raise ValueError(f"config must be six whole numbers (tile, threads, SQ, SK, VK, VC), "
-                         f"got {config!r}")
-    b, nt, sq, sk, vk, vc = config
+                         f"and optionally a seventh (registers per thread), got {config!r}")
+    if len(config) == 7 and not 32 <= config[6] <= 255:
+        raise ValueError(f"the registers per thread must be in [32, 255], got {config[6]}")
+    b, nt, sq, sk, vk, vc = config[:6]
     if vk % 4 or vc % 4:
         raise ValueError(f"VK and VC must be multiples of 4 (four floats per load); got {config}")
     if b % sq or b % sk or b % vk or head_dim % vc or b % 4:
@@ -487,8 +504,10 @@ def _tiled_kernels_v3(head_dim: int, causal: bool, config: tuple | None = None,
     shared memory in bytes."""
     dkdv, dq, threads, tile, shared = _v3_functions(head_dim, causal, config, io)
     if on_gpu():
-        return (cuda.jit(v3_signature("dkdv", io))(dkdv), cuda.jit(v3_signature("dq", io))(dq),
-                threads, tile, shared)
+        config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
+        cap = {"max_registers": config[6]} if len(config) == 7 else {}
+        return (cuda.jit(v3_signature("dkdv", io), **cap)(dkdv),
+                cuda.jit(v3_signature("dq", io), **cap)(dq), threads, tile, shared)
     return cuda.jit(dkdv), cuda.jit(dq), threads, tile, shared
 
 
@@ -501,7 +520,7 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
     gradient once as they store it."""
     config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
     to_io = A._IO_CONVERSIONS[io]()
-    B, NT, SQ, SK, VK, VC = config
+    B, NT, SQ, SK, VK, VC = config[:6]
     D = head_dim
     DR = D + 4  # padded row of a (rows, head_dim) tile
     PR = B + 4  # padded row of a (rows, tile) tile
@@ -764,7 +783,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     of queries and keys with register tiling), 1 (one row per thread, the
     plainest form; kept as the reference the speed-up is measured against) or
     3 (bigger tiles in dynamic shared memory, read four floats at a time).
-    config: version 2's or 3's tiles, (tile, threads, SQ, SK, VK, VC); default
+    config: version 2's or 3's tiles, (tile, threads, SQ, SK, VK, VC) (version
+    3: optionally a seventh number, registers per thread); default
     TILED_CONFIGS[head_dim] or TILED_CONFIGS_V3[head_dim].
 
     Returns (dq, dk, dv) in the kind and dtype of the inputs, of the shapes of
