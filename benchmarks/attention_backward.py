@@ -104,18 +104,26 @@ def time_in_turns(calls, rounds=ROUNDS):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def sdpa_backward(q, k, v, dout, causal):
+    """A call of SDPA memory-efficient's backward alone: its forward is run once
+    here, and the call differentiates that graph again (retain_graph)."""
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+        sdpa_out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+    def call():
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            return torch.autograd.grad(sdpa_out, (qg, kg, vg), dout, retain_graph=True)
+
+    return call
+
+
 def timing():
     rows = []
     for seq, d, causal in TIMED:
         q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-        qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            sdpa_out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-
-        def sdpa_bwd():
-            with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                return torch.autograd.grad(sdpa_out, (qg, kg, vg), dout, retain_graph=True)
+        sdpa_bwd = sdpa_backward(q, k, v, dout, causal)
 
         def flash_bwd():
             return flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
@@ -135,7 +143,7 @@ def timing():
               f"(v1 {ms['flash_bwd_v1']:.3f}, v3 {ms['flash_bwd_v3']:.3f}), "
               f"sdpa_efficient_bwd {ms['sdpa_efficient_bwd']:.3f} ms, ratio "
               f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
-        del qg, kg, vg, sdpa_out
+        del sdpa_bwd
         torch.cuda.empty_cache()
     return rows
 
@@ -169,16 +177,7 @@ def sweep_v3():
             for causal in (False, True):
                 q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
                 out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-                qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                    sdpa_out = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-
-                def sdpa_bwd():
-                    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-                        return torch.autograd.grad(sdpa_out, (qg, kg, vg), dout,
-                                                   retain_graph=True)
-
-                calls = {"sdpa_efficient_bwd": sdpa_bwd}
+                calls = {"sdpa_efficient_bwd": sdpa_backward(q, k, v, dout, causal)}
                 for config in valid:
                     calls[str(config)] = (lambda c=config: flash_attention_backward(
                         q, k, v, out, lse, dout, causal=causal, version=3, config=c))
@@ -194,7 +193,7 @@ def sweep_v3():
                       f"({best[0] / ms['sdpa_efficient_bwd']:.2f}x); "
                       + ", ".join(f"{n} {t:.3f}" for n, t in ms.items()
                                   if n != "sdpa_efficient_bwd"), flush=True)
-                del qg, kg, vg, sdpa_out
+                del calls
                 torch.cuda.empty_cache()
     return rows
 
