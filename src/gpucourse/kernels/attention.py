@@ -31,10 +31,12 @@ The module also counts what the chapter discusses: floating-point operations,
 device-memory (HBM) bytes and shared-memory (SRAM) bytes of the naive and the
 tiled versions, and the extra memory each needs.
 
-Inputs are float32 arrays of shape (batch, heads, seq, head_dim): numpy
-arrays (the result comes back as numpy), Numba device arrays (the result stays
-on the device) or CUDA torch tensors (the result is a torch tensor on the same
-device). Importing this module imports Numba (through ``gpucourse.device``)
+Inputs are float32 arrays of shape (batch, heads, seq, head_dim) (keys and
+values may have another sequence length than the queries: cross-attention;
+``flash_attention`` also takes float16 and bfloat16, computing in float32):
+numpy arrays (the result comes back as numpy), Numba device arrays (the
+result stays on the device) or CUDA torch tensors (the result is a torch
+tensor on the same device). Importing this module imports Numba (through ``gpucourse.device``)
 but not torch.
 """
 
