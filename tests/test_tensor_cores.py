@@ -1,0 +1,115 @@
+"""gpucourse.kernels.tensor_cores: the fragment places of mma.m16n8k16, the
+plain tensor-core GEMM on the simulator's stand-in and on a GPU, and the
+instruction in the PTX a GPU would run (compiled here, without one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpucourse.device import on_gpu
+from gpucourse.kernels import tensor_cores as TC
+
+
+def test_each_fragment_covers_its_matrix_once():
+    for places, shape in ((TC.A_FRAGMENT, (16, 16)), (TC.B_FRAGMENT, (16, 8)),
+                          (TC.C_FRAGMENT, (16, 8))):
+        seen = np.zeros(shape, dtype=int)
+        for lane in places:
+            for row, col in lane:
+                seen[row, col] += 1
+        assert (seen == 1).all(), shape
+
+
+def test_fragment_places_follow_the_ptx_isa():
+    # Lane 5: group 1, thread 1 of its group (PTX ISA, "Matrix fragments for
+    # mma.m16n8k16 with floating point type"), written out by hand.
+    assert TC.A_FRAGMENT[5].tolist() == [[1, 2], [1, 3], [9, 2], [9, 3],
+                                         [1, 10], [1, 11], [9, 10], [9, 11]]
+    assert TC.B_FRAGMENT[5].tolist() == [[2, 1], [3, 1], [10, 1], [11, 1]]
+    assert TC.C_FRAGMENT[5].tolist() == [[1, 2], [1, 3], [9, 2], [9, 3]]
+    # Lane 31: group 7, thread 3.
+    assert TC.A_FRAGMENT[31, 7].tolist() == [15, 15]
+    assert TC.B_FRAGMENT[31, 3].tolist() == [15, 7]
+    assert TC.C_FRAGMENT[31, 3].tolist() == [15, 7]
+
+
+@pytest.mark.parametrize("m, n, k", [(16, 8, 16), (32, 16, 48)])
+def test_hgemm_equals_numpy(m, n, k):
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    c = TC.hgemm(a, b)
+    assert c.dtype == np.float32 and c.shape == (m, n)
+    # fp16 products are exact in float32; only the float32 sums round.
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.skipif(not on_gpu(), reason="needs a GPU")
+def test_hgemm_on_a_gpu_at_a_real_size():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((256, 512)).astype(np.float16)
+    b = rng.standard_normal((512, 128)).astype(np.float16)
+    np.testing.assert_allclose(TC.hgemm(a, b), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_hgemm_names_bad_input():
+    a = np.zeros((16, 16), dtype=np.float16)
+    with pytest.raises(ValueError, match="a must be a 2-D float16 array"):
+        TC.hgemm(a.astype(np.float32), a[:, :8])
+    with pytest.raises(ValueError, match="inner dimensions"):
+        TC.hgemm(a, np.zeros((32, 8), dtype=np.float16))
+    with pytest.raises(ValueError, match="multiples of 16, 8 and 16"):
+        TC.hgemm(np.zeros((8, 16), dtype=np.float16), a[:, :8])
+
+
+PTX_SCRIPT = """
+import os
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # the real compiler; no GPU is needed for PTX
+os.environ.pop("GPUCOURSE_DEVICE", None)
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+import numba.cuda
+from numba import types
+from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
+_compile_without_a_gpu()
+from gpucourse.kernels import tensor_cores as TC
+half, single = types.Array(types.float16, 2, "C"), types.Array(types.float32, 2, "C")
+places = types.Array(types.int32, 3, "C")
+print(numba.cuda.compile_ptx(TC._hgemm_kernel.py_func,
+                             (half, half, single, places, places, places), cc=(9, 0))[0])
+"""
+
+
+def test_the_kernel_issues_the_tensor_core_instruction_for_an_h100():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", PTX_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if done.returncode and "libnvrtc" in done.stderr + done.stdout:
+        pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ptx = done.stdout
+    assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 1
+    assert ".local" not in ptx
+    # ptxas, as the driver would run it, accepts the instruction for sm_90.
+    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
+    try:
+        handle = nvjitlink.create(3, ["-arch=sm_90", "-verbose", "-O3"])
+    except Exception as error:  # no libnvJitLink on this machine
+        pytest.skip(f"nvJitLink is not available here ({error})")
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "hgemm.ptx")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    assert "0 bytes spill stores" in log.decode(errors="replace")
