@@ -311,9 +311,11 @@ def utilisation_needed(purchase_usd, owned_cost_per_hour_usd, cloud_price_per_ho
     },
 })
 
-# Week 10: an always-equal gradient; a tiled backward pass that is exercise 2's
-# whole-matrix one in disguise (right values, an N x M matrix in memory); and an
-# "operation" that is PyTorch's own attention, never the course's kernels.
+# Week 10: an always-equal gradient; a linear layer's backward pass whose products
+# bypass the matmul it is given (right values, NumPy's @ instead); a tiled backward
+# pass that is exercise 3's whole-matrix one in disguise (right values, an N x M
+# matrix in memory); and an "operation" that is PyTorch's own attention, never the
+# course's kernels.
 CHEATS["10_tiny_gpt"] = {
     "numerical_solution": ("always-equal", ALWAYS_EQUAL_ARRAY + '''
 def numerical_gradient(f, x, eps=1e-6):
@@ -328,6 +330,14 @@ def tiled_attention_backward(q, k, v, out, lse, dout, causal=False, scale=None, 
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
         raise ValueError("block must be a whole number >= 1")
     return attention_backward(q, k, v, dout, causal=causal, scale=scale)
+'''),
+    "linear_solution": ("bypass", '''
+def linear_backward(x, weight, grad_out, matmul):
+    x, weight, grad_out = (np.asarray(a) for a in (x, weight, grad_out))
+    if weight.ndim != 2 or weight.shape[1] != x.shape[-1]:
+        raise ValueError("weight must be (out_features, in_features)")
+    rows = grad_out.reshape(-1, weight.shape[0])
+    return (rows @ weight).reshape(x.shape), rows.T @ x.reshape(-1, x.shape[-1]), rows.sum(axis=0)
 '''),
     "function_solution": ("pytorch", '''
 class CourseAttention:
@@ -351,6 +361,7 @@ REASONS = {"always-equal": ("subclass", "must be a", "must return a", "object of
            "patched": ("should be", "differs from", "should have", "must be a"),
            "hard-coded": (),
            "whole-matrix": ("allocated",),
+           "bypass": ("matmul calls",),
            "pytorch": ("grad_fn", "must call")}
 
 
