@@ -161,15 +161,6 @@ def test_version_3_configurations_are_checked():
 
 
 V3_PTX_SCRIPT = """
-import os, sys
-os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # the real compiler; no GPU is needed for PTX
-os.environ.pop("GPUCOURSE_DEVICE", None)
-import numpy as np
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack
-import numba.cuda
-from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
-_compile_without_a_gpu()
 from gpucourse.kernels import attention_backward as AB
 for io in ("float32", "float16"):
     dkdv, dq, *_ = AB._v3_functions(64, True, None, io)
@@ -183,17 +174,9 @@ for io in ("float32", "float16"):
 def test_version_3_compiles_for_an_h100_with_four_float_shared_loads():
     """What a GPU would run, compiled here without one: both kernels read their
     tiles with 128-bit shared loads and keep every patch in registers."""
-    import os
-    import subprocess
-    import sys
+    from ptx_helpers import compile_without_a_gpu
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", V3_PTX_SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=300)
-    if done.returncode and "libnvrtc" in done.stderr + done.stdout:
-        pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
-    assert done.returncode == 0, done.stderr[-3000:]
-    kernels = done.stdout.split("=== end of kernel ===")[:4]
+    kernels = compile_without_a_gpu(V3_PTX_SCRIPT).split("=== end of kernel ===")[:4]
     for text in kernels:
         assert ".target sm_90" in text
         assert ".extern .shared .align 16" in text  # the dynamic tiles, aligned for v4

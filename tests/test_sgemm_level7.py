@@ -11,16 +11,13 @@ test. Nothing here is timed: benchmarks/sgemm_level7.py does that on a GPU.
 """
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, WarpTileConfig
+from ptx_helpers import compile_without_a_gpu, ptxas_report
 
 RTOL, ATOL = 1e-5, 1e-5
 
@@ -183,27 +180,19 @@ def test_level7_in_the_level_tables_and_models():
 # -----------------------------------------------------------------------------
 # What a GPU would run: the PTX for compute capability 9.0, compiled here
 
-PTX_SCRIPT = textwrap.dedent("""
-    import json, os, sys
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # the real compiler; no GPU is needed for PTX
-    os.environ.pop("GPUCOURSE_DEVICE", None)
-    import numpy as np
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack
-    import numba.cuda
-    from numba import float32, types
-    from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
-    _compile_without_a_gpu()
-    from gpucourse.kernels import sgemm
-    matrix = types.Array(float32, 2, "C")
-    found = {}
-    for name, vectorized in json.loads(sys.argv[1]):
-        config = sgemm.WarpTileConfig(**json.loads(name))
-        kernel = sgemm._tiled_kernel("7", config, vectorized)
-        found[name + str(vectorized)] = numba.cuda.compile_ptx(
-            kernel.py_func, (matrix, matrix, matrix), cc=(9, 0))[0]
-    print(json.dumps(found))
-""")
+PTX_SCRIPT = """
+import json, sys
+from numba import float32, types
+from gpucourse.kernels import sgemm
+matrix = types.Array(float32, 2, "C")
+found = {}
+for name, vectorized in json.loads(sys.argv[1]):
+    config = sgemm.WarpTileConfig(**json.loads(name))
+    kernel = sgemm._tiled_kernel("7", config, vectorized)
+    found[name + str(vectorized)] = numba.cuda.compile_ptx(
+        kernel.py_func, (matrix, matrix, matrix), cc=(9, 0))[0]
+print(json.dumps(found))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -215,13 +204,8 @@ def level7_ptx():
     wanted = [(json.dumps(asdict(sgemm.WARP_TILE_DEFAULT)), True),
               (json.dumps(asdict(sgemm.WARP_TILE_DEFAULT)), False),
               (json.dumps(asdict(sgemm.WARP_TILE_CANDIDATES[2])), True)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, "-c", PTX_SCRIPT, json.dumps(wanted)],
-                          capture_output=True, text=True, env=env, timeout=300)
-    if done.returncode and "libnvrtc" in done.stderr + done.stdout:
-        pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
-    assert done.returncode == 0, done.stderr[-3000:]
-    texts = json.loads(done.stdout.strip().splitlines()[-1])
+    printed = compile_without_a_gpu(PTX_SCRIPT, json.dumps(wanted))
+    texts = json.loads(printed.strip().splitlines()[-1])
     return [texts[name + str(vectorized)] for name, vectorized in wanted]
 
 
@@ -255,31 +239,12 @@ def test_level7_ptx_loads_128_bits_stages_in_shared_memory_and_keeps_accumulator
     assert two_down.count("fma.rn.f32") == 128 * sgemm.DOT_UNROLL * 2
 
 
-def _ptxas_report(ptx_text: str) -> str:
-    """ptxas's report (registers, spills) on the PTX, linked for sm_90 by nvJitLink
-    from the CUDA wheels: what the GPU's driver would do with it, without a GPU."""
-    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
-    try:
-        handle = nvjitlink.create(3, ["-arch=sm_90", "-verbose", "-O3"])
-    except Exception as error:  # no libnvJitLink on this machine
-        pytest.skip(f"nvJitLink is not available here ({error})")
-    try:
-        data = ptx_text.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "level7.ptx")
-        nvjitlink.complete(handle)
-        log = bytearray(nvjitlink.get_info_log_size(handle))
-        nvjitlink.get_info_log(handle, log)
-    finally:
-        nvjitlink.destroy(handle)
-    return log.decode(errors="replace")
-
-
 def test_level7_machine_code_keeps_every_accumulator_in_registers(level7_ptx):
     # ptxas, not only the PTX: 128 accumulators, the fragments and the staged
     # tiles fit the 255 registers a thread may have, with no spill to local memory.
     import re
 
-    report = _ptxas_report(level7_ptx[0])
+    report = ptxas_report(level7_ptx[0])
     registers = int(re.search(r"[Uu]sed (\d+) registers", report).group(1))
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
     assert 128 < registers <= 255

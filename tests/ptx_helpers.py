@@ -1,0 +1,60 @@
+"""What a GPU would run, read on a machine without one: helpers for the tests
+that compile a kernel to PTX (numba.cuda.compile_ptx, NVVM from the
+numba-cuda[cu13] wheels) and ask ptxas, through nvJitLink, for its registers
+and spills."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Run first in the compiling process: the real compiler (not the simulator)
+# and a stand-in for the GPU that device functions ask for a compute capability.
+PRELUDE = """
+import os
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+os.environ.pop("GPUCOURSE_DEVICE", None)
+import numpy as np
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+import numba.cuda
+from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
+_compile_without_a_gpu()
+"""
+
+
+def compile_without_a_gpu(body: str, *args: str) -> str:
+    """Run PRELUDE and then `body` in a fresh Python process (with `args` as its
+    command-line arguments) and return what it printed. Skips the test where
+    the NVVM wheels are missing; fails with the process's error otherwise."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    script = PRELUDE + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+    if done.returncode and "libnvrtc" in done.stderr + done.stdout:
+        pytest.skip("compiling PTX needs the numba-cuda[cu13] wheels (NVVM)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def ptxas_report(ptx_text: str, arch: str = "sm_90") -> str:
+    """ptxas's report (registers, spills) on the PTX, linked for `arch` by
+    nvJitLink from the CUDA wheels: what the GPU's driver would do with it."""
+    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
+    try:
+        handle = nvjitlink.create(3, [f"-arch={arch}", "-verbose", "-O3"])
+    except Exception as error:  # no libnvJitLink on this machine
+        pytest.skip(f"nvJitLink is not available here ({error})")
+    try:
+        data = ptx_text.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    return log.decode(errors="replace")
