@@ -279,6 +279,60 @@ def plot_mappings(axes=None):
     return axes
 
 
+def warp_tile_patches(config=None, warp: int = 0, lane: int = 0) -> list[tuple[int, int]]:
+    """The top-left corners (row, column) in the block's tile of C of the tm x tn
+    patches that one lane of one warp computes at level 7, in the order the
+    kernel walks them (wm_iter passes down, wn_iter across): the mapping of
+    `sgemm`'s warp-tiled kernel, written out."""
+    from gpucourse.kernels import sgemm
+
+    config = sgemm.check_warp_config(config or sgemm.WARP_TILE_DEFAULT)
+    if not 0 <= warp < config.warps or not 0 <= lane < sgemm.WARP_SIZE:
+        raise ValueError(f"warp must be in [0, {config.warps}) and lane in "
+                         f"[0, {sgemm.WARP_SIZE}), got warp {warp!r}, lane {lane!r}")
+    sub_m, sub_n = config.wm // config.wm_iter, config.wn // config.wn_iter
+    across = sub_n // config.tn  # lanes across one pass of the warp
+    warp_row, warp_col = divmod(warp, config.bn // config.wn)
+    lane_row, lane_col = divmod(lane, across)
+    return [(warp_row * config.wm + m * sub_m + lane_row * config.tm,
+             warp_col * config.wn + n * sub_n + lane_col * config.tn)
+            for m in range(config.wm_iter) for n in range(config.wn_iter)]
+
+
+def plot_warp_tiling(config=None, ax=None):
+    """Level 7's block tile of C: its warps' tiles (outlined), warp 0's passes
+    (the pieces its 32 lanes cover at once, shaded in turn) and lane 0's
+    patches, one in each pass (dark)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    from gpucourse.kernels import sgemm
+
+    config = sgemm.check_warp_config(config or sgemm.WARP_TILE_DEFAULT)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 5.5 * config.bm / config.bn))
+    ax.set_xlim(0, config.bn)
+    ax.set_ylim(config.bm, 0)
+    ax.set_aspect("equal")
+    ax.set_xticks([0, config.wn, config.bn])
+    ax.set_yticks([0, config.wm, config.bm])
+    for row in range(0, config.bm, config.wm):
+        for col in range(0, config.bn, config.wn):
+            ax.add_patch(Rectangle((col, row), config.wn, config.wm, fill=False,
+                                   ec="tab:blue", lw=2))
+    sub_m, sub_n = config.wm // config.wm_iter, config.wn // config.wn_iter
+    for i in range(config.wm_iter):
+        for j in range(config.wn_iter):
+            ax.add_patch(Rectangle((j * sub_n, i * sub_m), sub_n, sub_m, color="tab:orange",
+                                   alpha=0.12 + 0.12 * ((i + j) % 2)))
+    for row, col in warp_tile_patches(config):
+        ax.add_patch(Rectangle((col, row), config.tn, config.tm, color="tab:red", alpha=0.9))
+    ax.set_title(f"level 7: a {config.bm} x {config.bn} block tile, {config.warps} warps of "
+                 f"{config.wm} x {config.wn};\nwarp 0 in {config.wm_iter * config.wn_iter} "
+                 f"passes, lane 0's {config.tm} x {config.tn} patch in each", fontsize=9)
+    return ax
+
+
 def plot_roofline(record: dict, intensities: dict, m=4096, peak_flops_per_s=None,
                   bandwidth_bytes_per_s=None, ax=None):
     """Each level at its arithmetic intensity (intensities: level -> FLOP/byte,
