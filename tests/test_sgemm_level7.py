@@ -18,8 +18,7 @@ import pytest
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, WarpTileConfig
 from ptx_helpers import compile_without_a_gpu, ptxas_report
-
-RTOL, ATOL = 1e-5, 1e-5
+from test_sgemm import ATOL, RTOL, _random, _reference, check_nan_and_inf
 
 # Two warps side by side, each 16 x 32: a thread computes one 4 x 4 patch.
 ONE_PATCH = WarpTileConfig(bm=32, bn=32, bk=8, wm=16, wn=32, wn_iter=1, tm=4, tn=4, threads=64)
@@ -30,14 +29,6 @@ TWO_BY_TWO = WarpTileConfig(bm=64, bn=64, bk=8, wm=32, wn=64, wn_iter=2, tm=4, t
 # (k and n multiples of 4: the 128-bit loads) over several tiles of K, one row,
 # one column, K = 1, and the empty sum (K = 0).
 SHAPES = [(33, 37, 29), (70, 36, 24), (1, 24, 1), (9, 12, 1), (1, 1, 17), (13, 1, 6), (5, 3, 0)]
-
-
-def _random(shape, seed):
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
-def _reference(a, b):
-    return a.astype(np.float64) @ b.astype(np.float64)
 
 
 def _fails(function, *args, naming, **kwargs):
@@ -80,17 +71,7 @@ def test_dot_loop_written_out_1_or_4_steps_per_pass_gives_the_same_product(unrol
 # The simulator runs kernels in numpy, which warns about 0 * Inf; a GPU does not.
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_nan_and_inf_propagate_like_numpy():
-    a, b = _random((17, 12), 1), _random((12, 20), 2)
-    a[3, 5] = np.nan  # row 3 of C becomes NaN
-    b[7, 11] = np.inf  # column 11 of C becomes +-Inf...
-    a[9, 7] = 0.0  # ...except C[9, 11], where 0 * Inf is NaN
-    expected = _reference(a, b)
-    c = sgemm.matmul(a, b, "7", config=ONE_PATCH)
-    np.testing.assert_array_equal(np.isnan(c), np.isnan(expected))
-    np.testing.assert_array_equal(np.isinf(c), np.isinf(expected))
-    finite = np.isfinite(expected)
-    np.testing.assert_allclose(c[finite], expected[finite], rtol=RTOL, atol=ATOL)
-    assert np.isnan(c[9, 11]) and np.isnan(c[3]).all()
+    check_nan_and_inf(lambda a, b: sgemm.matmul(a, b, "7", config=ONE_PATCH))
 
 
 def test_device_arrays_and_split_k():

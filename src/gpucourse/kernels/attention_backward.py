@@ -502,9 +502,9 @@ def _tiled_kernels_v3(head_dim: int, causal: bool, config: tuple | None = None,
     configuration, default TILED_CONFIGS_V3[head_dim], and element type of the
     inputs and gradients), with their block size (threads), tile and dynamic
     shared memory in bytes."""
+    config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
     dkdv, dq, threads, tile, shared = _v3_functions(head_dim, causal, config, io)
     if on_gpu():
-        config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
         cap = {"max_registers": config[6]} if len(config) == 7 else {}
         return (cuda.jit(v3_signature("dkdv", io), **cap)(dkdv),
                 cuda.jit(v3_signature("dq", io), **cap)(dq), threads, tile, shared)
@@ -601,6 +601,40 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
                     p_acc[x, y] += c3 * d4[y, 3]
             c += u(4)
 
+    @cuda.jit(device=True, **A._INLINE)
+    def load_run(dst, smem, at):
+        """dst[0 .. VK] = VK neighbouring floats of shared memory from `at`,
+        four per load."""
+        for a in range(VK // 4):
+            x0, x1, x2, x3 = load4(smem, at + u(4 * a))
+            dst[4 * a] = x0
+            dst[4 * a + 1] = x1
+            dst[4 * a + 2] = x2
+            dst[4 * a + 3] = x3
+
+    @cuda.jit(device=True, **A._INLINE)
+    def add_outer(acc, weights, g, v0, v1, v2, v3):
+        """acc[x, group g's four columns] += weights[x] * (v0, v1, v2, v3), for
+        this thread's VK rows: one step of a patch of P^T dO, dS^T Q or dS K."""
+        for x in range(VK):
+            acc[x, 4 * g] += weights[x] * v0
+            acc[x, 4 * g + 1] += weights[x] * v1
+            acc[x, 4 * g + 2] += weights[x] * v2
+            acc[x, 4 * g + 3] += weights[x] * v3
+
+    @cuda.jit(device=True, **A._INLINE)
+    def store_patch(dst, acc, factor, first, limit, head_rows, oy, ox):
+        """This thread's VK rows (first + oy VK + x, those below limit) and VC
+        columns of a gradient, acc * factor rounded to the element type, into
+        flat dst whose head starts at row head_rows."""
+        for x in range(VK):
+            row = first + oy * VK + x
+            if row < limit:
+                out = (head_rows + row) * D + ox * 4
+                for g in range(GROUPS):
+                    for e in range(4):
+                        dst[out + g * GX * 4 + e] = to_io(acc[x, 4 * g + e] * factor)
+
     def probabilities(keep_p, transposed):
         @cuda.jit(device=True, **A._INLINE)
         def write(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq):
@@ -672,33 +706,17 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
             cuda.syncthreads()
             # dV += P^T dO and dK += dS^T Q on this thread's VK keys x VC columns.
             for r in range(B):
-                for a in range(VK // 4):
-                    at = u(r * PR + oy * VK + 4 * a)
-                    p4[4 * a], p4[4 * a + 1], p4[4 * a + 2], p4[4 * a + 3] = load4(
-                        smem, u(P_BASE) + at)
-                    ds4[4 * a], ds4[4 * a + 1], ds4[4 * a + 2], ds4[4 * a + 3] = load4(
-                        smem, u(DS_BASE) + at)
+                at = u(r * PR + oy * VK)
+                load_run(p4, smem, u(P_BASE) + at)
+                load_run(ds4, smem, u(DS_BASE) + at)
                 for g in range(GROUPS):
                     at = u(r * DR + ox * 4 + g * GX * 4)
                     o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
                     q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
-                    for x in range(VK):
-                        dv_acc[x, 4 * g] += p4[x] * o0
-                        dv_acc[x, 4 * g + 1] += p4[x] * o1
-                        dv_acc[x, 4 * g + 2] += p4[x] * o2
-                        dv_acc[x, 4 * g + 3] += p4[x] * o3
-                        dk_acc[x, 4 * g] += ds4[x] * q0
-                        dk_acc[x, 4 * g + 1] += ds4[x] * q1
-                        dk_acc[x, 4 * g + 2] += ds4[x] * q2
-                        dk_acc[x, 4 * g + 3] += ds4[x] * q3
-        for x in range(VK):
-            key = key0 + oy * VK + x
-            if key < key_seq:
-                out = (bh * key_seq + key) * D + ox * 4
-                for g in range(GROUPS):
-                    for e in range(4):
-                        dk[out + g * GX * 4 + e] = to_io(dk_acc[x, 4 * g + e] * scale)
-                        dv[out + g * GX * 4 + e] = to_io(dv_acc[x, 4 * g + e])
+                    add_outer(dv_acc, p4, g, o0, o1, o2, o3)
+                    add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
+        store_patch(dk, dk_acc, scale, key0, key_seq, bh * key_seq, oy, ox)
+        store_patch(dv, dv_acc, np.float32(1.0), key0, key_seq, bh * key_seq, oy, ox)
 
     def dq_v3(q, k, v, dout, lse, delta, dq, seq, key_seq, scale):
         # The block's queries stay in shared memory (Q in X, dO in Y); key
@@ -743,24 +761,11 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
             cuda.syncthreads()
             # dQ += dS K on this thread's VK queries x VC columns.
             for j in range(B):
-                for a in range(VK // 4):
-                    at = u(j * PR + oy * VK + 4 * a)
-                    ds4[4 * a], ds4[4 * a + 1], ds4[4 * a + 2], ds4[4 * a + 3] = load4(
-                        smem, u(DS_BASE) + at)
+                load_run(ds4, smem, u(DS_BASE) + u(j * PR + oy * VK))
                 for g in range(GROUPS):
                     k0, k1, k2, k3 = load4(smem, u(U_BASE) + u(j * DR + ox * 4 + g * GX * 4))
-                    for x in range(VK):
-                        dq_acc[x, 4 * g] += ds4[x] * k0
-                        dq_acc[x, 4 * g + 1] += ds4[x] * k1
-                        dq_acc[x, 4 * g + 2] += ds4[x] * k2
-                        dq_acc[x, 4 * g + 3] += ds4[x] * k3
-        for x in range(VK):
-            row = row0 + oy * VK + x
-            if row < seq:
-                out = (bh * seq + row) * D + ox * 4
-                for g in range(GROUPS):
-                    for e in range(4):
-                        dq[out + g * GX * 4 + e] = to_io(dq_acc[x, 4 * g + e] * scale)
+                    add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+        store_patch(dq, dq_acc, scale, row0, seq, bh * seq, oy, ox)
 
     return dkdv_v3, dq_v3, NT, B, 4 * END
 

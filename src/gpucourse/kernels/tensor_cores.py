@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
+from numba.types import float16  # noqa: E402 (after gpucourse.device)
 
 WARP = 32
 M, N, K = 16, 8, 16  # the shape of one instruction
@@ -151,27 +152,20 @@ def _hgemm_kernel(a, b, c, a_places, b_places, c_places):
     tile = cuda.blockIdx.x * (cuda.blockDim.x // WARP) + cuda.threadIdx.x // WARP
     tiles_across = c.shape[1] // N
     row0, col0 = (tile // tiles_across) * M, (tile % tiles_across) * N
-    d0 = d1 = d2 = d3 = np.float32(0.0)
-    if row0 < c.shape[0]:
-        for k0 in range(0, a.shape[1], K):
-            a0 = a[row0 + a_places[lane, 0, 0], k0 + a_places[lane, 0, 1]]
-            a1 = a[row0 + a_places[lane, 1, 0], k0 + a_places[lane, 1, 1]]
-            a2 = a[row0 + a_places[lane, 2, 0], k0 + a_places[lane, 2, 1]]
-            a3 = a[row0 + a_places[lane, 3, 0], k0 + a_places[lane, 3, 1]]
-            a4 = a[row0 + a_places[lane, 4, 0], k0 + a_places[lane, 4, 1]]
-            a5 = a[row0 + a_places[lane, 5, 0], k0 + a_places[lane, 5, 1]]
-            a6 = a[row0 + a_places[lane, 6, 0], k0 + a_places[lane, 6, 1]]
-            a7 = a[row0 + a_places[lane, 7, 0], k0 + a_places[lane, 7, 1]]
-            b0 = b[k0 + b_places[lane, 0, 0], col0 + b_places[lane, 0, 1]]
-            b1 = b[k0 + b_places[lane, 1, 0], col0 + b_places[lane, 1, 1]]
-            b2 = b[k0 + b_places[lane, 2, 0], col0 + b_places[lane, 2, 1]]
-            b3 = b[k0 + b_places[lane, 3, 0], col0 + b_places[lane, 3, 1]]
-            d0, d1, d2, d3 = mma_m16n8k16(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3,
-                                          d0, d1, d2, d3)
-        c[row0 + c_places[lane, 0, 0], col0 + c_places[lane, 0, 1]] = d0
-        c[row0 + c_places[lane, 1, 0], col0 + c_places[lane, 1, 1]] = d1
-        c[row0 + c_places[lane, 2, 0], col0 + c_places[lane, 2, 1]] = d2
-        c[row0 + c_places[lane, 3, 0], col0 + c_places[lane, 3, 1]] = d3
+    a_part = cuda.local.array(8, float16)  # this lane's fragments
+    b_part = cuda.local.array(4, float16)
+    zero = np.float32(0.0)
+    d = (zero, zero, zero, zero)  # this lane's part of C, summed over K
+    for k0 in range(0, a.shape[1], K):
+        for i in range(8):
+            a_part[i] = a[row0 + a_places[lane, i, 0], k0 + a_places[lane, i, 1]]
+        for i in range(4):
+            b_part[i] = b[k0 + b_places[lane, i, 0], col0 + b_places[lane, i, 1]]
+        d = mma_m16n8k16(a_part[0], a_part[1], a_part[2], a_part[3], a_part[4], a_part[5],
+                         a_part[6], a_part[7], b_part[0], b_part[1], b_part[2], b_part[3],
+                         d[0], d[1], d[2], d[3])
+    for i in range(4):
+        c[row0 + c_places[lane, i, 0], col0 + c_places[lane, i, 1]] = d[i]
 
 
 WARPS_PER_BLOCK = 1  # a warp per block: every warp of a block has a tile (the simulator's
