@@ -169,3 +169,10 @@ def test_the_loss_floor_is_the_entropy_of_the_operands():
     assert y.shape == (3, 2 * T.LINE_LENGTH)
     assert T.loss_floor(2 * T.LINE_LENGTH, answers_only=False) == pytest.approx(
         share * math.log(10), rel=1e-12)
+
+
+def test_the_loss_floor_names_bad_input():
+    with pytest.raises(ValueError, match="answers_only must be True or False"):
+        T.loss_floor(39, answers_only="no")
+    with pytest.raises(ValueError, match="block_size"):
+        T.loss_floor(0, answers_only=False)

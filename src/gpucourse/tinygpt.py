@@ -355,6 +355,8 @@ def loss_floor(block_size: int = 3 * LINE_LENGTH, answers_only: bool = True) -> 
     Otherwise it is ln 10 times the share of a window's targets (the tokens
     1 .. block_size after a line start) that are operand digits."""
     block_size = count("block_size", block_size)
+    if not isinstance(answers_only, (bool, np.bool_)):
+        raise ValueError(f"answers_only must be True or False, got {answers_only!r}")
     if answers_only:
         return 0.0
     random = sum(1 for t in range(1, block_size + 1) if t % LINE_LENGTH in OPERAND_OFFSETS)
