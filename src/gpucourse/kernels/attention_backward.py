@@ -421,8 +421,12 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
 #
 # Per head dim: (tile, threads, SQ, SK, VK, VC). Shared memory: four tiles of
 # tile x (head_dim + 4) floats, two of tile x (tile + 4), and 2 x tile.
+# Head dims 64 and 128: the winners of the H100 sweep of V3_SWEEP
+# (results/attention_backward_sweep-h100-2026-11-25.json; d64's fastest at
+# three of the four timed shapes and within 1.5% at the fourth, d128's at all
+# four); 16 and 32 are not measured.
 TILED_CONFIGS_V3 = {16: (32, 32, 8, 4, 4, 4), 32: (64, 128, 8, 4, 4, 4),
-                    64: (64, 256, 4, 4, 4, 4), 128: (64, 256, 4, 4, 4, 8)}
+                    64: (64, 128, 8, 4, 4, 8), 128: (64, 256, 4, 4, 4, 8)}
 
 
 # Candidates for a sweep of version 3 on a GPU (benchmarks/attention_backward.py
