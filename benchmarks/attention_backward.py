@@ -7,10 +7,10 @@
    times up; the largest error relative to the largest gradient must stay below
    1e-4; and the same for the autograd operation (flash_attention_autograd).
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
-   and not, fp32 with TF32 off: ours (`flash_attention_backward`, the three
-   kernels, called on CUDA tensors as a user would; the default version as
-   flash_bwd, versions 1 and 3 as flash_bwd_v1 and flash_bwd_v3) against the backward of
-   PyTorch's scaled_dot_product_attention with the memory-efficient backend
+   and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
+   CUDA tensors as a user would; the default version as flash_bwd, versions
+   1, 3 and 4 as flash_bwd_v1, flash_bwd_v3 and flash_bwd_v4) against the
+   backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
    call of ours at seq 16384, where the naive backward's N x N matrices
@@ -125,37 +125,44 @@ def timing():
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         sdpa_bwd = sdpa_backward(q, k, v, dout, causal)
 
-        def flash_bwd():
-            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal)
-
-        def flash_bwd_v1():
-            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=1)
-
-        def flash_bwd_v3():
-            return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=3)
-
-        ms = time_in_turns({"flash_bwd": flash_bwd, "flash_bwd_v1": flash_bwd_v1,
-                            "flash_bwd_v3": flash_bwd_v3, "sdpa_efficient_bwd": sdpa_bwd})
+        calls = {"flash_bwd": lambda: flash_attention_backward(q, k, v, out, lse, dout,
+                                                               causal=causal)}
+        for version in (1, 3, 4):
+            calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
+                q, k, v, out, lse, dout, causal=causal, version=n))
+        calls["sdpa_efficient_bwd"] = sdpa_bwd
+        ms = time_in_turns(calls)
         for variant, t in ms.items():
             rows.append(dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=d,
                              causal=causal, ms=t, status="ok"))
         print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms "
-              f"(v1 {ms['flash_bwd_v1']:.3f}, v3 {ms['flash_bwd_v3']:.3f}), "
-              f"sdpa_efficient_bwd {ms['sdpa_efficient_bwd']:.3f} ms, ratio "
-              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
+              f"(v1 {ms['flash_bwd_v1']:.3f}, v3 {ms['flash_bwd_v3']:.3f}, "
+              f"v4 {ms['flash_bwd_v4']:.3f}), sdpa_efficient_bwd "
+              f"{ms['sdpa_efficient_bwd']:.3f} ms, ratio "
+              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f} (v4 "
+              f"{ms['flash_bwd_v4'] / ms['sdpa_efficient_bwd']:.2f})", flush=True)
+        del calls
         del sdpa_bwd
         torch.cuda.empty_cache()
     return rows
 
 
-def sweep_v3():
-    """Version 3's tile candidates (attention_backward.V3_SWEEP): each checked
-    against float64 autograd on a ragged causal shape, then timed in turns with
-    SDPA memory-efficient's backward at B4 H16, N 1024 and 4096, causal and not."""
-    from gpucourse.kernels.attention_backward import V3_SWEEP
+def sweep(version=3):
+    """Version 3's or 4's tile candidates (attention_backward.V3_SWEEP, those that
+    fit version 4's shared memory for version 4): each checked against float64
+    autograd on a ragged causal shape, then timed in turns with SDPA
+    memory-efficient's backward at B4 H16, N 1024 and 4096, causal and not."""
+    from gpucourse.kernels.attention_backward import V3_SWEEP, check_tiled_config_v3
+
+    def fits(d, config):
+        try:
+            return check_tiled_config_v3(d, config, version=version) == config
+        except ValueError:
+            return False
 
     rows = []
     for d, configs in V3_SWEEP.items():
+        configs = [c for c in configs if fits(d, c)]
         g = torch.Generator(device="cuda").manual_seed(d)
         q, k, v, dout = (torch.randn(1, 2, 300, d, device="cuda", generator=g) for _ in range(4))
         out, lse = A.flash_attention(q, k, v, causal=True, return_lse=True)
@@ -163,8 +170,8 @@ def sweep_v3():
         valid = []
         for config in configs:
             try:
-                got = flash_attention_backward(q, k, v, out, lse, dout, causal=True, version=3,
-                                               config=config)
+                got = flash_attention_backward(q, k, v, out, lse, dout, causal=True,
+                                               version=version, config=config)
                 error = max(float((o.double() - w).abs().max() / w.abs().max())
                             for o, w in zip(got, want))
             except Exception as failure:  # a candidate this GPU cannot run
@@ -180,16 +187,16 @@ def sweep_v3():
                 calls = {"sdpa_efficient_bwd": sdpa_backward(q, k, v, dout, causal)}
                 for config in valid:
                     calls[str(config)] = (lambda c=config: flash_attention_backward(
-                        q, k, v, out, lse, dout, causal=causal, version=3, config=c))
+                        q, k, v, out, lse, dout, causal=causal, version=version, config=c))
                 ms = time_in_turns(calls, rounds=3)
                 for name, t in ms.items():
-                    rows.append(dict(variant="flash_bwd_v3" if name != "sdpa_efficient_bwd"
+                    rows.append(dict(variant=f"flash_bwd_v{version}" if name != "sdpa_efficient_bwd"
                                      else name, config=None if name == "sdpa_efficient_bwd"
                                      else name, batch=4, heads=16, seq=seq, head_dim=d,
                                      causal=causal, ms=t))
                 best = min((t, name) for name, t in ms.items() if name != "sdpa_efficient_bwd")
                 print(f"sweep seq {seq} d{d} causal={causal}: SDPA {ms['sdpa_efficient_bwd']:.3f} "
-                      f"ms; best v3 {best[1]} {best[0]:.3f} ms "
+                      f"ms; best v{version} {best[1]} {best[0]:.3f} ms "
                       f"({best[0] / ms['sdpa_efficient_bwd']:.2f}x); "
                       + ", ".join(f"{n} {t:.3f}" for n, t in ms.items()
                                   if n != "sdpa_efficient_bwd"), flush=True)
@@ -219,6 +226,9 @@ def main():
     parser.add_argument("--sweep-v3", action="store_true",
                         help="only the tile sweep of version 3 (V3_SWEEP), written as "
                              "attention_backward_sweep-<gpu>-<date>.json")
+    parser.add_argument("--sweep-v4", action="store_true",
+                        help="only the tile sweep of version 4 (V3_SWEEP's candidates that "
+                             "fit it), written as attention_backward_sweep_v4-<gpu>-<date>.json")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -229,7 +239,10 @@ def main():
                   method=__doc__.split("\n\n", 1)[1].strip())
     if args.sweep_v3:
         report["benchmark"] = "attention_backward_sweep"
-        report["results"] = sweep_v3()
+        report["results"] = sweep(3)
+    elif args.sweep_v4:
+        report["benchmark"] = "attention_backward_sweep_v4"
+        report["results"] = sweep(4)
     else:
         report["validation"] = validate()
         report["results"] = timing() + [long_sequence()]

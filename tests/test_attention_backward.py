@@ -9,7 +9,8 @@ import torch
 
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention_backward import (BLOCK, TILED_CONFIGS, TILED_CONFIGS_V3,
-                                                  check_tiled_config, check_tiled_config_v3,
+                                                  TILED_CONFIGS_V4, check_tiled_config,
+                                                  check_tiled_config_v3, shared_bytes_v3,
                                                   flash_attention_backward,
                                                   reference_attention_backward)
 
@@ -43,6 +44,8 @@ def autograd_grads(q, k, v, dout, causal, scale):
     ((1, 1, 1, 16), False, 1),
     ((1, 2, 37, 16), True, 3),    # version 3: tiles in dynamic shared memory
     ((1, 1, 1, 16), False, 3),
+    ((1, 2, 37, 16), True, 4),    # version 4: one kernel, dQ by atomic adds
+    ((1, 1, 1, 16), False, 4),
 ])
 def test_gradients_equal_float64_autograd(shape, causal, version):
     q, k, v, dout = inputs(shape, seed=sum(shape) + causal)
@@ -62,6 +65,8 @@ def test_gradients_equal_float64_autograd(shape, causal, version):
     (7, 40, True, 2),     # under the mask, keys past the last query get no gradient
     (45, 20, True, 1),
     (45, 20, True, 3),
+    (45, 20, True, 4),
+    (7, 40, True, 4),
 ])
 def test_cross_attention_gradients_equal_float64_autograd(seq, key_seq, causal, version):
     q, _, _, dout = inputs((1, 2, seq, 16), seed=seq)
@@ -103,29 +108,32 @@ def test_version_2s_own_tiles_at_the_large_head_dims(head_dim, seq):
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
 
 
-@pytest.mark.parametrize("head_dim, seq, key_seq", [(64, 70, 45), (128, 9, 13)])
-def test_version_3s_own_tiles_at_the_large_head_dims(head_dim, seq, key_seq):
-    """Version 3's 64-row tiles (256 threads, four-float loads), ragged, causal,
-    cross-attention, against float64 autograd."""
+@pytest.mark.parametrize("head_dim, seq, key_seq, version", [
+    (64, 70, 45, 3), (64, 70, 45, 4), (128, 9, 13, 4)])
+def test_versions_3_and_4_own_tiles_at_the_large_head_dims(head_dim, seq, key_seq, version):
+    """Versions 3's and 4's 64-row tiles (128 or 256 threads, four-float loads),
+    ragged, causal, cross-attention, against float64 autograd."""
     q, _, _, dout = inputs((1, 1, seq, head_dim), seed=head_dim)
     _, k, v, _ = inputs((1, 1, key_seq, head_dim), seed=head_dim + 1)
     out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
     got = flash_attention_backward(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout,
-                                   causal=True, version=3)
+                                   causal=True, version=version)
     want = autograd_grads(q, k, v, dout, True, 1.0 / np.sqrt(head_dim))
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
         np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=name)
 
 
-def test_version_3_in_float16_computes_in_float32():
-    """float16 in and out, float32 inside: each gradient's error against float64
-    on the float16 values is its own rounding to float16 and little more."""
+@pytest.mark.parametrize("version", [3, 4])
+def test_versions_3_and_4_in_float16_compute_in_float32(version):
+    """float16 in and out, float32 inside (version 4 sums dQ in a float32 array
+    and rounds it once): each gradient's error against float64 on the float16
+    values is its own rounding to float16 and little more."""
     q, _, _, dout = inputs((1, 2, 37, 16), seed=8)
     _, k, v, _ = inputs((1, 2, 29, 16), seed=9)
     q, k, v, dout = (x.astype(np.float16) for x in (q, k, v, dout))
     out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
     got = flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32),
-                                   dout, causal=True, version=3)
+                                   dout, causal=True, version=version)
     # The reference from the same rounded O the kernel was given (D uses it).
     want = autograd_grads(q, k, v, dout, True, 0.25)
     for name, g, w in zip(("dq", "dk", "dv"), got, want):
@@ -133,11 +141,23 @@ def test_version_3_in_float16_computes_in_float32():
         rounding = np.abs(w.astype(np.float16).astype(np.float64) - w)
         err = np.abs(g.astype(np.float64) - w)
         assert np.all(err <= rounding + 1e-3 * np.abs(w).max()), (name, float(err.max()))
-    with pytest.raises(ValueError, match="version 3 alone"):
+    with pytest.raises(ValueError, match="versions 3 and 4 alone"):
         flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32), dout)
     with pytest.raises(ValueError, match="dout must be float16"):
         flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32),
-                                 dout.astype(np.float32), version=3)
+                                 dout.astype(np.float32), version=version)
+
+
+def test_version_4_checks_its_larger_shared_memory():
+    # Version 4 keeps one more 64 x 68 tile (dS transposed) than version 3.
+    assert shared_bytes_v3(128, 64, version=4) - shared_bytes_v3(128, 64) == 4 * 64 * 68
+    for head_dim, config in TILED_CONFIGS_V4.items():
+        assert check_tiled_config_v3(head_dim, config, version=4) == config
+    # Tiles of 112 rows at head dim 64 fit version 3's 227 KiB but not version 4's.
+    config = (112, 224, 7, 8, 4, 8)
+    assert check_tiled_config_v3(64, config) == config
+    with pytest.raises(ValueError, match="shared memory"):
+        check_tiled_config_v3(64, config, version=4)
 
 
 def test_version_3_configurations_are_checked():
@@ -168,16 +188,18 @@ for io in ("float32", "float16"):
         signature = AB.v3_signature(name, io)
         print(numba.cuda.compile_ptx(function, signature, cc=(9, 0))[0])
         print("=== end of kernel ===")
+fused, *_ = AB._v4_functions(64, True, None, "float32")
+print(numba.cuda.compile_ptx(fused, AB.v3_signature("fused", "float32"), cc=(9, 0))[0])
 """
 
 
-def test_version_3_compiles_for_an_h100_with_four_float_shared_loads():
-    """What a GPU would run, compiled here without one: both kernels read their
+def test_versions_3_and_4_compile_for_an_h100_with_four_float_shared_loads():
+    """What a GPU would run, compiled here without one: the kernels read their
     tiles with 128-bit shared loads and keep every patch in registers."""
     from ptx_helpers import compile_without_a_gpu
 
-    kernels = compile_without_a_gpu(V3_PTX_SCRIPT).split("=== end of kernel ===")[:4]
-    for text in kernels:
+    *kernels, fused = compile_without_a_gpu(V3_PTX_SCRIPT).split("=== end of kernel ===")
+    for text in kernels + [fused]:
         assert ".target sm_90" in text
         assert ".extern .shared .align 16" in text  # the dynamic tiles, aligned for v4
         assert text.count("ld.shared.v4.f32") >= 16
@@ -188,6 +210,9 @@ def test_version_3_compiles_for_an_h100_with_four_float_shared_loads():
         assert "ld.global.u16" in text or "ld.global.b16" in text
         assert "cvt.f32.f16" in text and "cvt.rn.f16.f32" in text
         assert not any(op in text for op in ("fma.rn.f16", "mul.f16", "add.f16"))
+    # Version 4 adds each thread's patch of dQ (VK x VC floats) to global
+    # memory with float32 atomic adds, and writes dS twice (one more tile).
+    assert fused.count("atom.global.add.f32") == 4 * 8
 
 
 def test_tile_configurations_are_checked():
@@ -224,7 +249,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
     with pytest.raises(ValueError, match="version must be one of"):
-        flash_attention_backward(q, k, v, out, lse, dout, version=4)
+        flash_attention_backward(q, k, v, out, lse, dout, version=5)
 
 
 @pytest.mark.parametrize("causal", [False, True])

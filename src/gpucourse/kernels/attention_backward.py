@@ -442,19 +442,21 @@ V3_SWEEP = {
 }
 
 
-def shared_bytes_v3(head_dim: int, tile: int) -> int:
+def shared_bytes_v3(head_dim: int, tile: int, version: int = 3) -> int:
     """The dynamic shared memory of version 3's kernels (the dK-dV kernel's,
-    the larger of the two) for one head dim and tile."""
-    return 4 * (4 * tile * (head_dim + 4) + 2 * tile * (tile + 4) + 2 * tile)
+    the larger of the two), or of version 4's single kernel (one more tile x
+    tile array: dS transposed), for one head dim and tile."""
+    score_tiles = 3 if version == 4 else 2
+    return 4 * (4 * tile * (head_dim + 4) + score_tiles * tile * (tile + 4) + 2 * tile)
 
 
-def check_tiled_config_v3(head_dim: int, config: tuple) -> tuple:
+def check_tiled_config_v3(head_dim: int, config: tuple, version: int = 3) -> tuple:
     """(tile, threads, SQ, SK, VK, VC), with an optional seventh number, the
     most registers a thread may use (the compiler spills the rest; a knob for
     fitting more blocks on a multiprocessor), if the patches tile the block's
     work exactly, the four-float loads line up (VK and VC multiples of 4) and
-    the shared memory fits in what a block may opt in to on an H100 (227
-    KiB); else ValueError."""
+    the shared memory (of version 3's kernels or of version 4's) fits in what
+    a block may opt in to on an H100 (227 KiB); else ValueError."""
     if len(config) not in (6, 7) or not all(isinstance(n, int) and not isinstance(n, bool)
                                             and n >= 1 for n in config):
         raise ValueError(f"config must be six whole numbers (tile, threads, SQ, SK, VK, VC), "
@@ -476,27 +478,55 @@ def check_tiled_config_v3(head_dim: int, config: tuple) -> tuple:
     if (b * head_dim) % (4 * nt):
         raise ValueError(f"a tile of {b} x {head_dim} floats must load in groups of four, "
                          f"evenly over {nt} threads; got {config}")
-    shared = shared_bytes_v3(head_dim, b)
+    shared = shared_bytes_v3(head_dim, b, version)
     if shared > A.DYNAMIC_SHARED_LIMIT_BYTES:
         raise ValueError(f"config {config} needs {shared} bytes of shared memory, over the "
                          f"{A.DYNAMIC_SHARED_LIMIT_BYTES} a block may have on an H100")
     return tuple(config)
 
 
-V3_SIGNATURES = {"dkdv": 8, "dq": 7}  # flat float32 arrays each kernel takes, then seq,
-# key_seq and the scale
+# Version 4: version 3's dK-dV kernel also computes dQ (FlashAttention-2's
+# Algorithm 2, one kernel): each tile of keys adds its part of dQ = s dS K for
+# each tile of queries into a zeroed float32 array with atomic adds, instead
+# of a second kernel that computes S and dP again. Two of version 3's seven
+# tile products are saved; the atomic adds make dQ's sums run in an order
+# that changes from launch to launch, so dQ can differ in its last bits
+# between two calls (dK and dV do not). Tiles as version 3's, plus one tile x
+# (tile + 4) array for dS transposed.
+TILED_CONFIGS_V4 = dict(TILED_CONFIGS_V3)
+
+
+V3_SIGNATURES = {"dkdv": 8, "dq": 7, "fused": 9}  # flat arrays each kernel takes, then
+# seq, key_seq and the scale
 
 
 def v3_signature(kernel: str, io: str = "float32"):
-    """The Numba signature of version 3's kernel ("dkdv" or "dq") for inputs and
-    gradients of element type io: flat arrays of io, except the log-sum-exp
-    and D (float32), then seq, key_seq and the scale."""
+    """The Numba signature of version 3's kernel ("dkdv" or "dq") or version
+    4's ("fused") for inputs and gradients of element type io: flat arrays of
+    io, except the log-sum-exp and D (float32) and version 4's dQ (float32:
+    it accumulates there), then seq, key_seq and the scale."""
     from numba import float32, int32, types
 
     flat = types.Array(float32, 1, "C")
     element = types.Array(A.float16 if io == "float16" else float32, 1, "C")
     arrays = [element] * 4 + [flat, flat] + [element] * (V3_SIGNATURES[kernel] - 6)
+    if kernel == "fused":
+        arrays[6] = flat
     return types.void(*arrays, int32, int32, float32)
+
+
+@lru_cache(maxsize=None)
+def _tiled_kernel_v4(head_dim: int, causal: bool, config: tuple | None = None,
+                     io: str = "float32"):
+    """Version 4's single kernel for one head dimension and mask (and tile
+    configuration, default TILED_CONFIGS_V4[head_dim], and element type), with
+    its block size, tile and dynamic shared memory in bytes."""
+    fused, threads, tile, shared = _v4_functions(head_dim, causal, config, io)
+    config = config or TILED_CONFIGS_V4[head_dim]
+    if on_gpu():
+        cap = {"max_registers": config[6]} if len(config) == 7 else {}
+        return cuda.jit(v3_signature("fused", io), **cap)(fused), threads, tile, shared
+    return cuda.jit(fused), threads, tile, shared
 
 
 @lru_cache(maxsize=None)
@@ -521,8 +551,26 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
     compiles; the tests compile them for a GPU target, without a GPU). io:
     the element type of q, k, v, dO and the gradients ("float32" or
     "float16"); the kernels convert to float32 as they load and round each
-    gradient once as they store it."""
+    gradient once as they store it. Returns (dkdv, dq, threads, tile, shared
+    bytes)."""
     config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V3[head_dim])
+    dkdv, dq, _, threads, tile, shared, _ = _tiled_functions(head_dim, causal, config, io)
+    return dkdv, dq, threads, tile, shared
+
+
+def _v4_functions(head_dim: int, causal: bool, config: tuple | None = None,
+                  io: str = "float32"):
+    """Version 4's kernel as a Python function, with (threads, tile, shared
+    bytes)."""
+    config = check_tiled_config_v3(head_dim, config or TILED_CONFIGS_V4[head_dim], version=4)
+    _, _, fused, threads, tile, _, shared = _tiled_functions(head_dim, causal, config, io)
+    return fused, threads, tile, shared
+
+
+def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
+    """The kernels of versions 3 and 4 for a checked configuration, built from
+    the same device functions: (dkdv_v3, dq_v3, fused_v4, threads, tile,
+    version 3's shared bytes, version 4's shared bytes)."""
     to_io = A._IO_CONVERSIONS[io]()
     B, NT, SQ, SK, VK, VC = config[:6]
     D = head_dim
@@ -542,6 +590,8 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
     L_BASE = DS_BASE + P_SIZE
     DL_BASE = L_BASE + B
     END = DL_BASE + B
+    DST_BASE = END  # version 4 only: dS transposed, [key, query]
+    END_V4 = DST_BASE + P_SIZE
     ALIGN = A.SHARED_ALIGNMENT
     load4 = A.load_float4_flat
     u = A.unsigned  # unsigned indices on a GPU (see attention.unsigned)
@@ -639,12 +689,13 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
                     for e in range(4):
                         dst[out + g * GX * 4 + e] = to_io(acc[x, 4 * g + e] * factor)
 
-    def probabilities(keep_p, transposed):
+    def probabilities(keep_p, transposed, also_transposed=False):
         @cuda.jit(device=True, **A._INLINE)
         def write(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq):
             """P (if keep_p) and dS = P (dP - D) of this thread's patch into shared
-            memory, as [query, key] or (transposed) [key, query]: zero where the
-            mask hides the pair, or past the queries or the keys."""
+            memory, as [query, key] or (transposed) [key, query], and (if
+            also_transposed) dS as [key, query] too: zero where the mask hides
+            the pair, or past the queries or the keys."""
             for x in range(SQ):
                 r = sy + NY * x
                 row = row0 + r
@@ -662,10 +713,13 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
                     if keep_p:
                         smem[u(P_BASE) + at] = p
                     smem[u(DS_BASE) + at] = ds
+                    if also_transposed:
+                        smem[u(DST_BASE + j * PR + r)] = ds
         return write
 
     p_and_ds = probabilities(True, False)
     ds_transposed = probabilities(False, True)
+    p_and_ds_both_ways = probabilities(True, False, True)
 
     def dkdv_v3(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, scale):
         # The block's keys and values stay in shared memory (tiles X and Y);
@@ -771,10 +825,102 @@ def _v3_functions(head_dim: int, causal: bool, config: tuple | None = None,
                     add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
         store_patch(dq, dq_acc, scale, row0, seq, bh * seq, oy, ox)
 
-    return dkdv_v3, dq_v3, NT, B, 4 * END
+    def fused_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
+        # Version 3's dK-dV kernel, and then, for each tile of queries, that
+        # tile's share of dQ = s dS K added into dq (float32, zeroed before
+        # the launch) with atomic adds: every tile of keys adds its part.
+        bh = cuda.blockIdx.y
+        key0 = cuda.blockIdx.x * B
+        t = cuda.threadIdx.x
+        smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
+        k_s = smem[X_BASE:Y_BASE]
+        v_s = smem[Y_BASE:U_BASE]
+        q_s = smem[U_BASE:W_BASE]
+        do_s = smem[W_BASE:P_BASE]
+        s_acc = cuda.local.array((SQ, SK), np.float32)
+        p_acc = cuda.local.array((SQ, SK), np.float32)
+        dk_acc = cuda.local.array((VK, VC), np.float32)
+        dv_acc = cuda.local.array((VK, VC), np.float32)
+        dq_acc = cuda.local.array((VK, VC), np.float32)
+        p4 = cuda.local.array(VK, np.float32)
+        ds4 = cuda.local.array(VK, np.float32)
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        kv_base = (bh * key_seq + key0) * D
+        load_tile(k, kv_base, key_seq - key0, k_s, t)
+        load_tile(v, kv_base, key_seq - key0, v_s, t)
+        for x in range(VK):
+            for y in range(VC):
+                dk_acc[x, y] = np.float32(0.0)
+                dv_acc[x, y] = np.float32(0.0)
+        first = cuda.blockIdx.x if causal else 0
+        for tile in range(first, (seq + B - 1) // B):
+            row0 = tile * B
+            cuda.syncthreads()  # the last tile's readers are done with Q, dO, P and dS
+            q_base = (bh * seq + row0) * D
+            load_tile(q, q_base, seq - row0, q_s, t)
+            load_tile(dout, q_base, seq - row0, do_s, t)
+            load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
+            cuda.syncthreads()
+            scores(smem, U_BASE, X_BASE, W_BASE, Y_BASE, sy, sx, s_acc, p_acc)
+            p_and_ds_both_ways(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
+            cuda.syncthreads()
+            for r in range(B):  # dV += P^T dO and dK += dS^T Q, as in version 3
+                at = u(r * PR + oy * VK)
+                load_run(p4, smem, u(P_BASE) + at)
+                load_run(ds4, smem, u(DS_BASE) + at)
+                for g in range(GROUPS):
+                    at = u(r * DR + ox * 4 + g * GX * 4)
+                    o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
+                    q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
+                    add_outer(dv_acc, p4, g, o0, o1, o2, o3)
+                    add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
+            # This key tile's part of dQ for the tile's queries: a VK x VC patch
+            # of dS K per thread (VK queries, VC columns), added to dq.
+            for x in range(VK):
+                for y in range(VC):
+                    dq_acc[x, y] = np.float32(0.0)
+            for j in range(B):
+                load_run(ds4, smem, u(DST_BASE) + u(j * PR + oy * VK))
+                for g in range(GROUPS):
+                    k0, k1, k2, k3 = load4(smem, u(X_BASE) + u(j * DR + ox * 4 + g * GX * 4))
+                    add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+            for x in range(VK):
+                row = row0 + oy * VK + x
+                if row < seq:
+                    out = (bh * seq + row) * D + ox * 4
+                    for g in range(GROUPS):
+                        for e in range(4):
+                            cuda.atomic.add(dq, out + g * GX * 4 + e, dq_acc[x, 4 * g + e] * scale)
+        store_patch(dk, dk_acc, scale, key0, key_seq, bh * key_seq, oy, ox)
+        store_patch(dv, dv_acc, np.float32(1.0), key0, key_seq, bh * key_seq, oy, ox)
+
+    return dkdv_v3, dq_v3, fused_v4, NT, B, 4 * END, 4 * END_V4
 
 
-VERSIONS = (1, 2, 3)
+VERSIONS = (1, 2, 3, 4)
+
+
+@cuda.jit
+def _zero_kernel(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = np.float32(0.0)
+
+
+@lru_cache(maxsize=None)
+def _rounding_kernel(io: str):
+    """A kernel that copies flat float32 src into flat dst of element type io."""
+    to_io = A._IO_CONVERSIONS[io]()
+
+    @cuda.jit
+    def rounding(src, dst):
+        i = cuda.grid(1)
+        if i < src.size:
+            dst[i] = to_io(src[i])
+    return rounding
 
 
 def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None, version=2,
@@ -784,17 +930,19 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     q, out, dout: shape (batch, heads, seq, head_dim); k, v: shape (batch,
     heads, key_seq, head_dim) (key_seq may differ from seq: cross-attention),
     head_dim in attention.SUPPORTED_HEAD_DIMS; all float32, or all float16
-    (version 3 only: it converts each element to float32 as it loads it and
-    rounds each gradient once); lse: float32, shape (batch, heads, seq), as
+    (versions 3 and 4 only: they convert each element to float32 as they load
+    it and round each gradient once); lse: float32, shape (batch, heads, seq), as
     ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
     all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: 2 (default, tiles
     of queries and keys with register tiling), 1 (one row per thread, the
-    plainest form; kept as the reference the speed-up is measured against) or
-    3 (bigger tiles in dynamic shared memory, read four floats at a time).
-    config: version 2's or 3's tiles, (tile, threads, SQ, SK, VK, VC) (version
-    3: optionally a seventh number, registers per thread); default
-    TILED_CONFIGS[head_dim] or TILED_CONFIGS_V3[head_dim].
+    plainest form; kept as the reference the speed-up is measured against),
+    3 (bigger tiles in dynamic shared memory, read four floats at a time) or
+    4 (version 3 in one kernel: dQ summed with atomic adds, so its last bits
+    can change from call to call).
+    config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
+    (versions 3 and 4: optionally a seventh number, registers per thread);
+    default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim].
 
     Returns (dq, dk, dv) in the kind and dtype of the inputs, of the shapes of
     q, k and v. Memory beyond the gradients: one float per query row (D); the
@@ -818,9 +966,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     s = A._check_scale(scale, head_dim)
     if isinstance(version, bool) or version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
-    if io != "float32" and version != 3:
-        raise ValueError(f"{io} inputs run on version 3 alone (it converts as it loads); "
-                         f"pass version=3, got version={version}")
+    if io != "float32" and version not in (3, 4):
+        raise ValueError(f"{io} inputs run on versions 3 and 4 alone (they convert as they "
+                         f"load); pass version=3 or 4, got version={version}")
 
     rows = batch * heads
     qd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim)) for x in (q, out, dout))
@@ -834,6 +982,10 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
              for n in (seq, key_seq, key_seq)]
     dq, dk, dv = (kernel_side.reshape((rows, n, head_dim))
                   for (_, kernel_side), n in zip(grads, (seq, key_seq, key_seq)))
+    if version == 4:
+        _launch_v4(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
+                   np.float32(s), config, io)
+        return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
     if version == 3:
         _launch_v3(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
                    np.float32(s), config, io)
@@ -873,6 +1025,30 @@ def _launch_v3(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, ca
         qf, kf, vf, dof, lsef, deltaf, dkf, dvf, *sizes)
     dq_kernel[((seq + tile - 1) // tile, rows), threads, 0, shared](
         qf, kf, vf, dof, lsef, deltaf, dqf, *sizes)
+
+
+def _launch_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, causal, scale,
+               config, io="float32"):
+    """Version 4's kernel on the (rows, seq, head_dim) device arrays, passed flat:
+    dQ accumulates in float32 (dq itself when it is float32, else a scratch
+    array rounded into dq afterwards), zeroed first."""
+    fused, threads, tile, shared = _tiled_kernel_v4(
+        head_dim, causal, None if config is None else tuple(config), io)
+    if on_gpu():
+        device_id = A._current_gpu()
+        if shared > A._max_shared_bytes_per_block(device_id):
+            raise ValueError(f"version 4 needs {shared} bytes of shared memory per block, "
+                             f"more than this GPU gives; use version=2 or smaller tiles")
+        A._compiled_flash(fused, shared, device_id)  # the opt-in, once
+    rows = q.shape[0]
+    qf, kf, vf, dof, lsef, deltaf, dqf, dkf, dvf = (
+        x.reshape(x.size) for x in (q, k, v, dout, lse, delta, dq, dk, dv))
+    sums = dqf if io == "float32" else cuda.device_array(dqf.size, dtype=np.float32)
+    _zero_kernel[(sums.size + 255) // 256, 256](sums)
+    fused[((key_seq + tile - 1) // tile, rows), threads, 0, shared](
+        qf, kf, vf, dof, lsef, deltaf, sums, dkf, dvf, np.int32(seq), np.int32(key_seq), scale)
+    if io != "float32":
+        _rounding_kernel(io)[(sums.size + 255) // 256, 256](sums, dqf)
 
 
 def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):
