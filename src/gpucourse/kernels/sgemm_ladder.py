@@ -1,10 +1,11 @@
 """Week 8: the SGEMM ladder as data, and the plots the chapter draws from it.
 
 Nothing here runs a kernel or imports Numba: these functions read the
-benchmark results files (``benchmarks/results/sgemm-*.json``), hold the
-reference ladders the chapter compares against, and compute occupancy from
-the resource numbers those files record. Plots take ``ax=None`` and return
-the axes; matplotlib is imported inside them.
+benchmark results files (``benchmarks/results/sgemm-*.json``, and level 7's
+own run, ``sgemm_level7-*.json``), hold the reference ladders the chapter
+compares against, and compute occupancy from the resource numbers those
+files record. Plots take ``ax=None`` and return the axes; matplotlib is
+imported inside them.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ BOEHM_A6000 = [
 BOEHM_A6000_CUBLAS_GFLOPS = 23249.6
 
 # The course's levels against the worklog's kernels they follow (level 6 is
-# autotuned like kernel 9; nothing here follows kernel 10, warp tiling).
+# autotuned like kernel 9). Level 7 follows kernel 10, warp tiling, but was
+# measured in a run of its own (`load_level7_results`), so the ladder's
+# figures, which read one sgemm run, stop at level 6.
 WORKLOG_KERNEL_OF_LEVEL = {"1": 1, "2": 2, "3": 3, "4a": 4, "4b": 5, "5": 6, "6": 9}
+
+# The target set for level 7 (issue 16): this share of cuBLAS fp32 at 4096^3.
+LEVEL7_TARGET_SHARE = 0.90
 
 
 def load_cuda_cpp_results(path=None) -> dict:
@@ -65,8 +71,10 @@ H100_SM = {
 }
 
 # The levels the chapter's ladder shows, from the committed sgemm results.
-# Level 7 (warp tiling) has a label but no place in the ladder until a run of
-# benchmarks/sgemm.py measures it; tables that go through sgemm.LEVELS label it.
+# Level 7 (warp tiling) has a label but no place in the ladder: its timings
+# come from benchmarks/sgemm_level7.py, another run that times matmul calls
+# rather than kernel launches (`level7_sweep`, `level7_against_level6`);
+# tables that go through sgemm.LEVELS label it.
 LEVEL_ORDER = ("1", "2", "3", "4a", "4b", "5", "6")
 LEVEL_LABELS = {"1": "1 naive", "2": "2 coalesced", "3": "3 shared mem", "4a": "4a 1D tiling",
                 "4b": "4b 2D tiling", "5": "5 vectorized", "6": "6 autotuned", "7": "7 warp tiling"}
@@ -156,6 +164,136 @@ def loop_variant_probe(record: dict) -> list[dict]:
 
 
 # -----------------------------------------------------------------------------
+# Level 7 (warp tiling): its own benchmark run, benchmarks/sgemm_level7.py
+
+
+def load_level7_results(path=None) -> dict:
+    """The newest full (not --quick) sgemm_level7 results file in `path` (a
+    folder or a file; default benchmarks/results): level 7's candidates, level
+    6 and cuBLAS timed in turns, the validation with each candidate's
+    resources, and the dot-loop unroll probe."""
+    return results.load_results("sgemm_level7", path)
+
+
+def _level7_record(record) -> dict:
+    if not (isinstance(record, dict) and record.get("benchmark") == "sgemm_level7"
+            and isinstance(record.get("results"), list)):
+        raise ValueError("record must be an sgemm_level7 results record "
+                         "(load_level7_results reads one)")
+    return record
+
+
+def _wm_iter(config: dict) -> int:
+    # sgemm.WarpTileConfig.wm_iter, without importing the kernels.
+    return (config["wm"] * config["wn"]) // (32 * config["wn_iter"] * config["tm"] * config["tn"])
+
+
+def warp_config_label(config: dict) -> str:
+    """A level-7 configuration (a results file's dict of WarpTileConfig's fields)
+    in one short line, as benchmarks/sgemm_level7.py prints it: block tile,
+    warp tile, passes down x across, patch, threads."""
+    fields = ("bm", "bn", "bk", "wm", "wn", "wn_iter", "tm", "tn", "threads")
+    if not isinstance(config, dict) or any(f not in config for f in fields):
+        raise ValueError(f"config must be a dict with the fields {', '.join(fields)}, got {config!r}")
+    return (f"{config['bm']}x{config['bn']}x{config['bk']} w{config['wm']}x{config['wn']} "
+            f"it{_wm_iter(config)}x{config['wn_iter']} t{config['tm']}x{config['tn']} "
+            f"{config['threads']}th")
+
+
+def _timed(row) -> bool:
+    return "failed" not in row and row.get("ms") and row.get("vs_cublas") is not None
+
+
+def _resources(record, config) -> dict:
+    for entry in record.get("validation", []):
+        if entry.get("config") == config and entry.get("resources"):
+            return entry["resources"]
+    raise ValueError(f"record has no validation resources for {warp_config_label(config)}")
+
+
+def level7_sweep(record: dict, m=4096, n=None, k=None) -> list[dict]:
+    """Every level-7 candidate timed at one shape (default 4096^3), fastest
+    first: label, config, ms, tflops, vs_cublas, and from the validation's
+    compile report registers_per_thread and shared_bytes_per_block, with the
+    warps per SM that `occupancy` gives them. Failed candidates are left out."""
+    record = _level7_record(record)
+    n = m if n is None else n
+    k = m if k is None else k
+    rows = [r for r in record["results"] if (r["m"], r["n"], r["k"]) == (m, n, k)]
+    if not any(r["variant"] == "level7" and _timed(r) for r in rows):
+        measured = sorted({(r["m"], r["n"], r["k"]) for r in record["results"]
+                           if r["variant"] == "level7"})
+        raise ValueError(f"m, n, k must be a shape where level 7 was timed, one of {measured}; "
+                         f"got {(m, n, k)}")
+    out = []
+    for r in rows:
+        if r["variant"] != "level7" or not _timed(r):
+            continue
+        resources = _resources(record, r["config"])
+        occ = occupancy(resources["registers_per_thread"], resources["shared_bytes_per_block"],
+                        r["config"]["threads"])
+        out.append({"label": warp_config_label(r["config"]), "config": r["config"],
+                    "ms": r["ms"], "tflops": r["tflops"], "vs_cublas": r["vs_cublas"],
+                    "registers_per_thread": resources["registers_per_thread"],
+                    "shared_bytes_per_block": resources["shared_bytes_per_block"],
+                    "threads": r["config"]["threads"], "warps_per_sm": occ["warps_per_sm"]})
+    return sorted(out, key=lambda r: -r["vs_cublas"])
+
+
+def level7_against_level6(record: dict) -> list[dict]:
+    """For each shape where level 7 was timed, in the record's order: m, n, k,
+    cublas_tflops, level6 (level 6's share of cuBLAS at that shape, timed in
+    the same turns), level7 (the best level-7 share there), best_label,
+    candidates (how many level-7 rows were timed there) and gap (level7 -
+    level6, a fraction: -0.02 is two percentage points behind)."""
+    record = _level7_record(record)
+    out = []
+    seen = []
+    for r in record["results"]:
+        shape = (r["m"], r["n"], r["k"])
+        if r["variant"] == "level7" and shape not in seen:
+            seen.append(shape)
+    for shape in seen:
+        rows = [r for r in record["results"] if (r["m"], r["n"], r["k"]) == shape]
+        by_variant = {r["variant"]: r for r in rows if r["variant"] in ("cublas", "level6")}
+        if not all(v in by_variant and _timed(by_variant[v]) for v in ("cublas", "level6")):
+            raise ValueError(f"record must time cuBLAS and level 6 at every shape where level 7 "
+                             f"was timed; {shape} lacks one")
+        sweep = level7_sweep(record, *shape)
+        best = sweep[0]
+        level6 = by_variant["level6"]["vs_cublas"]
+        out.append({"m": shape[0], "n": shape[1], "k": shape[2],
+                    "cublas_tflops": by_variant["cublas"]["tflops"], "level6": level6,
+                    "level7": best["vs_cublas"], "best_label": best["label"],
+                    "best_config": best["config"], "candidates": len(sweep),
+                    "gap": best["vs_cublas"] - level6})
+    return out
+
+
+def level7_unroll_probe(record: dict) -> list[dict]:
+    """The fastest candidate's kernel with its dot loop written out 1, 2 or 4
+    steps per pass, by unroll: unroll, label, tflops, vs_cublas,
+    registers_per_thread and warps_per_sm (the candidate's shared memory, from
+    the validation). Failed variants are left out; ValueError if the record
+    has no probe (a --quick run)."""
+    record = _level7_record(record)
+    rows = [r for r in record.get("unroll_probe") or [] if _timed(r)]
+    if not rows:
+        raise ValueError("record must have an unroll_probe (a full run of "
+                         "benchmarks/sgemm_level7.py records one)")
+    out = []
+    for r in sorted(rows, key=lambda r: r["unroll"]):
+        shared = _resources(record, r["config"])["shared_bytes_per_block"]
+        registers = r.get("registers_per_thread")
+        warps = (occupancy(registers, shared, r["config"]["threads"])["warps_per_sm"]
+                 if registers is not None else None)
+        out.append({"unroll": r["unroll"], "label": warp_config_label(r["config"]),
+                    "tflops": r["tflops"], "vs_cublas": r["vs_cublas"],
+                    "registers_per_thread": registers, "warps_per_sm": warps})
+    return out
+
+
+# -----------------------------------------------------------------------------
 # Plots
 
 
@@ -185,8 +323,9 @@ def plot_ladder(record: dict, m=4096, ax=None):
 def plot_share_comparison(record: dict, m=4096, ax=None):
     """Share of cuBLAS per level: this course's Numba kernels on the measured GPU
     beside the worklog's CUDA C++ kernel that each level follows, on an A6000
-    (`WORKLOG_KERNEL_OF_LEVEL`); the worklog's warp tiling (kernel 10), which no
-    level follows, stands alone at the end."""
+    (`WORKLOG_KERNEL_OF_LEVEL`); the worklog's warp tiling (kernel 10) stands
+    alone at the end: level 7 follows it, but was timed in a run of its own
+    (`plot_level7`), not in `record`."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -196,12 +335,13 @@ def plot_share_comparison(record: dict, m=4096, ax=None):
         _, ax = plt.subplots(figsize=(9, 3.8))
     levels = [level for level in LEVEL_ORDER if level in rows]
     labels = [f"level {level}\n(kernel {WORKLOG_KERNEL_OF_LEVEL[level]})" for level in levels]
-    labels.append("none\n(kernel 10)")
+    labels.append("level 7\n(kernel 10)")
     x = np.arange(len(labels))
     a6000 = [worklog[WORKLOG_KERNEL_OF_LEVEL[level]] * 100 for level in levels] + [worklog[10] * 100]
     numba = [rows[level]["vs_cublas"] * 100 for level in levels]
     ax.bar(x - 0.2, a6000, 0.4, label="worklog, CUDA C++, A6000", color="tab:gray")
     ax.bar(x[:-1] + 0.2, numba, 0.4, label=f"this course, Numba, {record['gpu']}", color="tab:blue")
+    ax.text(x[-1] + 0.2, 2, "its own run", rotation=90, ha="center", va="bottom", fontsize=7)
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_ylabel("share of cuBLAS (%)")
     ax.set_ylim(0, 100)
@@ -362,4 +502,49 @@ def plot_roofline(record: dict, intensities: dict, m=4096, peak_flops_per_s=None
     ax.set_ylabel("TFLOP/s")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"Each level on the roofline, {m}x{m}x{m}")
+    return ax
+
+
+def plot_level7(record: dict, ax=None):
+    """Level 7's run in two panels, each share written on its bar: left, every
+    candidate's share of cuBLAS at 4096^3, fastest first, against level 6 in
+    the same turns (dashed); right, level 6 and the best level-7 candidate at
+    each shape the run measured. The dotted line is `LEVEL7_TARGET_SHARE`."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sweep = level7_sweep(record, 4096)
+    shapes_ = level7_against_level6(record)
+    if ax is None:
+        _, ax = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [3, 2]})
+    left, right = ax
+    level6 = next(r for r in shapes_ if (r["m"], r["n"], r["k"]) == (4096, 4096, 4096))["level6"]
+    target = dict(color="black", ls=":", lw=1, label=f"target, {LEVEL7_TARGET_SHARE:.0%}")
+    y = np.arange(len(sweep))
+    bars = left.barh(y, [r["vs_cublas"] * 100 for r in sweep], color="tab:purple")
+    for bar, r in zip(bars, sweep):
+        left.text(bar.get_width() - 1, bar.get_y() + bar.get_height() / 2, f"{r['vs_cublas']:.1%}",
+                  ha="right", va="center", fontsize=7, color="white")
+    left.set_yticks(y, [r["label"] for r in sweep], fontsize=7)
+    left.invert_yaxis()
+    left.axvline(level6 * 100, color="tab:blue", ls="--", label=f"level 6, {level6:.1%}")
+    left.axvline(LEVEL7_TARGET_SHARE * 100, **target)
+    left.set_xlim(0, 100)
+    left.set_xlabel("share of cuBLAS (%)")
+    left.set_title("level 7's candidates at 4096x4096x4096", fontsize=10)
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8)
+    x = np.arange(len(shapes_))
+    for offset, key, name, color in ((-0.2, "level6", "level 6", "tab:blue"),
+                                     (0.2, "level7", "level 7, best", "tab:purple")):
+        bars = right.bar(x + offset, [r[key] * 100 for r in shapes_], 0.4, label=name, color=color)
+        for bar, r in zip(bars, shapes_):
+            right.text(bar.get_x() + bar.get_width() / 2, bar.get_height() - 2, f"{r[key]:.1%}",
+                       ha="center", va="top", fontsize=7, rotation=90, color="white")
+    right.axhline(LEVEL7_TARGET_SHARE * 100, **target)
+    right.set_xticks(x, [f"{r['m']}x{r['n']}\nx{r['k']}" for r in shapes_], fontsize=8)
+    right.set_ylim(0, 100)
+    right.set_ylabel("share of cuBLAS (%)")
+    right.set_title("level 6 and level 7 in the same turns", fontsize=10)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=8)
+    left.figure.suptitle(f"Level 7 (warp tiling) on {record['gpu']}, {record['date']}", fontsize=10)
     return ax
