@@ -492,8 +492,10 @@ def check_tiled_config_v3(head_dim: int, config: tuple, version: int = 3) -> tup
 # tile products are saved; the atomic adds make dQ's sums run in an order
 # that changes from launch to launch, so dQ can differ in its last bits
 # between two calls (dK and dV do not). Tiles as version 3's, plus one tile x
-# (tile + 4) array for dS transposed.
-TILED_CONFIGS_V4 = dict(TILED_CONFIGS_V3)
+# (tile + 4) array for dS transposed. Head dims 64 and 128: the winners of the
+# H100 sweep (results/attention_backward_sweep_v4-h100-2026-11-25.json; each
+# fastest at three of the four timed shapes); 16 and 32 as version 3's.
+TILED_CONFIGS_V4 = {**TILED_CONFIGS_V3, 64: (64, 256, 4, 4, 4, 4), 128: (64, 256, 4, 4, 4, 8)}
 
 
 V3_SIGNATURES = {"dkdv": 8, "dq": 7, "fused": 9}  # flat arrays each kernel takes, then
