@@ -8,8 +8,8 @@
    1e-4; and the same for the autograd operation (flash_attention_autograd).
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
-   CUDA tensors as a user would; the default version as flash_bwd, versions
-   1, 3 and 4 as flash_bwd_v1, flash_bwd_v3 and flash_bwd_v4) against the
+   CUDA tensors as a user would; the default version, recorded as
+   default_version, as flash_bwd, the others as flash_bwd_v<n>) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention_backward import (VERSIONS, flash_attention_autograd,
+from gpucourse.kernels.attention_backward import (DEFAULT_VERSION, VERSIONS,
+                                                  flash_attention_autograd,
                                                   flash_attention_backward)
 from gpucourse.results import gpu_slug
 
@@ -127,7 +128,7 @@ def timing():
 
         calls = {"flash_bwd": lambda: flash_attention_backward(q, k, v, out, lse, dout,
                                                                causal=causal)}
-        for version in (1, 3, 4):
+        for version in (v for v in VERSIONS if v != DEFAULT_VERSION):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
         calls["sdpa_efficient_bwd"] = sdpa_bwd
@@ -135,12 +136,12 @@ def timing():
         for variant, t in ms.items():
             rows.append(dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=d,
                              causal=causal, ms=t, status="ok"))
-        print(f"seq {seq} d{d} causal={causal}: flash_bwd {ms['flash_bwd']:.3f} ms "
-              f"(v1 {ms['flash_bwd_v1']:.3f}, v3 {ms['flash_bwd_v3']:.3f}, "
-              f"v4 {ms['flash_bwd_v4']:.3f}), sdpa_efficient_bwd "
+        others = ", ".join(f"{name.removeprefix('flash_bwd_')} {t:.3f}"
+                           for name, t in ms.items() if name.startswith("flash_bwd_v"))
+        print(f"seq {seq} d{d} causal={causal}: flash_bwd (v{DEFAULT_VERSION}) "
+              f"{ms['flash_bwd']:.3f} ms ({others}), sdpa_efficient_bwd "
               f"{ms['sdpa_efficient_bwd']:.3f} ms, ratio "
-              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f} (v4 "
-              f"{ms['flash_bwd_v4'] / ms['sdpa_efficient_bwd']:.2f})", flush=True)
+              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
         del calls
         del sdpa_bwd
         torch.cuda.empty_cache()
@@ -236,7 +237,7 @@ def main():
     report = dict(benchmark="attention_backward", gpu=name, date=str(datetime.date.today()),
                   versions=dict(python=platform.python_version(), numba=numba.__version__,
                                 torch=torch.__version__, numpy=np.__version__),
-                  method=__doc__.split("\n\n", 1)[1].strip())
+                  method=__doc__.split("\n\n", 1)[1].strip(), default_version=DEFAULT_VERSION)
     if args.sweep_v3:
         report["benchmark"] = "attention_backward_sweep"
         report["results"] = sweep(3)

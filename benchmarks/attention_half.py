@@ -8,8 +8,9 @@ way to issue tensor-core instructions: no mma, no wgmma) and rounds its output
 once. This script measures what that costs against PyTorch's
 scaled_dot_product_attention in the same precision, whose flash backend does
 its matrix products on tensor cores, and whose memory-efficient backend is the
-fp32 benchmark's peer. For float16 the backward pass is timed too (version 3
-of the course's backward, float16 in and out) against the two backends'
+fp32 benchmark's peer. For float16 the backward pass is timed too (the
+course's default backward version, recorded as backward_version; version 3
+in the files of 2026-11-25, float16 in and out) against the two backends'
 backward in float16.
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
@@ -40,6 +41,7 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 from gpucourse.kernels import attention as A  # noqa: E402
+from gpucourse.kernels.attention_backward import DEFAULT_VERSION  # noqa: E402
 from gpucourse.results import gpu_slug  # noqa: E402
 
 
@@ -60,7 +62,7 @@ ROUNDS = 3
 
 
 def backward_rows(bench, q, k, v, causal, seq, d):
-    """The backward pass in float16: ours (version 3, float16 in and out,
+    """The backward pass in float16: ours (the default version, float16 in and out,
     float32 inside) against SDPA's flash and memory-efficient backends'
     backward in float16 (torch.autograd.grad of their output, the forward done
     once beforehand), timed in turns; errors against float64 autograd."""
@@ -73,7 +75,7 @@ def backward_rows(bench, q, k, v, causal, seq, d):
     dout = torch.randn(q.shape, device="cuda", generator=g).to(q.dtype)
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
     calls = {"flash_bwd_fp16": lambda: flash_attention_backward(
-        q, k, v, out, lse, dout, causal=causal, version=3)}
+        q, k, v, out, lse, dout, causal=causal, version=DEFAULT_VERSION)}
     for name, backend in (("sdpa_flash_bwd_fp16", SDPBackend.FLASH_ATTENTION),
                           ("sdpa_efficient_bwd_fp16", SDPBackend.EFFICIENT_ATTENTION)):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
@@ -160,6 +162,7 @@ def main(argv=None):
         "method": (f"CUDA events after warm-up, the variants of one case timed in turns, "
                    f"median of {ROUNDS} rounds; errors: largest absolute difference from "
                    f"float32 attention (TF32 off) on the same half-precision values"),
+        "backward_version": DEFAULT_VERSION,
         "results": rows,
     }
     out_dir = Path(args.out)

@@ -142,7 +142,8 @@ def test_versions_3_and_4_in_float16_compute_in_float32(version):
         err = np.abs(g.astype(np.float64) - w)
         assert np.all(err <= rounding + 1e-3 * np.abs(w).max()), (name, float(err.max()))
     with pytest.raises(ValueError, match="versions 3 and 4 alone"):
-        flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32), dout)
+        flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32), dout,
+                                 version=2)
     with pytest.raises(ValueError, match="dout must be float16"):
         flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32),
                                  dout.astype(np.float32), version=version)
@@ -212,7 +213,8 @@ def test_versions_3_and_4_compile_for_an_h100_with_four_float_shared_loads():
         assert not any(op in text for op in ("fma.rn.f16", "mul.f16", "add.f16"))
     # Version 4 adds each thread's patch of dQ (VK x VC floats) to global
     # memory with float32 atomic adds, and writes dS twice (one more tile).
-    assert fused.count("atom.global.add.f32") == 4 * 8
+    vk, vc = TILED_CONFIGS_V4[64][4:6]
+    assert fused.count("atom.global.add.f32") == vk * vc
 
 
 def test_tile_configurations_are_checked():
@@ -302,3 +304,23 @@ def test_the_autograd_function_refuses_what_is_not_a_tensor():
     q = np.zeros((1, 1, 4, 16), dtype=np.float32)
     with pytest.raises(ValueError, match="q must be a torch tensor"):
         flash_attention_autograd(q, q, q)
+
+
+def test_backward_times_reads_the_default_version_of_the_day():
+    from gpucourse.kernels.attention_backward import backward_markdown, backward_times
+
+    def row(variant, ms, seq=1024):
+        return dict(variant=variant, seq=seq, head_dim=64, causal=False, ms=ms)
+
+    old = {"results": [row("flash_bwd", 6.0), row("flash_bwd_v1", 9.0), row("flash_bwd_v4", 3.2),
+                       row("sdpa_efficient_bwd", 2.0), row("flash_bwd", 500.0, seq=16384)]}
+    # Files without default_version timed version 2 as "flash_bwd"; the long
+    # run (no SDPA beside it) is left out.
+    assert backward_times(old) == {(1024, 64, False): {2: 6.0, 1: 9.0, 4: 3.2, "sdpa": 2.0}}
+    new = {"default_version": 4,
+           "results": [row("flash_bwd", 3.1), row("flash_bwd_v2", 6.1), row("flash_bwd_v3", 4.0),
+                       row("sdpa_efficient_bwd", 2.0)]}
+    assert backward_times(new) == {(1024, 64, False): {4: 3.1, 2: 6.1, 3: 4.0, "sdpa": 2.0}}
+    table = backward_markdown(new)
+    assert "version 2 (ms) | version 3 (ms) | version 4 (ms)" in table
+    assert table.endswith("| 1,024 | 64 | no | 6.1 | 4.0 | 3.1 | 2.0 | 1.55 |")

@@ -176,3 +176,27 @@ def test_the_loss_floor_names_bad_input():
         T.loss_floor(39, answers_only="no")
     with pytest.raises(ValueError, match="block_size"):
         T.loss_floor(0, answers_only=False)
+
+
+def test_final_losses_are_compared_above_the_floor():
+    from gpucourse import results
+
+    record = results.load_results("tinygpt_full")
+    rows = T.final_loss_comparison(record)
+    assert {r["run"] for r in rows} >= {"pytorch", "course_attention"}
+    for r in rows:
+        assert r["floor"] == pytest.approx(T.loss_floor(record["configuration"]["model"]
+                                                        ["block_size"], answers_only=False))
+        # No run can end below the floor by more than the noise of a batch.
+        assert r["above_floor"] > -0.01, r
+        if r["run"] == "pytorch":
+            assert r["vs_pytorch"] == 0.0
+    fake = {"loss_floor": 1.0, "results": [
+        dict(run="pytorch", seed=0, final_loss=1.10, accuracy=1.0),
+        dict(run="course", seed=0, final_loss=1.21, accuracy=1.0)]}
+    course = T.final_loss_comparison(fake)[1]
+    assert course["vs_pytorch"] == pytest.approx(0.1) and course["above_floor"] == pytest.approx(0.21)
+    with pytest.raises(ValueError, match="no loss floor"):
+        T.final_loss_comparison({"loss_floor": 0.0, "results": []})
+    with pytest.raises(ValueError, match="no 'pytorch' run"):
+        T.final_loss_comparison({"loss_floor": 1.0, "results": fake["results"][1:]})

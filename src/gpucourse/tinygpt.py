@@ -496,6 +496,30 @@ def run_summary(record) -> list[dict]:
     return rows
 
 
+def final_loss_comparison(record) -> list[dict]:
+    """For each run of a results file with every character scored
+    (``results.load_results("tinygpt_full")``): its final loss, the loss
+    floor, how far above the floor it ended (as a share of the floor), and
+    its final loss over PyTorch's run of the same seed minus one (the share
+    by which the two differ, issue 17's "within 2%")."""
+    floor = record.get("loss_floor")
+    if not floor:
+        raise ValueError("this results file has no loss floor above zero: it scored the sums "
+                         "alone (load 'tinygpt_full', written by --all-characters)")
+    rows = []
+    for r in record["results"]:
+        reference = next((x for x in record["results"]
+                          if x["seed"] == r["seed"] and x["run"] == "pytorch"), None)
+        if reference is None:
+            raise ValueError(f"seed {r['seed']} has no 'pytorch' run to compare with")
+        rows.append(dict(run=r["run"], label=RUN_LABELS.get(r["run"], r["run"]), seed=r["seed"],
+                         final_loss=r["final_loss"], floor=floor,
+                         above_floor=r["final_loss"] / floor - 1,
+                         vs_pytorch=r["final_loss"] / reference["final_loss"] - 1,
+                         accuracy=r["accuracy"]))
+    return rows
+
+
 def curves_part(record, seed: int, run: str, against: str = "pytorch", tolerance=1e-3):
     """The first step at which run's loss differs from `against`'s (same seed) by
     more than `tolerance`, and the largest difference before it; (None, largest)

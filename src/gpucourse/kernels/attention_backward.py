@@ -903,6 +903,9 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
 
 
 VERSIONS = (1, 2, 3, 4)
+# The fastest on an H100 at every timed shape
+# (results/attention_backward-h100-2026-11-25.json): version 4.
+DEFAULT_VERSION = 4
 
 
 @cuda.jit
@@ -925,8 +928,8 @@ def _rounding_kernel(io: str):
     return rounding
 
 
-def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None, version=2,
-                             config=None):
+def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None,
+                             version=DEFAULT_VERSION, config=None):
     """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
 
     q, out, dout: shape (batch, heads, seq, head_dim); k, v: shape (batch,
@@ -936,12 +939,13 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     it and round each gradient once); lse: float32, shape (batch, heads, seq), as
     ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
     all Numba device arrays or all CUDA torch tensors.
-    causal and scale: as given to the forward pass. version: 2 (default, tiles
-    of queries and keys with register tiling), 1 (one row per thread, the
-    plainest form; kept as the reference the speed-up is measured against),
-    3 (bigger tiles in dynamic shared memory, read four floats at a time) or
-    4 (version 3 in one kernel: dQ summed with atomic adds, so its last bits
-    can change from call to call).
+    causal and scale: as given to the forward pass. version: 4 (default,
+    DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
+    its last bits can change from call to call), 1 (one row per thread, the
+    plainest form; kept as the reference the speed-ups are measured against),
+    2 (tiles of queries and keys with register tiling) or 3 (bigger tiles in
+    dynamic shared memory, read four floats at a time; the fastest whose
+    result does not depend on the order blocks run in).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
     default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim].
@@ -1104,10 +1108,8 @@ def _torch_function():
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
-            # Half precision runs on version 3, which converts as it loads.
-            version = 2 if q.dtype == torch.float32 else 3
-            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale,
-                                             version=version)
+            # The default version, which also takes float16 (converting as it loads).
+            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
             return (*(_torch_side(g, q) for g in grads), None, None)
 
     return FlashAttention
@@ -1156,28 +1158,40 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
 # The committed GPU run (benchmarks/attention_backward.py), as chapter 9 shows it
 
 
-def backward_markdown(record) -> str:
-    """A results file of benchmarks/attention_backward.py (``results.load_results(
-    "attention_backward")``) as a markdown table: per shape, versions 1 and 2 and
-    SDPA memory-efficient's backward in ms, and version 2's time over SDPA's."""
+def backward_times(record) -> dict:
+    """Per timed shape (seq, head_dim, causal) of a results file of
+    benchmarks/attention_backward.py: {version: ms} for each version it timed
+    and "sdpa" for SDPA memory-efficient's backward. The row "flash_bwd" is the
+    default version of the day of the run (the file's default_version; files
+    written before it was recorded timed version 2 as the default)."""
+    default = record.get("default_version", 2)
     timed = {}
     for r in record["results"]:
-        timed.setdefault((r["seq"], r["head_dim"], r["causal"]), {})[r["variant"]] = r["ms"]
-    third = any(r["variant"] == "flash_bwd_v3" for r in record["results"])
+        ms = timed.setdefault((r["seq"], r["head_dim"], r["causal"]), {})
+        variant = r["variant"]
+        if variant == "sdpa_efficient_bwd":
+            ms["sdpa"] = r["ms"]
+        elif variant == "flash_bwd":
+            ms.setdefault(default, r["ms"])
+        elif variant.startswith("flash_bwd_v"):
+            ms[int(variant.removeprefix("flash_bwd_v"))] = r["ms"]
+    return {shape: ms for shape, ms in timed.items() if "sdpa" in ms}  # not the long run
+
+
+def backward_markdown(record) -> str:
+    """A results file of benchmarks/attention_backward.py (``results.load_results(
+    "attention_backward")``) as a markdown table: per shape, each version's and
+    SDPA memory-efficient's backward in ms, and the fastest of ours over SDPA."""
+    timed = backward_times(record)
+    versions = sorted({v for ms in timed.values() for v in ms if v != "sdpa"})
     lines = []
     for (seq, d, causal), ms in sorted(timed.items()):
-        if "sdpa_efficient_bwd" not in ms:
-            continue  # the long-sequence run: ours alone
-        first = f"{ms['flash_bwd_v1']:.1f}" if "flash_bwd_v1" in ms else "–"
-        cells = [f"{seq:,}", str(d), "yes" if causal else "no", first, f"{ms['flash_bwd']:.1f}"]
-        if third:
-            cells.append(f"{ms['flash_bwd_v3']:.1f}" if "flash_bwd_v3" in ms else "–")
-        best = min(ms[v] for v in ("flash_bwd", "flash_bwd_v3") if v in ms)
-        cells += [f"{ms['sdpa_efficient_bwd']:.1f}", f"{best / ms['sdpa_efficient_bwd']:.1f}"]
+        cells = [f"{seq:,}", str(d), "yes" if causal else "no"]
+        cells += [f"{ms[v]:.1f}" if v in ms else "–" for v in versions]
+        best = min(ms[v] for v in versions if v in ms)
+        cells += [f"{ms['sdpa']:.1f}", f"{best / ms['sdpa']:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
-    header = ["N", "head dim", "causal", "version 1 (ms)", "version 2 (ms)"]
-    header += ["version 3 (ms)"] if third else []
-    header += ["SDPA memory-efficient (ms)",
-               "fastest of ours / SDPA" if third else "version 2 / SDPA"]
+    header = (["N", "head dim", "causal"] + [f"version {v} (ms)" for v in versions]
+              + ["SDPA memory-efficient (ms)", "fastest of ours / SDPA"])
     return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
             + "\n".join(lines))
