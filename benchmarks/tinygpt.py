@@ -97,7 +97,8 @@ def main():
                              "floor, tinygpt.loss_floor, and final losses can be compared); "
                              "writes tinygpt_full-<gpu>-<date>.json")
     parser.add_argument("--append", action="store_true",
-                        help="keep the runs of today's results file that this call does not redo")
+                        help="keep the runs of today's results file that this call does not redo "
+                             "(the file is written again after every run either way)")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -113,22 +114,35 @@ def main():
                   final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds,
                   loss_floor=T.loss_floor(T.GPTConfig().block_size, train_config.answers_only))
     path = Path(args.out) / f"{benchmark}-{gpu_slug(name)}-{report['date']}.json"
-    report["results"] = [run(r, dataclasses.replace(train_config, seed=seed))
-                         for seed in seeds for r in args.runs.split(",")]
+    kept = []
     if args.append and path.exists():
-        done = {(r["run"], r["seed"]) for r in report["results"]}
-        kept = [r for r in json.loads(path.read_text())["results"] if (r["run"], r["seed"]) not in done]
-        order = list(RUNS)
-        report["results"] = sorted(kept + report["results"],
-                                   key=lambda r: (r["seed"], order.index(r["run"])))
-        report["seeds"] = sorted({r["seed"] for r in report["results"]})
-    for row in report["results"]:
-        reference = next(r for r in report["results"]
-                         if r["seed"] == row["seed"] and r["run"] == "pytorch")
-        row["final_loss_vs_pytorch"] = row["final_loss"] / reference["final_loss"]
+        kept = json.loads(path.read_text())["results"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    done = []
+    for seed in seeds:
+        for r in args.runs.split(","):
+            done.append(run(r, dataclasses.replace(train_config, seed=seed)))
+            # The file after every run: a run cut short by a time limit loses
+            # only itself.
+            write(report, kept, done, path)
     print(f"wrote {path}")
+
+
+def write(report, kept, done, path):
+    """The report with the runs done now and those kept from the file (the
+    ones not done again), ordered by seed and run; each run's final loss over
+    PyTorch's run of its seed where that run exists."""
+    again = {(r["run"], r["seed"]) for r in done}
+    order = list(RUNS)
+    rows = sorted([r for r in kept if (r["run"], r["seed"]) not in again] + done,
+                  key=lambda r: (r["seed"], order.index(r["run"])))
+    for row in rows:
+        reference = next((r for r in rows if r["seed"] == row["seed"] and r["run"] == "pytorch"),
+                         None)
+        row["final_loss_vs_pytorch"] = (row["final_loss"] / reference["final_loss"]
+                                        if reference else None)
+    path.write_text(json.dumps({**report, "seeds": sorted({r["seed"] for r in rows}),
+                                "results": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
