@@ -723,60 +723,98 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
     ds_transposed = probabilities(False, True)
     p_and_ds_both_ways = probabilities(True, False, True)
 
+    def key_tile_pass(with_dq):
+        """The work of one block of the dK-dV kernel (version 3), or, with_dq, of
+        version 4's single kernel, which also adds each query tile's share of
+        dQ = s dS K into dq (float32, zeroed before the launch) with atomic
+        adds. with_dq is fixed when the kernel is built, so version 3's code
+        holds none of version 4's extra work."""
+        write_scores = p_and_ds_both_ways if with_dq else p_and_ds
+
+        @cuda.jit(device=True, **A._INLINE)
+        def run(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
+            # The block's keys and values stay in shared memory (tiles X and Y);
+            # query tiles stream through U (Q) and W (dO).
+            bh = cuda.blockIdx.y
+            key0 = cuda.blockIdx.x * B
+            t = cuda.threadIdx.x
+            smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
+            k_s = smem[X_BASE:Y_BASE]
+            v_s = smem[Y_BASE:U_BASE]
+            q_s = smem[U_BASE:W_BASE]
+            do_s = smem[W_BASE:P_BASE]
+            s_acc = cuda.local.array((SQ, SK), np.float32)
+            p_acc = cuda.local.array((SQ, SK), np.float32)
+            dk_acc = cuda.local.array((VK, VC), np.float32)
+            dv_acc = cuda.local.array((VK, VC), np.float32)
+            dq_acc = cuda.local.array((VK, VC), np.float32)
+            p4 = cuda.local.array(VK, np.float32)
+            ds4 = cuda.local.array(VK, np.float32)
+            sy = t // TX
+            sx = t - sy * TX
+            oy = t // GX
+            ox = t - oy * GX
+            kv_base = (bh * key_seq + key0) * D
+            load_tile(k, kv_base, key_seq - key0, k_s, t)
+            load_tile(v, kv_base, key_seq - key0, v_s, t)
+            for x in range(VK):
+                for y in range(VC):
+                    dk_acc[x, y] = np.float32(0.0)
+                    dv_acc[x, y] = np.float32(0.0)
+            # Under the mask, query tiles before this key tile see none of its keys.
+            first = cuda.blockIdx.x if causal else 0
+            for tile in range(first, (seq + B - 1) // B):
+                row0 = tile * B
+                cuda.syncthreads()  # the last tile's readers are done with Q, dO, P, dS
+                q_base = (bh * seq + row0) * D
+                load_tile(q, q_base, seq - row0, q_s, t)
+                load_tile(dout, q_base, seq - row0, do_s, t)
+                load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
+                cuda.syncthreads()
+                scores(smem, U_BASE, X_BASE, W_BASE, Y_BASE, sy, sx, s_acc, p_acc)
+                write_scores(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
+                cuda.syncthreads()
+                # dV += P^T dO and dK += dS^T Q on this thread's VK keys x VC columns.
+                for r in range(B):
+                    at = u(r * PR + oy * VK)
+                    load_run(p4, smem, u(P_BASE) + at)
+                    load_run(ds4, smem, u(DS_BASE) + at)
+                    for g in range(GROUPS):
+                        at = u(r * DR + ox * 4 + g * GX * 4)
+                        o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
+                        q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
+                        add_outer(dv_acc, p4, g, o0, o1, o2, o3)
+                        add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
+                if with_dq:
+                    # This key tile's part of dQ for the tile's queries: a VK x VC
+                    # patch of dS K per thread (VK queries, VC columns), added to dq.
+                    for x in range(VK):
+                        for y in range(VC):
+                            dq_acc[x, y] = np.float32(0.0)
+                    for j in range(B):
+                        load_run(ds4, smem, u(DST_BASE) + u(j * PR + oy * VK))
+                        for g in range(GROUPS):
+                            k0, k1, k2, k3 = load4(smem,
+                                                   u(X_BASE) + u(j * DR + ox * 4 + g * GX * 4))
+                            add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+                    for x in range(VK):
+                        row = row0 + oy * VK + x
+                        if row < seq:
+                            out = (bh * seq + row) * D + ox * 4
+                            for g in range(GROUPS):
+                                for e in range(4):
+                                    cuda.atomic.add(dq, out + g * GX * 4 + e,
+                                                    dq_acc[x, 4 * g + e] * scale)
+            store_patch(dk, dk_acc, scale, key0, key_seq, bh * key_seq, oy, ox)
+            store_patch(dv, dv_acc, np.float32(1.0), key0, key_seq, bh * key_seq, oy, ox)
+        return run
+
+    dkdv_pass = key_tile_pass(False)
+    fused_pass = key_tile_pass(True)
+
     def dkdv_v3(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, scale):
-        # The block's keys and values stay in shared memory (tiles X and Y);
-        # query tiles stream through U (Q) and W (dO).
-        bh = cuda.blockIdx.y
-        key0 = cuda.blockIdx.x * B
-        t = cuda.threadIdx.x
-        smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
-        k_s = smem[X_BASE:Y_BASE]
-        v_s = smem[Y_BASE:U_BASE]
-        q_s = smem[U_BASE:W_BASE]
-        do_s = smem[W_BASE:P_BASE]
-        s_acc = cuda.local.array((SQ, SK), np.float32)
-        p_acc = cuda.local.array((SQ, SK), np.float32)
-        dk_acc = cuda.local.array((VK, VC), np.float32)
-        dv_acc = cuda.local.array((VK, VC), np.float32)
-        p4 = cuda.local.array(VK, np.float32)
-        ds4 = cuda.local.array(VK, np.float32)
-        sy = t // TX
-        sx = t - sy * TX
-        oy = t // GX
-        ox = t - oy * GX
-        kv_base = (bh * key_seq + key0) * D
-        load_tile(k, kv_base, key_seq - key0, k_s, t)
-        load_tile(v, kv_base, key_seq - key0, v_s, t)
-        for x in range(VK):
-            for y in range(VC):
-                dk_acc[x, y] = np.float32(0.0)
-                dv_acc[x, y] = np.float32(0.0)
-        # Under the mask, query tiles before this key tile see none of its keys.
-        first = cuda.blockIdx.x if causal else 0
-        for tile in range(first, (seq + B - 1) // B):
-            row0 = tile * B
-            cuda.syncthreads()  # the last tile's readers are done with Q, dO, P, dS
-            q_base = (bh * seq + row0) * D
-            load_tile(q, q_base, seq - row0, q_s, t)
-            load_tile(dout, q_base, seq - row0, do_s, t)
-            load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
-            cuda.syncthreads()
-            scores(smem, U_BASE, X_BASE, W_BASE, Y_BASE, sy, sx, s_acc, p_acc)
-            p_and_ds(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
-            cuda.syncthreads()
-            # dV += P^T dO and dK += dS^T Q on this thread's VK keys x VC columns.
-            for r in range(B):
-                at = u(r * PR + oy * VK)
-                load_run(p4, smem, u(P_BASE) + at)
-                load_run(ds4, smem, u(DS_BASE) + at)
-                for g in range(GROUPS):
-                    at = u(r * DR + ox * 4 + g * GX * 4)
-                    o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
-                    q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
-                    add_outer(dv_acc, p4, g, o0, o1, o2, o3)
-                    add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
-        store_patch(dk, dk_acc, scale, key0, key_seq, bh * key_seq, oy, ox)
-        store_patch(dv, dv_acc, np.float32(1.0), key0, key_seq, bh * key_seq, oy, ox)
+        # delta stands in for dq, which this pass never touches.
+        dkdv_pass(q, k, v, dout, lse, delta, delta, dk, dv, seq, key_seq, scale)
 
     def dq_v3(q, k, v, dout, lse, delta, dq, seq, key_seq, scale):
         # The block's queries stay in shared memory (Q in X, dO in Y); key
@@ -828,76 +866,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         store_patch(dq, dq_acc, scale, row0, seq, bh * seq, oy, ox)
 
     def fused_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
-        # Version 3's dK-dV kernel, and then, for each tile of queries, that
-        # tile's share of dQ = s dS K added into dq (float32, zeroed before
-        # the launch) with atomic adds: every tile of keys adds its part.
-        bh = cuda.blockIdx.y
-        key0 = cuda.blockIdx.x * B
-        t = cuda.threadIdx.x
-        smem = cuda.shared.array(0, A.float32, alignment=ALIGN)
-        k_s = smem[X_BASE:Y_BASE]
-        v_s = smem[Y_BASE:U_BASE]
-        q_s = smem[U_BASE:W_BASE]
-        do_s = smem[W_BASE:P_BASE]
-        s_acc = cuda.local.array((SQ, SK), np.float32)
-        p_acc = cuda.local.array((SQ, SK), np.float32)
-        dk_acc = cuda.local.array((VK, VC), np.float32)
-        dv_acc = cuda.local.array((VK, VC), np.float32)
-        dq_acc = cuda.local.array((VK, VC), np.float32)
-        p4 = cuda.local.array(VK, np.float32)
-        ds4 = cuda.local.array(VK, np.float32)
-        sy = t // TX
-        sx = t - sy * TX
-        oy = t // GX
-        ox = t - oy * GX
-        kv_base = (bh * key_seq + key0) * D
-        load_tile(k, kv_base, key_seq - key0, k_s, t)
-        load_tile(v, kv_base, key_seq - key0, v_s, t)
-        for x in range(VK):
-            for y in range(VC):
-                dk_acc[x, y] = np.float32(0.0)
-                dv_acc[x, y] = np.float32(0.0)
-        first = cuda.blockIdx.x if causal else 0
-        for tile in range(first, (seq + B - 1) // B):
-            row0 = tile * B
-            cuda.syncthreads()  # the last tile's readers are done with Q, dO, P and dS
-            q_base = (bh * seq + row0) * D
-            load_tile(q, q_base, seq - row0, q_s, t)
-            load_tile(dout, q_base, seq - row0, do_s, t)
-            load_numbers(lse, delta, bh * seq + row0, seq - row0, smem, t)
-            cuda.syncthreads()
-            scores(smem, U_BASE, X_BASE, W_BASE, Y_BASE, sy, sx, s_acc, p_acc)
-            p_and_ds_both_ways(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
-            cuda.syncthreads()
-            for r in range(B):  # dV += P^T dO and dK += dS^T Q, as in version 3
-                at = u(r * PR + oy * VK)
-                load_run(p4, smem, u(P_BASE) + at)
-                load_run(ds4, smem, u(DS_BASE) + at)
-                for g in range(GROUPS):
-                    at = u(r * DR + ox * 4 + g * GX * 4)
-                    o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
-                    q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
-                    add_outer(dv_acc, p4, g, o0, o1, o2, o3)
-                    add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
-            # This key tile's part of dQ for the tile's queries: a VK x VC patch
-            # of dS K per thread (VK queries, VC columns), added to dq.
-            for x in range(VK):
-                for y in range(VC):
-                    dq_acc[x, y] = np.float32(0.0)
-            for j in range(B):
-                load_run(ds4, smem, u(DST_BASE) + u(j * PR + oy * VK))
-                for g in range(GROUPS):
-                    k0, k1, k2, k3 = load4(smem, u(X_BASE) + u(j * DR + ox * 4 + g * GX * 4))
-                    add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
-            for x in range(VK):
-                row = row0 + oy * VK + x
-                if row < seq:
-                    out = (bh * seq + row) * D + ox * 4
-                    for g in range(GROUPS):
-                        for e in range(4):
-                            cuda.atomic.add(dq, out + g * GX * 4 + e, dq_acc[x, 4 * g + e] * scale)
-        store_patch(dk, dk_acc, scale, key0, key_seq, bh * key_seq, oy, ox)
-        store_patch(dv, dv_acc, np.float32(1.0), key0, key_seq, bh * key_seq, oy, ox)
+        fused_pass(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale)
 
     return dkdv_v3, dq_v3, fused_v4, NT, B, 4 * END, 4 * END_V4
 
