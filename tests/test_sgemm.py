@@ -365,15 +365,18 @@ def test_split_ranges_cover_k_in_aligned_slices():
 SMALL_TILES = TileConfig(32, 32, 8, 4, 8)
 
 
+@pytest.mark.parametrize("split_sum", sgemm.SPLIT_SUMS)
 @pytest.mark.parametrize("level", ["5", "auto"])
-def test_split_k_is_exact_and_propagates_nan_and_inf(level):
+def test_split_k_is_exact_and_propagates_nan_and_inf(level, split_sum):
+    # Both ways of adding the slices: one launch with atomic adds into C, or
+    # a partial C per slice added by a last kernel.
     rng = np.random.default_rng(5)
     a = rng.standard_normal((9, 50)).astype(np.float32)
     b = rng.standard_normal((50, 12)).astype(np.float32)
     a[2, 40] = np.nan  # in the second slice of K
     b[3, 5] = np.inf  # in the first
     expected = a.astype(np.float64) @ b.astype(np.float64)
-    c = sgemm.matmul(a, b, level, config=SMALL_TILES, splits=3)
+    c = sgemm.matmul(a, b, level, config=SMALL_TILES, splits=3, split_sum=split_sum)
     assert c.dtype == np.float32 and c.shape == (9, 12)
     assert np.array_equal(np.isnan(c), np.isnan(expected))
     assert np.array_equal(np.isinf(c), np.isinf(expected))
@@ -385,6 +388,8 @@ def test_splits_are_checked():
     a = np.ones((2, 3), np.float32)
     _fails(sgemm.matmul, a, a.T.copy(), 5, splits=0, naming="splits must be a whole number")
     _fails(sgemm.matmul, a, a.T.copy(), 3, splits=2, naming="splits applies to levels 5, 6")
+    _fails(sgemm.matmul, a, a.T.copy(), 6, splits=2, split_sum="tree",
+           naming="split_sum must be one of 'atomic', 'partials'")
 
 
 def test_out_receives_the_product_and_is_checked():

@@ -21,6 +21,13 @@ performance" (2022), rebuilt in Python:
 Every kernel is correct for any shape: tiles that hang over the edge of a
 matrix are filled with zeros when loaded and skipped when stored.
 
+Levels 5, 6, 7 and auto can also cut K into slices (split-K, ``splits=``), for
+products with few tiles of C and a deep K: by default in one launch whose
+blocks take their slice from blockIdx.z and add into a zeroed C with atomic
+adds (so C's last bits may differ from call to call), or one launch per slice
+and a kernel adding the partial products (see "Split-K" below). splits=1, the
+default for most shapes, stores each output once and is deterministic.
+
 The public entry point is ``matmul(a, b, level="auto")``. It takes numpy arrays
 (and returns numpy) or anything with ``__cuda_array_interface__``: a Numba
 device array (returns a Numba device array) or a CUDA torch tensor (returns a
@@ -671,9 +678,11 @@ def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool
     def fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k):
         """Read the tiles starting at column k_next of A (rows row0...) and row
         k_next of B (columns col0...) into the registers a_next and b_next;
-        zeros past the edges of the matrices. With `vectorized`, each four
-        neighbours of a row come in one 128-bit load (the caller promises rows
-        a multiple of 4 long, so the four are all inside or all outside)."""
+        zeros past the edges of the matrices, K ending at k (the whole of K,
+        or a split-K slice's end). With `vectorized`, each four neighbours of
+        a row come in one 128-bit load (the caller promises rows a multiple of
+        4 long and slices starting on a multiple of 4, so the four are all
+        inside or all outside)."""
         a_row, a_col = tid // A_VECTORS_PER_ROW, (tid % A_VECTORS_PER_ROW) * FOUR
         b_row, b_col = tid // B_VECTORS_PER_ROW, (tid % B_VECTORS_PER_ROW) * FOUR
         for s in range(A_LOADS):
@@ -766,23 +775,24 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
     tile into registers, multiplies the one fetched a step earlier, and stores
     the new one to shared memory; with `double`, into two copies of the tiles
     (A's copies a_elements apart, B's b_elements), one barrier per step (see
-    (4) and (6) above)."""
+    (4) and (6) above). It walks columns k_start <= kk < k_end of A (rows of
+    B): the whole of K (0 to k), or one slice of it for split-K."""
     BK, A_ELEMENTS, B_ELEMENTS = _u(bk, a_elements, b_elements)
     DOUBLE = double
 
     @cuda.jit(device=True, **_INLINE)
     def walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, k, p, q):
+               m, n, k_start, k_end, p, q):
         write = ZERO  # which copy of the tiles this step stores into (always 0 without DOUBLE)
         # One step more than there are tiles: step s fetches tile s (zeros past
-        # the end of K) and multiplies tile s - 1, already in shared memory.
-        for k_next in range(ZERO, k + BK, BK):
-            fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k)
+        # k_end) and multiplies tile s - 1, already in shared memory.
+        for k_next in range(k_start, k_end + BK, BK):
+            fetch_tiles(a, b, a_next, b_next, tid, row0, col0, k_next, m, n, k_end)
             # Multiply the tile fetched one step earlier (in the copy the last
             # step stored), then store this one. With two copies each branch
             # names its copy by a constant, which the compiler folds into the
             # shared-memory addresses.
-            if k_next > ZERO:
+            if k_next > k_start:
                 if DOUBLE and write == ZERO:
                     multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, A_ELEMENTS,
                                   B_ELEMENTS)
@@ -802,7 +812,11 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
-                            double_buffer: bool = None):
+                            double_buffer: bool = None, split: bool = False):
+    """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
+    `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
+    "Split-K" below): block z of the grid multiplies columns z*chunk ...
+    (z+1)*chunk of A by those rows of B and adds its outputs into C."""
     if unroll is None:  # the module's choice, where it divides the tile's depth
         unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
     if unroll not in (1, 2, 4) or config.bk % unroll:
@@ -817,6 +831,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
+    ATOMIC = bool(split)
     shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
         config.bm, config.bn, config.bk, threads, vectorized)
@@ -848,6 +863,31 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                           _make_multiply_tile(multiply_step, config.bk, unroll),
                           config.bk, a_elements, b_elements, double)
 
+    @cuda.jit(device=True, **_INLINE)
+    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n):
+        # The thread's TM x TN outputs into C, the parts inside it: stored
+        # (four floats per 128-bit store where rows allow), or, for split-K
+        # (ATOMIC), added with float32 atomic adds into a C zeroed before the
+        # launch, since every slice's block adds to the same outputs.
+        for i in range(TM):
+            row = row0 + thread_row * TM + i
+            if row < m:
+                for g in range(GROUPS):
+                    col = col0 + g * GROUP_STRIDE + thread_col * FOUR
+                    base = i * TN + g * FOUR
+                    if ATOMIC:
+                        for q in range(FOUR):
+                            if col + q < n:
+                                cuda.atomic.add(c, (row, col + q), acc[base + q])
+                    elif vectorized:
+                        if col < n:  # n % 4 == 0: the four are all in or all out
+                            store_float4(c, row, col, acc[base], acc[base + ONE],
+                                         acc[base + TWO], acc[base + THREE])
+                    else:
+                        for q in range(FOUR):
+                            if col + q < n:
+                                c[row, col + q] = acc[base + q]
+
     @cuda.jit
     def sgemm_vectorized(a, b, c):
         # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
@@ -869,22 +909,37 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         for i in range(patch):
             acc[i] = 0.0
         walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, k, thread_row, thread_col)
-        for i in range(TM):
-            row = row0 + thread_row * TM + i
-            if row < m:
-                for g in range(GROUPS):
-                    col = col0 + g * GROUP_STRIDE + thread_col * FOUR
-                    base = i * TN + g * FOUR
-                    if vectorized:
-                        if col < n:  # n % 4 == 0: the four are all in or all out
-                            store_float4(c, row, col, acc[base], acc[base + ONE],
-                                         acc[base + TWO], acc[base + THREE])
-                    else:
-                        for q in range(FOUR):
-                            if col + q < n:
-                                c[row, col + q] = acc[base + q]
+               m, n, ZERO, k, thread_row, thread_col)
+        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
 
+    @cuda.jit
+    def sgemm_vectorized_split(a, b, c, chunk):
+        # The same block, over one slice of K: columns z*chunk ... of A for
+        # blockIdx.z = z (chunk a multiple of 16, the last slice ragged); its
+        # outputs are added into C (zeroed first) with atomic adds.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
+        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
+        k_end = min(k, k_start + uint64(chunk))
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM
+        col0 = uint64(cuda.blockIdx.x) * BN
+        thread_row = tid // THREADS_PER_ROW
+        thread_col = tid % THREADS_PER_ROW
+        acc = cuda.local.array(patch, float32)
+        a_frag = cuda.local.array(tm, float32)
+        b_frag = cuda.local.array(tn, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(patch):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k_start, k_end, thread_row, thread_col)
+        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
+
+    if split:
+        return sgemm_vectorized_split
     return sgemm_vectorized
 
 
@@ -921,7 +976,10 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 # DOT_UNROLL steps per pass (`_make_multiply_tile`) and 128-bit stores of C.
 
 
-def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: int = None):
+def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: int = None,
+                            split: bool = False):
+    """Level 7's kernel for `config`: kernel(a, b, c), or with `split`,
+    kernel(a, b, c, chunk) for single-launch split-K (as level 6's)."""
     if unroll is None:  # the module's choice, where it divides the tile's depth
         unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
     if unroll not in (1, 2, 4) or config.bk % unroll:
@@ -940,6 +998,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     ROW_OUTPUTS = _u(wn_iter * tn)  # a thread's accumulators per row of its outputs
     LANES = _u(WARP_SIZE)
     TWO, THREE, FOUR = _u(2, 3, 4)
+    ATOMIC = bool(split)
     shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(bm, bn, bk, threads,
                                                                       vectorized)
@@ -977,6 +1036,32 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     walk_k = _make_k_loop(fetch_tiles, store_tiles, _make_multiply_tile(multiply_step, bk, unroll),
                           bk, a_elements, b_elements, True)
 
+    @cuda.jit(device=True, **_INLINE)
+    def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n):
+        # Each patch's rows of C, four columns per 128-bit store; a patch that
+        # hangs over the edge writes only what is inside. For split-K
+        # (ATOMIC), added into C (zeroed before the launch) with atomic adds.
+        for wm in range(WM_ITER):
+            for i in range(TM):
+                row = row0 + a_offset + wm * WSUB_M + i
+                if row < m:
+                    for wn in range(WN_ITER):
+                        for j in range(ZERO, TN, FOUR):
+                            col = col0 + b_offset + wn * WSUB_N + j
+                            base = (wm * TM + i) * ROW_OUTPUTS + wn * TN + j
+                            if ATOMIC:
+                                for q in range(FOUR):
+                                    if col + q < n:
+                                        cuda.atomic.add(c, (row, col + q), acc[base + q])
+                            elif vectorized:
+                                if col < n:  # n % 4 == 0: the four are all in or all out
+                                    store_float4(c, row, col, acc[base], acc[base + ONE],
+                                                 acc[base + TWO], acc[base + THREE])
+                            else:
+                                for q in range(FOUR):
+                                    if col + q < n:
+                                        c[row, col + q] = acc[base + q]
+
     @cuda.jit
     def sgemm_warp_tiled(a, b, c):
         # Level 5's tiles: A's transposed (a_tile[kk * BM + r]), B's as is
@@ -1001,26 +1086,39 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
         for i in range(accumulators):
             acc[i] = 0.0
         walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, k, a_offset, b_offset)
-        # Each patch's rows of C, four columns per 128-bit store; a patch that
-        # hangs over the edge writes only what is inside.
-        for wm in range(WM_ITER):
-            for i in range(TM):
-                row = row0 + a_offset + wm * WSUB_M + i
-                if row < m:
-                    for wn in range(WN_ITER):
-                        for j in range(ZERO, TN, FOUR):
-                            col = col0 + b_offset + wn * WSUB_N + j
-                            base = (wm * TM + i) * ROW_OUTPUTS + wn * TN + j
-                            if vectorized:
-                                if col < n:  # n % 4 == 0: the four are all in or all out
-                                    store_float4(c, row, col, acc[base], acc[base + ONE],
-                                                 acc[base + TWO], acc[base + THREE])
-                            else:
-                                for q in range(FOUR):
-                                    if col + q < n:
-                                        c[row, col + q] = acc[base + q]
+               m, n, ZERO, k, a_offset, b_offset)
+        write_patches(c, acc, row0, col0, a_offset, b_offset, m, n)
 
+    @cuda.jit
+    def sgemm_warp_tiled_split(a, b, c, chunk):
+        # The same block over one slice of K, columns z*chunk ... of A for
+        # blockIdx.z = z, its outputs added into C (zeroed first).
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
+        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
+        k_end = min(k, k_start + uint64(chunk))
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM
+        col0 = uint64(cuda.blockIdx.x) * BN
+        warp, lane = tid // LANES, tid % LANES
+        warp_row, warp_col = warp // WARPS_ACROSS, warp % WARPS_ACROSS
+        thread_row, thread_col = lane // THREADS_ACROSS, lane % THREADS_ACROSS
+        a_offset = warp_row * WM + thread_row * TM
+        b_offset = warp_col * WN + thread_col * TN
+        acc = cuda.local.array(accumulators, float32)
+        a_frag = cuda.local.array(a_fragment, float32)
+        b_frag = cuda.local.array(b_fragment, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(accumulators):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k_start, k_end, a_offset, b_offset)
+        write_patches(c, acc, row0, col0, a_offset, b_offset, m, n)
+
+    if split:
+        return sgemm_warp_tiled_split
     return sgemm_warp_tiled
 
 
@@ -1030,8 +1128,9 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
 
 @lru_cache(maxsize=None)
 def _compiled(kind: str, config: TileConfig | WarpTileConfig | None = None,
-              vectorized: bool = False):
-    """One kernel object per (kind, config): Numba caches its compiled code on it."""
+              vectorized: bool = False, split: bool = False):
+    """One kernel object per (kind, config): Numba caches its compiled code on it.
+    `split`: the single-launch split-K variant of levels 5-7."""
     if kind == "shared":
         return _make_shared_kernel(SHARED_TILE)
     if kind == "1d":
@@ -1039,8 +1138,8 @@ def _compiled(kind: str, config: TileConfig | WarpTileConfig | None = None,
     if kind == "2d":
         return _make_2d_kernel(config)
     if kind == "warp":
-        return _make_warp_tiled_kernel(config, vectorized)
-    return _make_vectorized_kernel(config, vectorized)
+        return _make_warp_tiled_kernel(config, vectorized, split=split)
+    return _make_vectorized_kernel(config, vectorized, split=split)
 
 
 def tuned_config(gpu_name: str | None = None, path: str | os.PathLike | None = None) -> TileConfig:
@@ -1098,12 +1197,19 @@ def kernel_for(level, shape, vectorized=True,
 
     `config` overrides the tile sizes of levels 4a-6 (a TileConfig that passes
     check_config) or of level 7 (a WarpTileConfig that passes check_warp_config,
-    default WARP_TILE_DEFAULT). Returns (kernel, grid, block).
+    default WARP_TILE_DEFAULT). Returns (kernel, grid, block). For split-K in
+    one launch, see split_kernel_for.
     """
     key = _level(level, auto_ok=True)
     m, n, k = shape
     if key == "auto":
         key, config = "6", config or auto_config((m, n, k))
+    return _kernel_for(key, m, n, vectorized, config)
+
+
+def _kernel_for(key: str, m: int, n: int, vectorized, config, split: bool = False):
+    """kernel_for on a level's key other than auto (with `split`, levels 5-7's
+    split-K kernel, whose grid kernel_split_for adds slices to)."""
     if key in ("1", "2"):
         block = (NAIVE_BLOCK, NAIVE_BLOCK)
         if key == "1":  # x walks rows of C
@@ -1115,17 +1221,21 @@ def kernel_for(level, shape, vectorized=True,
     if config is None:
         config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5, "7": WARP_TILE_DEFAULT}.get(key) \
             or _tuned_here(gpu_model())
-    return _tiled_kernel(key, config, bool(vectorized)), \
+    return _tiled_kernel(key, config, bool(vectorized), split), \
         (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
 
 
 @lru_cache(maxsize=None)
-def _tiled_kernel(key: str, config: TileConfig | WarpTileConfig, vectorized: bool):
+def _tiled_kernel(key: str, config: TileConfig | WarpTileConfig, vectorized: bool,
+                  split: bool = False):
     """The kernel of level 4a, 4b, 5, 6 or 7 for `config`, checked once (matmul asks on
-    every call; a configuration that breaks a constraint raises every time)."""
+    every call; a configuration that breaks a constraint raises every time).
+    `split`: levels 5-7's single-launch split-K kernel, kernel(a, b, c, chunk)."""
+    if split and key not in ("5", "6", "7"):
+        raise ValueError(f"split-K applies to levels 5, 6, 7 and auto only, got level {key!r}")
     if key == "7":
         check_warp_config(config)
-        return _compiled("warp", config, vectorized)
+        return _compiled("warp", config, vectorized, split)
     if key == "4a":
         if config.tn != 1:
             raise ValueError(f"config for level 4a must have tn=1 (a column per thread), got {config}")
@@ -1135,7 +1245,7 @@ def _tiled_kernel(key: str, config: TileConfig | WarpTileConfig, vectorized: boo
         check_config(config, vectorized=False)
         return _compiled("2d", config)
     check_config(config, vectorized=True)
-    return _compiled("vectorized", config, vectorized)
+    return _compiled("vectorized", config, vectorized, split)
 
 
 def auto_config(shape, gpu_name: str | None = None, path=None) -> TileConfig:
@@ -1331,18 +1441,53 @@ def _launch_config(grid: tuple, block: tuple):
 # Split-K. A product with few output tiles and a deep K (1024 x 1024 x 8192 is
 # 128 tiles of 64 x 128 for the H100's 132 SMs) keeps most SMs idle however
 # fast each block is. Cutting K into `splits` slices gives each slice's
-# product its own blocks, each writing a partial C; a last kernel adds the
-# partials. Slices are whole multiples of 16 columns, so the 128-bit loads of
-# levels 5 and 6 stay aligned.
+# product its own blocks. Slices are whole multiples of 16 columns (the last
+# one ragged), so the 128-bit loads of levels 5-7 stay aligned. Two ways to
+# add the slices up (matmul's `split_sum`):
+#
+# * "atomic" (the default): ONE launch. The grid gets a third dimension, one
+#   slice per blockIdx.z; each block walks its slice of K (columns z*chunk up
+#   to (z+1)*chunk of A) and adds its tile of C into C with float32 atomic
+#   adds (`cuda.atomic.add`), C having been zeroed by a small kernel
+#   (`zero_matrix`) just before, on the same stream. No buffer of partial
+#   products, and one extra launch (the zeroing) whatever the number of
+#   slices. The price: each output's slices arrive in whatever order their
+#   blocks finish, which can change from call to call, so the last bits of C
+#   can differ between two calls on the same inputs.
+# * "partials": one launch per slice, each writing a partial C into a
+#   (slices, m, n) buffer, then `sum_splits` adding them in order:
+#   deterministic, but it writes and reads slices x m x n more floats and
+#   pays a launch per slice. On the H200 (benchmarks/NOTES.md) two or four
+#   slices this way never beat one.
+#
+# With splits=1 (what auto has measured best at every shape so far) neither
+# runs: one launch, each output summed by one thread and stored once, the
+# same bits on every call.
 
 SPLIT_ALIGN = 16
+SPLIT_SUMS = ("atomic", "partials")
+
+
+def _split_chunk(k: int, splits: int) -> int:
+    """The length of each slice of K but the last: K / splits rounded up to a
+    multiple of 16, and at least 16."""
+    return max(SPLIT_ALIGN, -(-k // splits // SPLIT_ALIGN) * SPLIT_ALIGN)
 
 
 def split_ranges(k: int, splits: int) -> list[tuple[int, int]]:
     """The K ranges [k0, k1) of at most `splits` slices, each a multiple of 16 long
     (but the last); fewer when K is too short to give each slice 16 columns."""
-    chunk = max(SPLIT_ALIGN, -(-k // splits // SPLIT_ALIGN) * SPLIT_ALIGN)
+    chunk = _split_chunk(k, splits)
     return [(k0, min(k, k0 + chunk)) for k0 in range(0, k, chunk)]
+
+
+@cuda.jit
+def zero_matrix(c):
+    """c[row, col] = 0 everywhere: C before the split-K kernel adds into it."""
+    col = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
+    row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
+    if row < uint64(c.shape[0]) and col < uint64(c.shape[1]):
+        c[row, col] = float32(0.0)
 
 
 @cuda.jit
@@ -1375,11 +1520,50 @@ def _check_splits(splits, key) -> int:
     return int(splits)
 
 
+def _check_split_sum(split_sum) -> str:
+    if not isinstance(split_sum, str) or split_sum not in SPLIT_SUMS:
+        raise ValueError(f"split_sum must be one of {', '.join(map(repr, SPLIT_SUMS))}, "
+                         f"got {split_sum!r}")
+    return split_sum
+
+
+def split_kernel_for(level, shape, splits, vectorized=True,
+                     config: TileConfig | WarpTileConfig | None = None):
+    """The single-launch split-K kernel matmul launches for `level` (5, 6, 7 or
+    "auto") at shape (m, n, k) with K cut into `splits` slices.
+
+    Returns (kernel, grid, block, chunk). The grid's third dimension is the
+    number of slices, len(split_ranges(k, splits)); block z multiplies
+    columns z*chunk ... (z+1)*chunk of A (chunk a multiple of 16; the last
+    slice ends at k) and ADDS its outputs into C with atomic adds, so C must
+    be zeroed first: zero_matrix[...](c), then
+    kernel[grid, block](a, b, c, numpy.uint64(chunk)).
+    """
+    key = _level(level, auto_ok=True)
+    splits = _check_splits(splits, key)
+    if splits is None:
+        raise ValueError("splits must be a whole number from 1 to 64, got None")
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    m, n, k = (_whole_or_zero(name, v) for name, v in zip("mnk", shape))
+    if key == "auto":
+        key, config = "6", config or auto_config((m, n, k))
+    return _split_kernel(key, m, n, k, splits, vectorized, config)
+
+
+def _split_kernel(key, m, n, k, splits, vectorized, config) -> tuple:
+    kernel, grid, block = _kernel_for(key, m, n, vectorized, config, split=True)
+    chunk = _split_chunk(k, splits)
+    return kernel, grid + (max(1, _blocks(k, chunk)),), block, chunk
+
+
 A_MATRIX = types.Array(float32, 2, "A")
 C_BLOCK = types.Array(float32, 3, "C")
+# The split-K kernel's arguments: A, B, C and the slice length.
+SPLIT_SIGNATURE = (C_MATRIX, C_MATRIX, C_MATRIX, types.uint64)
 
 
-def _fast_matmul(a, b, key, config, splits, out=None):
+def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
     """matmul on GPU matrices without Numba's argument handling; None if not possible."""
     device_id = _current_gpu()
     a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
@@ -1415,6 +1599,18 @@ def _fast_matmul(a, b, key, config, splits, out=None):
         launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
                *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n))
         return out
+    if split_sum == "atomic":
+        # C zeroed, then one launch whose blocks add their slices into it; both
+        # on Numba's default stream, in that order. (Not torch's zero_: it
+        # would run on torch's current stream, which need not be this one.)
+        kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+        zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
+        launch(stream, _launch_config(_sum_grid(m, n), SUM_BLOCK), zero,
+               *_matrix_argument(c_ptr, m, n))
+        function, stream = _launchable(kernel, device_id, SPLIT_SIGNATURE)
+        launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
+               *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n), chunk)
+        return out
     if torch_out:
         partial = torch.empty((len(ranges), m, n), dtype=torch.float32, device=a.device)
         p_ptr = partial.data_ptr()
@@ -1436,7 +1632,7 @@ def _fast_matmul(a, b, key, config, splits, out=None):
 
 
 def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
-           splits: int | None = None, out=None):
+           splits: int | None = None, split_sum: str = "atomic", out=None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
     "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
@@ -1448,8 +1644,20 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     own; level 6 reads sgemm_tuned.json), or for level 7, a WarpTileConfig
     (default WARP_TILE_DEFAULT).
     splits: cut K into this many slices, each multiplied by its own blocks,
-    and add the partial products (split-K; levels 5, 6, 7 and auto; default 1,
-    or what auto measured best near this shape).
+    and add their products (split-K: more blocks for a product with few tiles
+    of C and a deep K; levels 5, 6, 7 and auto; default 1, or what auto
+    measured best near this shape). Slices are multiples of 16 columns, so
+    a short K gets fewer.
+    split_sum: how the slices are added when there are several. "atomic"
+    (default): one launch whose blocks take their slice from blockIdx.z and
+    add their outputs into C, zeroed first, with float32 atomic adds. The
+    additions then run in an order that can change from call to call, so
+    the last bits of C may differ between two calls on the same inputs.
+    "partials": one launch per slice writing a buffer of partial products,
+    then a kernel adding them in order (deterministic; more memory traffic
+    and launches). With splits=1, the default for most shapes, neither
+    runs: each output is summed by one thread and stored once, exact to
+    float32 rounding and the same on every call.
     out: where to write C (returned): an M x N C-contiguous float32 array of
     the inputs' kind. A call that allocates C each time pays for the
     allocation; a loop can pass the same `out` instead.
@@ -1485,10 +1693,11 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
         else:
             check_config(config, vectorized=key in ("5", "6", "auto"))
     splits = _check_splits(splits, key)
+    split_sum = _check_split_sum(split_sum)
     if out is not None:
         _check_out(out, a, (int(a.shape[0]), int(b.shape[1])))
     if on_gpu() and not a_is_numpy:
-        result = _fast_matmul(a, b, key, config, splits, out)
+        result = _fast_matmul(a, b, key, config, splits, out, split_sum)
         if result is not None:
             return result
     a_dev, b_dev = _device_view("a", a), _device_view("b", b)
@@ -1516,6 +1725,10 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
         if len(ranges) == 1:
             kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
             kernel[grid, block](a_dev, b_dev, c_dev)
+        elif split_sum == "atomic":
+            kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+            zero_matrix[_sum_grid(m, n), SUM_BLOCK](c_dev)
+            kernel[grid, block](a_dev, b_dev, c_dev, np.uint64(chunk))
         else:
             partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
             for s, (k0, k1) in enumerate(ranges):
