@@ -20,3 +20,10 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # grader moves on.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
+
+# After a cell finishes, the grader waits this long for the cell's last output
+# messages before it counts the cell as failed (nbgrader raises where nbconvert
+# would only warn). The default, 4 seconds, is too short on a busy machine when
+# a cell runs kernels on Numba's simulator, whose threads keep the kernel's
+# message thread waiting: a correct answer must not lose its points for that.
+c.Execute.iopub_timeout = 30
