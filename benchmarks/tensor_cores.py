@@ -1,4 +1,4 @@
-"""Tensor cores from Numba: tensor_cores.hgemm beside cuBLAS and the course's SGEMM, on a GPU.
+"""Tensor cores from Numba: tensor_cores.hgemm and tf32gemm beside cuBLAS and the course's SGEMM.
 
     PYTHONPATH=src python3 benchmarks/tensor_cores.py [--quick] [--out DIR]
 
@@ -24,27 +24,43 @@ torch.float32), where this torch has it), `cublas_fp32`, torch.mm in fp32 with
 TF32 off (cuBLAS on the CUDA cores), and `sgemm`, the course's fp32 SGEMM
 gpucourse.kernels.sgemm.matmul at its default level ("auto") on CUDA torch
 tensors with out=. The fp32 variants get the fp16 values converted to fp32,
-so every variant computes the same product.
+so every variant but the TF32 ones computes the same product.
+
+`tf32gemm(a, b, passes)` multiplies fp32 matrices on the tensor cores with the
+TF32 instruction mma.sync.m16n8k8 (hgemm level 2's structure): passes 1 is
+plain TF32, passes 3 is 3xTF32 (each input split into a big and a small TF32
+part, three products, about fp32's accuracy). Each is timed as a kernel alone,
+`tf32gemm<passes>_kernel` (tensor_cores._launch_tf32 on device arrays
+prepared once), on fp32 N(0,1) values that are not rounded to fp16 (fp16
+values are exact in TF32 and would hide its rounding), beside `cublas_tf32`,
+torch.mm on the same values with TF32 allowed for that call (cuBLAS on tensor
+cores), and compared with their own float64 product.
 
 1. **Validation.** hgemm at each level against numpy in float64 at
    16 x 8 x 16, 256 x 128 x 512 and 1024^3, and level 2 (which takes any
    sizes) also at the ragged 1000 x 1030 x 777 and 17 x 9 x 33: max |C - C_ref|
    and max |C - C_ref| / max |C_ref|, passed when within rtol 1e-4 and atol
-   1e-3 (the tolerance of tests/test_tensor_cores.py's GPU test).
+   1e-3 (the tolerance of tests/test_tensor_cores.py's GPU test). tf32gemm
+   with 1 and 3 passes against float64 on fp32 N(0,1) inputs at 256 x 256 x
+   512, 1000 x 1030 x 777 and 17 x 9 x 33, passed when max |C - C_ref| /
+   max |C_ref| is within 2e-3 (1 pass) or 1e-5 (3 passes), the bounds of
+   tests/test_tensor_cores.py's GPU test.
 2. **Timing** at 4096^3, 2048^3 and 1024^3: all variants in turns over
    ROUNDS rounds, each round timing each variant with benchmarks/sgemm.py's
    time_ms (CUDA events around batches of back-to-back calls covering
    ~20 ms, warm-up first, median of 10), the median of the rounds. An hgemm
-   variant whose one call takes more than SLOW_CALL_S (1 s) is not timed at
-   that size; sizes still waiting after BUDGET_S (75 s) are skipped. Each
+   or tf32gemm variant whose one call takes more than SLOW_CALL_S (1 s) is not
+   timed at that size; sizes still waiting after BUDGET_S (75 s) are skipped. Each
    variant's output at each size (its `out` poisoned with NaN first, where it
-   has one) is compared with torch.mm in float64.
+   has one) is compared with torch.mm in float64 (of the fp16 values, or of
+   the fp32 values for the TF32 variants).
 
 Writes DIR/tensor_cores-<gpu-slug>-<YYYY-MM-DD>.json (CONVENTIONS.md's shape:
 rows of variant, m, n, k, ms, tflops, plus max_rel_err, max_abs_err, passed,
 vs_cublas_fp16 and vs_cublas_fp32; the validation, each kernel's registers and
 shared memory, what was skipped). --quick: 4096^3 only, written as
-...-quick.json. About a minute on an H100 (the first calls compile).
+...-quick.json. About a minute on an H100 (the first calls compile); the TF32
+rows, added on 2026-11-25, have not yet run on one.
 
     PYTHONPATH=src GPUCOURSE_DEVICE=sim python3 benchmarks/tensor_cores.py --dry-run
 
@@ -84,9 +100,14 @@ RAGGED_SHAPES = [(1000, 1030, 777), (17, 9, 33)]
 DRY_VALIDATION_SHAPES = [(16, 8, 16)]
 DRY_RAGGED_SHAPES = [(17, 9, 33)]
 RTOL, ATOL = 1e-4, 1e-3  # validation, as the GPU test of tests/test_tensor_cores.py
-WRONG_ABOVE = {"fp32": 1e-4, "fp16": 2e-3}  # timing sizes: max_rel_err by output precision
+PASSES = (1, 3)  # tf32gemm: plain TF32 and 3xTF32
+TF32_VALIDATION_SHAPES = [(256, 256, 512), (1000, 1030, 777), (17, 9, 33)]
+DRY_TF32_VALIDATION_SHAPES = [(17, 9, 33)]
+TF32_BOUND = {1: 2e-3, 3: 1e-5}  # validation, max_rel_err, as tests/test_tensor_cores.py's GPU test
+# timing sizes: max_rel_err above which a result counts as wrong, by precision
+WRONG_ABOVE = {"fp32": 1e-4, "fp16": 2e-3, "tf32": 2e-3}
 ROUNDS = 3
-SLOW_CALL_S = 1.0  # an hgemm variant slower than this per call is not timed at that size
+SLOW_CALL_S = 1.0  # an hgemm or tf32gemm variant slower than this per call: not timed there
 BUDGET_S = 75.0  # sizes still waiting after this long are skipped (the run must stay < 90 s)
 
 VARIANTS = {
@@ -96,6 +117,14 @@ VARIANTS = {
     "hgemm2_numpy": "tensor_cores.hgemm(a, b, level=2) on numpy fp16 arrays, fp32 numpy result: "
                     "copies to and from the GPU included",
     "hgemm2_kernel": "level 2's kernel alone on device arrays prepared once (fp16 in, fp32 out)",
+    "tf32gemm1_kernel": "tensor_cores.tf32gemm's kernel alone, passes=1 (plain TF32), on "
+                        "device arrays prepared once (fp32 in and out; fp32 N(0,1) inputs, not "
+                        "fp16 values)",
+    "tf32gemm3_kernel": "tensor_cores.tf32gemm's kernel alone, passes=3 (3xTF32), on "
+                        "device arrays prepared once (fp32 in and out; fp32 N(0,1) inputs, not "
+                        "fp16 values)",
+    "cublas_tf32": "torch.mm on the TF32 variants' fp32 CUDA tensors with out=, TF32 allowed for "
+                   "this call (cuBLAS on tensor cores)",
     "cublas_fp16": "torch.mm on fp16 CUDA tensors with out= (cuBLAS, tensor cores, fp16 result, "
                    "reduced-precision reductions off)",
     "cublas_fp16_f32out": "torch.mm(a, b, out_dtype=torch.float32) on fp16 CUDA tensors "
@@ -105,6 +134,8 @@ VARIANTS = {
              "('auto')",
 }
 FP16_OUTPUT = {"cublas_fp16"}
+TF32_OUTPUT = {"tf32gemm1_kernel", "cublas_tf32"}  # TF32 accuracy
+FP32_INPUTS = {"tf32gemm1_kernel", "tf32gemm3_kernel", "cublas_tf32"}  # the unrounded fp32 values
 
 
 def _need_a_gpu() -> None:
@@ -160,22 +191,53 @@ def validate(TC, dry_run) -> list[dict]:
     return rows
 
 
+def validate_tf32(TC, dry_run) -> list[dict]:
+    """tf32gemm with 1 and 3 passes on TF32_VALIDATION_SHAPES against numpy in
+    float64, on fp32 N(0,1) inputs: rows of passes, m, n, k, max_abs_err,
+    max_rel_err, passed (within TF32_BOUND; or failed: the exception)."""
+    rows = []
+    for passes in PASSES:
+        for m, n, k in DRY_TF32_VALIDATION_SHAPES if dry_run else TF32_VALIDATION_SHAPES:
+            rng = np.random.default_rng(m + 3 * n + 7 * k)
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((k, n)).astype(np.float32)
+            row = {"passes": passes, "m": m, "n": n, "k": k}
+            started = time.perf_counter()
+            try:
+                c = TC.tf32gemm(a, b, passes=passes)
+                reference = a.astype(np.float64) @ b.astype(np.float64)
+                row["max_abs_err"], row["max_rel_err"] = errors(c, reference)
+                row["passed"] = bool(row["max_rel_err"] <= TF32_BOUND[passes])
+            except Exception as error:  # reported, and the run goes on
+                row["passed"], row["failed"] = False, f"{type(error).__name__}: {error}"
+                traceback.print_exc(limit=3)
+            row["seconds"] = round(time.perf_counter() - started, 2)
+            rows.append(row)
+            shown = (f"max_rel_err {row['max_rel_err']:.1e} (bound {TF32_BOUND[passes]:g})"
+                     if "max_rel_err" in row else row.get("failed"))
+            print(f"validate tf32gemm passes {passes} {m}x{n}x{k}: {shown}  "
+                  f"{'ok' if row['passed'] else 'FAILED'}  ({row['seconds']} s)", flush=True)
+    return rows
+
+
 def resources(TC) -> dict:
-    """Registers, shared and local memory of each level's kernel, from Numba's
-    compile report (compiled by validate already); an error string where
-    there is none (the simulator)."""
+    """Registers, shared and local memory of each kernel (hgemm's levels,
+    tf32gemm's passes), from Numba's compile report (compiled by the
+    validation already); an error string where there is none (the simulator)."""
     found = {}
-    for level, kernel in ((1, TC._hgemm_kernel), (2, TC._hgemm_shared_kernel)):
+    kernels = [("level1", TC._hgemm_kernel), ("level2", TC._hgemm_shared_kernel)] + [
+        (f"tf32gemm_passes{passes}", TC._TF32GEMM_KERNELS[passes]) for passes in PASSES]
+    for name, kernel in kernels:
         def first(value):
             return int(max(value.values()) if isinstance(value, dict) else value)
 
         try:
-            found[f"level{level}"] = {
+            found[name] = {
                 "registers_per_thread": first(kernel.get_regs_per_thread()),
                 "shared_bytes_per_block": first(kernel.get_shared_mem_per_block()),
                 "local_bytes_per_thread": first(kernel.get_local_mem_per_thread())}
         except Exception as error:
-            found[f"level{level}"] = {"error": f"{type(error).__name__}: {error}"}
+            found[name] = {"error": f"{type(error).__name__}: {error}"}
     return found
 
 
@@ -194,6 +256,10 @@ class Shape:
         self.a32, self.b32 = self.a16.float(), self.b16.float()  # the same values in fp32
         self.a_np, self.b_np = self.a16.cpu().numpy(), self.b16.cpu().numpy()
         self.reference = (self.a16.double() @ self.b16.double()).cpu().numpy()
+        # The TF32 variants' inputs: fp32 values, not rounded to fp16 (which TF32 holds exactly).
+        self.a_f32 = torch.randn(size, size, device=device, generator=generator)
+        self.b_f32 = torch.randn(size, size, device=device, generator=generator)
+        self.reference_f32 = (self.a_f32.double() @ self.b_f32.double()).cpu().numpy()
         self.outputs = {}
 
     def calls(self, names) -> dict:
@@ -218,6 +284,30 @@ class Shape:
                     a, b, c = (cuda.as_cuda_array(x) for x in (self.a16, self.b16, c_tensor))
                 found[kernel_name] = (lambda a=a, b=b, c=c, level=level:
                                       TC._launch(a, b, c, level, places))
+        for passes in PASSES:
+            name = f"tf32gemm{passes}_kernel"
+            if name in names:
+                if self.dry_run:  # the simulator's device arrays, from numpy
+                    a, b = cuda.to_device(self.a_f32.numpy()), cuda.to_device(self.b_f32.numpy())
+                    c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+                    self.outputs[name] = c
+                else:  # CUDA torch tensors seen as Numba device arrays (no copy)
+                    c_tensor = torch.full(shape, float("nan"), device="cuda")
+                    self.outputs[name] = c_tensor
+                    a, b, c = (cuda.as_cuda_array(x) for x in (self.a_f32, self.b_f32, c_tensor))
+                found[name] = (lambda a=a, b=b, c=c, passes=passes:
+                               TC._launch_tf32(a, b, c, passes))
+        if "cublas_tf32" in names:
+            out = self.outputs["cublas_tf32"] = torch.full(shape, float("nan"), device=device)
+
+            def cublas_tf32(out=out):
+                torch.set_float32_matmul_precision("high")  # TF32 allowed, for this call only
+                try:
+                    torch.mm(self.a_f32, self.b_f32, out=out)
+                finally:
+                    torch.set_float32_matmul_precision("highest")
+
+            found["cublas_tf32"] = cublas_tf32
         if "cublas_fp16" in names:
             out = self.outputs["cublas_fp16"] = torch.full(shape, float("nan"), device=device,
                                                             dtype=torch.float16)
@@ -238,6 +328,10 @@ class Shape:
             self.outputs["sgemm"] = out
             found["sgemm"] = lambda a=a, b=b, out=out: self.sgemm.matmul(a, b, out=out)
         return found
+
+    def reference_of(self, name) -> np.ndarray:
+        """The float64 product that variant `name` computes."""
+        return self.reference_f32 if name in FP32_INPUTS else self.reference
 
     def result(self, name) -> np.ndarray:
         out = self.outputs[name]
@@ -278,7 +372,7 @@ def time_size(shape, timer, rounds, slow_call_s) -> tuple[list[dict], list[dict]
             del calls[name]
             continue
         seconds = time.perf_counter() - started
-        if name.startswith("hgemm") and seconds > slow_call_s:
+        if name.startswith(("hgemm", "tf32gemm")) and seconds > slow_call_s:
             skipped.append({"variant": name, "m": shape.m, "n": shape.n, "k": shape.k,
                             "reason": f"one call took {seconds:.2f} s (> {slow_call_s:g} s)"})
             print(f"{name} at {shape.m}^3: one call took {seconds:.2f} s; not timed at this "
@@ -292,12 +386,13 @@ def time_size(shape, timer, rounds, slow_call_s) -> tuple[list[dict], list[dict]
     rows = []
     for name in calls:
         sync()
-        max_abs, max_rel = errors(shape.result(name), shape.reference)
+        max_abs, max_rel = errors(shape.result(name), shape.reference_of(name))
         ms = float(np.median(samples[name]))
+        precision = "fp16" if name in FP16_OUTPUT else "tf32" if name in TF32_OUTPUT else "fp32"
         rows.append({"variant": name, "m": shape.m, "n": shape.n, "k": shape.k, "ms": ms,
                      "tflops": flops / (ms * 1e-3) / 1e12, "max_rel_err": max_rel,
                      "max_abs_err": max_abs,
-                     "passed": max_rel <= WRONG_ABOVE["fp16" if name in FP16_OUTPUT else "fp32"]})
+                     "passed": max_rel <= WRONG_ABOVE[precision]})
     for peer in ("cublas_fp16", "cublas_fp32"):
         peer_ms = next((r["ms"] for r in rows if r["variant"] == peer), None)
         for row in rows:
@@ -363,7 +458,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{gpu}: validating hgemm ({time.perf_counter() - started:.0f} s in)", flush=True)
 
-    validation = validate(TC, args.dry_run)
+    validation = validate(TC, args.dry_run) + validate_tf32(TC, args.dry_run)
     kernels = resources(TC)
     print(f"kernels: {kernels}", flush=True)
 
@@ -400,8 +495,10 @@ def main(argv=None) -> int:
             f"of 10), median of the rounds; square N(0,1) inputs rounded to fp16, the fp32 "
             f"variants on the same values; TF32 off, fp16 reduced-precision reductions off; "
             f"hgemm*_numpy times hgemm as called from numpy (host-device copies included), "
-            f"hgemm*_kernel the kernel alone on device arrays; max_rel_err = max|C - C_ref| / "
-            f"max|C_ref| against torch.mm in float64 (validation: numpy in float64)"),
+            f"hgemm*_kernel and tf32gemm*_kernel the kernel alone on device arrays; the TF32 "
+            f"variants (tf32gemm*, cublas_tf32: TF32 allowed for its call only) on other, fp32 "
+            f"N(0,1) inputs; max_rel_err = max|C - C_ref| / max|C_ref| against torch.mm in "
+            f"float64 of the variant's inputs (validation: numpy in float64)"),
         "variants": VARIANTS,
         "hgemm_levels": {
             "1": "one warp per block and per 16 x 8 tile of C, fragments from global memory",
@@ -409,6 +506,15 @@ def main(argv=None) -> int:
                   f"of C, {TC.BLOCK_M} x {TC.BLOCK_K} and {TC.BLOCK_K} x {TC.BLOCK_N} tiles of A "
                   f"and B in shared memory, {TC.TILES_M} x {TC.TILES_N} instructions per warp "
                   f"per 16 of K")},
+        "tf32gemm_passes": {
+            "1": "plain TF32: each fp32 input rounded to TF32 (cvt.rna.tf32.f32), one mma.m16n8k8 "
+                 "per 16 x 8 x 8 step",
+            "3": "3xTF32: big = tf32(x), small = tf32(x - big); a_big b_big + a_big b_small + "
+                 "a_small b_big, three mma.m16n8k8 per step, the small products in their own sums",
+            "structure": (f"{TC.TF32_WARPS_M * TC.TF32_WARPS_N} warps per block, "
+                          f"{TC.TF32_BLOCK_M} x {TC.TF32_BLOCK_N} tile of C, {TC.TF32_BLOCK_M} x "
+                          f"{TC.TF32_BLOCK_K} and {TC.TF32_BLOCK_K} x {TC.TF32_BLOCK_N} tiles of A "
+                          f"and B in shared memory (big and small parts)")},
         "validation": validation,
         "kernels": kernels,
         "skipped": skipped,
@@ -423,7 +529,8 @@ def main(argv=None) -> int:
           f"{len(bad)} validation or result check(s) failed", flush=True)
     for item in bad:
         print(f"  FAILED: {item}")
-    ours_bad = [item for item in bad if "level" in item or item["variant"].startswith("hgemm")]
+    ours_bad = [item for item in bad if "level" in item or "passes" in item
+                or item["variant"].startswith(("hgemm", "tf32gemm"))]
     return 1 if ours_bad else 0
 
 
