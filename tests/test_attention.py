@@ -623,3 +623,18 @@ def test_half_precision_tables_read_a_results_file():
     table = A.half_precision_markdown(record).splitlines()
     assert table[2] == "| forward | fp16 | 1,024 | 64 | no | 0.600 | 0.100 | 0.200 | 0.500 | 6.0 |"
     assert table[3] == "| backward | fp16 | 1,024 | 64 | no | 3.000 | 0.300 | – | – | 10.0 |"
+
+
+def test_throughput_reads_ours_and_the_peer_at_a_length_both_ran():
+    rows = [dict(_timing_row(v, n, d, False, 1.0), tflops=rate)
+            for d, n, v, rate in ((64, 1024, "flash", 20.0), (64, 1024, "sdpa_efficient", 21.0),
+                                  (64, 4096, "flash", 28.0), (64, 4096, "sdpa_efficient", 28.5),
+                                  (128, 1024, "flash", 25.0),
+                                  (128, 1024, "sdpa_efficient", 33.0),
+                                  (128, 4096, "flash", 31.0))]  # no peer at d128, N 4096
+    rows.append(dict(_timing_row("flash", 1024, 64, True, 1.0), tflops=99.0))  # causal: ignored
+    assert A.throughput(rows) == ({64: (20.0, 21.0), 128: (25.0, 33.0)}, 1024)
+    with pytest.raises(ValueError, match="one of \\[1024\\]"):
+        A.throughput(rows, seq=4096)
+    rates, seq = A.throughput(A.load_benchmark(A.find_benchmark_results()[-1])["results"])
+    assert seq >= 1024 and set(rates) >= {64, 128}

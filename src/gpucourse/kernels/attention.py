@@ -1488,6 +1488,31 @@ def benchmark_markdown(data, causal=False):
     return "\n".join(lines)
 
 
+def throughput(results, seq=None):
+    """{head_dim: (ours, peer)} in TFLOP/s without a mask, ours ("flash") and
+    SDPA memory-efficient's, at sequence length `seq` (default: the longest
+    at which both ran at every head dimension measured), from the rows of an
+    attention results file; with that seq. TFLOP/s as the benchmark records
+    them: 4 B H N^2 d floating-point operations over the time."""
+    rates = {}
+    for r in results:
+        if not r["causal"] and r["variant"] in ("flash", "sdpa_efficient") and r.get("tflops"):
+            rates.setdefault(r["head_dim"], {}).setdefault(r["seq"], {})[r["variant"]] = \
+                r["tflops"]
+    both = [{n for n, v in by_seq.items() if len(v) == 2} for by_seq in rates.values()]
+    common = set.intersection(*both) if both else set()
+    if seq is None:
+        if not common:
+            raise ValueError("no sequence length at which ours and the memory-efficient backend "
+                             "both ran at every head dimension")
+        seq = max(common)
+    elif seq not in common:
+        raise ValueError(f"seq must be one at which both ran at every head dimension, one of "
+                         f"{sorted(common)}; got {seq!r}")
+    return {d: (by_seq[seq]["flash"], by_seq[seq]["sdpa_efficient"])
+            for d, by_seq in sorted(rates.items())}, seq
+
+
 # -----------------------------------------------------------------------------
 # Half precision (benchmarks/attention_half.py), as chapter 9 shows it
 
