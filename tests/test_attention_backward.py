@@ -189,8 +189,10 @@ for io in ("float32", "float16"):
         signature = AB.v3_signature(name, io)
         print(numba.cuda.compile_ptx(function, signature, cc=(9, 0))[0])
         print("=== end of kernel ===")
-fused, *_ = AB._v4_functions(64, True, None, "float32")
-print(numba.cuda.compile_ptx(fused, AB.v3_signature("fused", "float32"), cc=(9, 0))[0])
+for io in ("float32", "float16"):
+    fused, *_ = AB._v4_functions(64, True, None, io)
+    print(numba.cuda.compile_ptx(fused, AB.v3_signature("fused", io), cc=(9, 0))[0])
+    print("=== end of kernel ===")
 """
 
 
@@ -199,15 +201,16 @@ def test_versions_3_and_4_compile_for_an_h100_with_four_float_shared_loads():
     tiles with 128-bit shared loads and keep every patch in registers."""
     from ptx_helpers import compile_without_a_gpu
 
-    *kernels, fused = compile_without_a_gpu(V3_PTX_SCRIPT).split("=== end of kernel ===")
-    for text in kernels + [fused]:
+    texts = compile_without_a_gpu(V3_PTX_SCRIPT).split("=== end of kernel ===")
+    kernels, (fused, fused16) = texts[:4], texts[4:6]
+    for text in kernels + [fused, fused16]:
         assert ".target sm_90" in text
         assert ".extern .shared .align 16" in text  # the dynamic tiles, aligned for v4
         assert text.count("ld.shared.v4.f32") >= 16
         assert ".local" not in text  # no patch spilled to local memory
     # In float16 the kernels read 16-bit elements, convert them to float32 and
     # round each gradient once: no half-precision arithmetic.
-    for text in kernels[2:]:
+    for text in kernels[2:] + [fused16]:
         assert "ld.global.u16" in text or "ld.global.b16" in text
         assert "cvt.f32.f16" in text and "cvt.rn.f16.f32" in text
         assert not any(op in text for op in ("fma.rn.f16", "mul.f16", "add.f16"))
@@ -215,6 +218,7 @@ def test_versions_3_and_4_compile_for_an_h100_with_four_float_shared_loads():
     # memory with float32 atomic adds, and writes dS twice (one more tile).
     vk, vc = TILED_CONFIGS_V4[64][4:6]
     assert fused.count("atom.global.add.f32") == vk * vc
+    assert fused16.count("atom.global.add.f32") == vk * vc  # dQ summed in float32
 
 
 def test_tile_configurations_are_checked():
