@@ -159,65 +159,59 @@ def errors(c, reference) -> tuple[float, float]:
     return diff, diff / (float(np.abs(reference).max()) or 1.0)
 
 
+def validate_case(label, row, dtype, compute, passed, bound=None) -> dict:
+    """One validation case: N(0,1) inputs of `dtype` for row's m x k and k x n,
+    C = compute(a, b) against numpy in float64; row gains max_abs_err,
+    max_rel_err, passed (passed(c, reference, row); or failed: the exception)
+    and seconds, and a line is printed (with `bound`, the error's bound)."""
+    m, n, k = row["m"], row["n"], row["k"]
+    rng = np.random.default_rng(m + 3 * n + 7 * k)
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    started = time.perf_counter()
+    try:
+        c = compute(a, b)
+        reference = a.astype(np.float64) @ b.astype(np.float64)
+        row["max_abs_err"], row["max_rel_err"] = errors(c, reference)
+        row["passed"] = bool(passed(c, reference, row))
+    except Exception as error:  # reported, and the run goes on
+        row["passed"], row["failed"] = False, f"{type(error).__name__}: {error}"
+        traceback.print_exc(limit=3)
+    row["seconds"] = round(time.perf_counter() - started, 2)
+    if "max_rel_err" in row:
+        shown = (f"max_rel_err {row['max_rel_err']:.1e} (bound {bound:g})" if bound is not None
+                 else f"max_rel_err {row['max_rel_err']:.1e}, max_abs_err {row['max_abs_err']:.1e}")
+    else:
+        shown = row.get("failed")
+    print(f"validate {label} {m}x{n}x{k}: {shown}  {'ok' if row['passed'] else 'FAILED'}  "
+          f"({row['seconds']} s)", flush=True)
+    return row
+
+
 def validate(TC, dry_run) -> list[dict]:
     """hgemm at each level on VALIDATION_SHAPES (level 2 also RAGGED_SHAPES)
     against numpy in float64: rows of level, m, n, k, max_abs_err,
     max_rel_err, passed (or failed: the exception)."""
     shapes = DRY_VALIDATION_SHAPES if dry_run else VALIDATION_SHAPES
     ragged = DRY_RAGGED_SHAPES if dry_run else RAGGED_SHAPES
-    rows = []
-    for level in LEVELS:
-        for m, n, k in shapes + (ragged if level == 2 else []):
-            row = {"level": level, "m": m, "n": n, "k": k}
-            rng = np.random.default_rng(m + 3 * n + 7 * k)
-            a = rng.standard_normal((m, k)).astype(np.float16)
-            b = rng.standard_normal((k, n)).astype(np.float16)
-            started = time.perf_counter()
-            try:
-                c = TC.hgemm(a, b, level=level)
-                reference = a.astype(np.float64) @ b.astype(np.float64)
-                row["max_abs_err"], row["max_rel_err"] = errors(c, reference)
-                row["passed"] = bool(np.isfinite(c).all()
-                                     and np.allclose(c, reference, rtol=RTOL, atol=ATOL))
-            except Exception as error:  # reported, and the run goes on
-                row["passed"], row["failed"] = False, f"{type(error).__name__}: {error}"
-                traceback.print_exc(limit=3)
-            row["seconds"] = round(time.perf_counter() - started, 2)
-            rows.append(row)
-            shown = (f"max_rel_err {row['max_rel_err']:.1e}, max_abs_err {row['max_abs_err']:.1e}"
-                     if "max_rel_err" in row else row.get("failed"))
-            print(f"validate hgemm level {level} {m}x{n}x{k}: {shown}  "
-                  f"{'ok' if row['passed'] else 'FAILED'}  ({row['seconds']} s)", flush=True)
-    return rows
+    return [validate_case(f"hgemm level {level}", {"level": level, "m": m, "n": n, "k": k},
+                          np.float16, lambda a, b, level=level: TC.hgemm(a, b, level=level),
+                          lambda c, reference, row: np.isfinite(c).all()
+                          and np.allclose(c, reference, rtol=RTOL, atol=ATOL))
+            for level in LEVELS for m, n, k in shapes + (ragged if level == 2 else [])]
 
 
 def validate_tf32(TC, dry_run) -> list[dict]:
     """tf32gemm with 1 and 3 passes on TF32_VALIDATION_SHAPES against numpy in
     float64, on fp32 N(0,1) inputs: rows of passes, m, n, k, max_abs_err,
     max_rel_err, passed (within TF32_BOUND; or failed: the exception)."""
-    rows = []
-    for passes in PASSES:
-        for m, n, k in DRY_TF32_VALIDATION_SHAPES if dry_run else TF32_VALIDATION_SHAPES:
-            rng = np.random.default_rng(m + 3 * n + 7 * k)
-            a = rng.standard_normal((m, k)).astype(np.float32)
-            b = rng.standard_normal((k, n)).astype(np.float32)
-            row = {"passes": passes, "m": m, "n": n, "k": k}
-            started = time.perf_counter()
-            try:
-                c = TC.tf32gemm(a, b, passes=passes)
-                reference = a.astype(np.float64) @ b.astype(np.float64)
-                row["max_abs_err"], row["max_rel_err"] = errors(c, reference)
-                row["passed"] = bool(row["max_rel_err"] <= TF32_BOUND[passes])
-            except Exception as error:  # reported, and the run goes on
-                row["passed"], row["failed"] = False, f"{type(error).__name__}: {error}"
-                traceback.print_exc(limit=3)
-            row["seconds"] = round(time.perf_counter() - started, 2)
-            rows.append(row)
-            shown = (f"max_rel_err {row['max_rel_err']:.1e} (bound {TF32_BOUND[passes]:g})"
-                     if "max_rel_err" in row else row.get("failed"))
-            print(f"validate tf32gemm passes {passes} {m}x{n}x{k}: {shown}  "
-                  f"{'ok' if row['passed'] else 'FAILED'}  ({row['seconds']} s)", flush=True)
-    return rows
+    shapes = DRY_TF32_VALIDATION_SHAPES if dry_run else TF32_VALIDATION_SHAPES
+    return [validate_case(f"tf32gemm passes {passes}",
+                          {"passes": passes, "m": m, "n": n, "k": k}, np.float32,
+                          lambda a, b, passes=passes: TC.tf32gemm(a, b, passes=passes),
+                          lambda c, reference, row, passes=passes:
+                          row["max_rel_err"] <= TF32_BOUND[passes], TF32_BOUND[passes])
+            for passes in PASSES for m, n, k in shapes]
 
 
 def resources(TC) -> dict:

@@ -958,13 +958,10 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
              for n in (seq, key_seq, key_seq)]
     dq, dk, dv = (kernel_side.reshape((rows, n, head_dim))
                   for (_, kernel_side), n in zip(grads, (seq, key_seq, key_seq)))
-    if version == 4:
-        _launch_v4(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
-                   np.float32(s), config, io)
-        return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
-    if version == 3:
-        _launch_v3(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
-                   np.float32(s), config, io)
+    if version in (3, 4):
+        launch = _launch_v4 if version == 4 else _launch_v3
+        launch(qd, kd, vd, dod, lsed, delta, dq, dk, dv, seq, key_seq, head_dim, causal,
+               np.float32(s), config, io)
         return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
     if version == 1:
         dkdv_kernel, dq_kernel = _kernels(head_dim, causal)
@@ -979,6 +976,20 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     return tuple(A._from_kernel(caller_side, kind) for caller_side, _ in grads)
 
 
+def _opt_in(kernels, shared, version):
+    """On a GPU: refuse tiles whose dynamic shared memory this GPU cannot give a
+    block, else opt each kernel in to it (once per kernel, where it passes 48
+    KiB)."""
+    if not on_gpu():
+        return
+    device_id = A._current_gpu()
+    if shared > A._max_shared_bytes_per_block(device_id):
+        raise ValueError(f"version {version} needs {shared} bytes of shared memory per block, "
+                         f"more than this GPU gives; use version=2 or smaller tiles")
+    for kernel in kernels:
+        A._compiled_flash(kernel, shared, device_id)  # the opt-in, once
+
+
 def _launch_v3(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, causal, scale,
                config, io="float32"):
     """Version 3's two kernels on the (rows, seq, head_dim) device arrays, passed
@@ -986,13 +997,7 @@ def _launch_v3(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, ca
     per kernel, where it passes 48 KiB)."""
     dkdv, dq_kernel, threads, tile, shared = _tiled_kernels_v3(
         head_dim, causal, None if config is None else tuple(config), io)
-    if on_gpu():
-        device_id = A._current_gpu()
-        if shared > A._max_shared_bytes_per_block(device_id):
-            raise ValueError(f"version 3 needs {shared} bytes of shared memory per block, "
-                             f"more than this GPU gives; use version=2 or smaller tiles")
-        for kernel in (dkdv, dq_kernel):
-            A._compiled_flash(kernel, shared, device_id)  # the opt-in, once
+    _opt_in((dkdv, dq_kernel), shared, 3)
     rows = q.shape[0]
     flat = [x.reshape(x.size) for x in (q, k, v, dout, lse, delta, dq, dk, dv)]
     qf, kf, vf, dof, lsef, deltaf, dqf, dkf, dvf = flat
@@ -1010,12 +1015,7 @@ def _launch_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, ca
     array rounded into dq afterwards), zeroed first."""
     fused, threads, tile, shared = _tiled_kernel_v4(
         head_dim, causal, None if config is None else tuple(config), io)
-    if on_gpu():
-        device_id = A._current_gpu()
-        if shared > A._max_shared_bytes_per_block(device_id):
-            raise ValueError(f"version 4 needs {shared} bytes of shared memory per block, "
-                             f"more than this GPU gives; use version=2 or smaller tiles")
-        A._compiled_flash(fused, shared, device_id)  # the opt-in, once
+    _opt_in((fused,), shared, 4)
     rows = q.shape[0]
     qf, kf, vf, dof, lsef, deltaf, dqf, dkf, dvf = (
         x.reshape(x.size) for x in (q, k, v, dout, lse, delta, dq, dk, dv))

@@ -317,6 +317,23 @@ def _launch(a, b, c, level, places=None):
         _hgemm_shared_kernel[grid, THREADS_2](a, b, c)
 
 
+def _check_operands(a, b, dtype):
+    """a and b as numpy arrays, with (M, N, K), if they are 2-D arrays of
+    `dtype` whose inner dimensions match and are all positive; else
+    ValueError naming what was wrong."""
+    a, b = np.asarray(a), np.asarray(b)
+    for name, x in (("a", a), ("b", b)):
+        if x.dtype != dtype or x.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D {np.dtype(dtype).name} array, got {x.dtype} "
+                             f"of shape {x.shape}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k2} x {n}")
+    if not (m and n and k):
+        raise ValueError(f"M, N and K must be positive; got {m}, {n} and {k}")
+    return a, b, (m, n, k)
+
+
 def hgemm(a, b, level=1):
     """C = A B on tensor cores, one mma_m16n8k16 per 16 x 8 x 16 step.
 
@@ -334,16 +351,7 @@ def hgemm(a, b, level=1):
     """
     if isinstance(level, bool) or level not in LEVELS:
         raise ValueError(f"level must be 1 or 2, got {level!r}")
-    a, b = np.asarray(a), np.asarray(b)
-    for name, x in (("a", a), ("b", b)):
-        if x.dtype != np.float16 or x.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D float16 array, got {x.dtype} of shape "
-                             f"{x.shape}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k2} x {n}")
-    if not (m and n and k):
-        raise ValueError(f"M, N and K must be positive; got {m}, {n} and {k}")
+    a, b, (m, n, k) = _check_operands(a, b, np.float16)
     if level == 1 and (m % M or n % N or k % K):
         raise ValueError(f"level 1 needs M, N and K positive multiples of {M}, {N} and {K} "
                          f"(level 2 takes any sizes); got {m}, {n} and {k}")
@@ -727,16 +735,7 @@ def tf32gemm(a, b, passes=3):
     """
     if isinstance(passes, bool) or passes not in PASSES:
         raise ValueError(f"passes must be 1 or 3, got {passes!r}")
-    a, b = np.asarray(a), np.asarray(b)
-    for name, x in (("a", a), ("b", b)):
-        if x.dtype != np.float32 or x.ndim != 2:
-            raise ValueError(f"{name} must be a 2-D float32 array, got {x.dtype} of shape "
-                             f"{x.shape}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k2} x {n}")
-    if not (m and n and k):
-        raise ValueError(f"M, N and K must be positive; got {m}, {n} and {k}")
+    a, b, (m, n, k) = _check_operands(a, b, np.float32)
     c = cuda.device_array((m, n), dtype=np.float32)
     _launch_tf32(cuda.to_device(np.ascontiguousarray(a)), cuda.to_device(np.ascontiguousarray(b)),
                  c, passes)
