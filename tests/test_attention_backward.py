@@ -159,6 +159,8 @@ def test_version_4_checks_its_larger_shared_memory():
     assert check_tiled_config_v3(64, config) == config
     with pytest.raises(ValueError, match="shared memory"):
         check_tiled_config_v3(64, config, version=4)
+    with pytest.raises(ValueError, match="version must be 3 or 4"):
+        check_tiled_config_v3(64, TILED_CONFIGS_V4[64], version=2)
 
 
 def test_version_3_configurations_are_checked():

@@ -447,6 +447,8 @@ def shared_bytes_v3(head_dim: int, tile: int, version: int = 3) -> int:
     """The dynamic shared memory of version 3's kernels (the dK-dV kernel's,
     the larger of the two), or of version 4's single kernel (one more tile x
     tile array: dS transposed), for one head dim and tile."""
+    if isinstance(version, bool) or version not in (3, 4):
+        raise ValueError(f"version must be 3 or 4, got {version!r}")
     score_tiles = 3 if version == 4 else 2
     return 4 * (4 * tile * (head_dim + 4) + score_tiles * tile * (tile + 4) + 2 * tile)
 
