@@ -58,14 +58,16 @@ def test_every_output_is_written_once_on_both_load_paths(vectorized):
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("unroll", [1, 4])
-def test_dot_loop_written_out_1_or_4_steps_per_pass_gives_the_same_product(unroll):
+@pytest.mark.parametrize("unroll", [1, 4, 8])
+def test_dot_loop_written_out_1_4_or_all_8_steps_per_pass_gives_the_same_product(unroll):
     a, b = _random((33, 16), 3), _random((16, 36), 4)
     kernel = sgemm._make_warp_tiled_kernel(ONE_PATCH, True, unroll)
     out = np.full((33, 36), np.nan, np.float32)
     kernel[(2, 2), (ONE_PATCH.threads,)](a, b, out)
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
-    _fails(sgemm._make_warp_tiled_kernel, ONE_PATCH, True, 3, naming="unroll must be 1, 2 or 4")
+    _fails(sgemm._make_warp_tiled_kernel, ONE_PATCH, True, 3,
+           naming=r"unroll must be one of 1, 2, 4, 8, 16, 32 and divide bk \(8\), got 3")
+    _fails(sgemm._make_warp_tiled_kernel, ONE_PATCH, True, 16, naming="divide bk")
 
 
 # The simulator runs kernels in numpy, which warns about 0 * Inf; a GPU does not.
@@ -100,7 +102,7 @@ def test_default_and_candidates_pass_and_hand_worked_properties():
     assert default.register_estimate == 128 + 24 + 32 + 32
     assert TWO_BY_TWO.wm_iter == 2 and TWO_BY_TWO.register_estimate == 64 + 16 + 16 + 32
     candidates = sgemm.WARP_TILE_CANDIDATES
-    assert default in candidates and 8 <= len(candidates) <= 12
+    assert default in candidates and 8 <= len(candidates) <= 14
     assert len(set(candidates)) == len(candidates)
     for config in candidates:
         assert sgemm.check_warp_config(config) is config
@@ -210,14 +212,15 @@ def test_level7_ptx_loads_128_bits_stages_in_shared_memory_and_keeps_accumulator
     assert "st.global.v4.f32" in default
     # On unaligned rows the same kernel reads scalars: no vector access to global memory.
     assert "ld.global.v4.f32" not in scalar and "st.global.v4.f32" not in scalar
-    # Every FMA of the tile written out: 128 per step, DOT_UNROLL steps per pass,
-    # once for each copy of the tiles.
+    # Every FMA of the tile written out: 128 per step, DOT_UNROLL steps per pass
+    # (by default all bk of them), once for each copy of the tiles.
+    steps = sgemm._steps_per_pass(None, config.bk)
     per_step = config.wm_iter * config.wn_iter * config.tm * config.tn
-    assert default.count("fma.rn.f32") == per_step * sgemm.DOT_UNROLL * 2
+    assert default.count("fma.rn.f32") == per_step * steps * 2
     # Fragments read four at a time: (wm_iter*tm + wn_iter*tn)/4 vector loads per step.
     vectors = (config.wm_iter * config.tm + config.wn_iter * config.tn) // 4
-    assert default.count("ld.shared.v4.f32") == vectors * sgemm.DOT_UNROLL * 2
-    assert two_down.count("fma.rn.f32") == 128 * sgemm.DOT_UNROLL * 2
+    assert default.count("ld.shared.v4.f32") == vectors * steps * 2
+    assert two_down.count("fma.rn.f32") == 128 * sgemm._steps_per_pass(None, sgemm.WARP_TILE_CANDIDATES[2].bk) * 2
 
 
 def test_level7_machine_code_keeps_every_accumulator_in_registers(level7_ptx):

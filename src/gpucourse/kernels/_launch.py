@@ -16,15 +16,23 @@ def current_gpu() -> int:
     """The GPU of the calling thread's current CUDA context: the one a launch
     runs on, and the one Numba reports (it attaches to the current context).
     Asked of the driver directly, since Numba's `get_current_device` costs
-    several microseconds of Python on every call."""
-    from cuda.bindings import driver as cu
+    several microseconds of Python on every call (and so would importing the
+    driver's bindings on every call: they are looked up once, `_driver`)."""
+    get_device, success = _driver()
+    error, device = get_device()
+    if error != success:  # no context yet: Numba makes one
+        from gpucourse.device import cuda
 
-    from gpucourse.device import cuda
-
-    error, device = cu.cuCtxGetDevice()
-    if error != cu.CUresult.CUDA_SUCCESS:  # no context yet: Numba makes one
         return cuda.get_current_device().id
     return int(device)
+
+
+@lru_cache(maxsize=None)
+def _driver() -> tuple:
+    """(cuCtxGetDevice, CUDA_SUCCESS) from the CUDA driver's Python bindings."""
+    from cuda.bindings import driver
+
+    return driver.cuCtxGetDevice, driver.CUresult.CUDA_SUCCESS
 
 
 @lru_cache(maxsize=None)

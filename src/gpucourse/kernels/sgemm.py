@@ -342,6 +342,10 @@ WARP_TILE_CANDIDATES = (
     WarpTileConfig(128, 64, 16, 64, 32, 2, 8, 4, 128),
     WarpTileConfig(64, 128, 16, 32, 64, 4, 4, 4, 128),
     WarpTileConfig(64, 256, 16, 32, 64, 2, 8, 4, 256),  # level 6's tuned block tile on the H100
+    # 128 outputs a thread in 2 x 2 patches of 8 x 4, or 1 x 2 of 8 x 8, as
+    # level 6's 16 x 8 (and cuBLAS's 8 x 16): one block of 8 warps per SM.
+    WarpTileConfig(128, 256, 16, 64, 64, 2, 8, 4, 256),
+    WarpTileConfig(128, 256, 16, 64, 64, 2, 8, 8, 256),
 )
 
 
@@ -384,13 +388,20 @@ ZERO, ONE = _u(0, 1)
 # Small device functions are inlined into the kernel (the simulator has no such option).
 _INLINE = {"forceinline": True} if on_gpu() else {}
 
-# Steps of the dot-product loop of levels 5 and 6 written out per pass (1, 2
-# or 4). benchmarks/sgemm.py times all three and uses the fastest for its run
-# (recorded as dot_unroll in its results), together with DOUBLE_BUFFER below:
-# the two interact. On the H100 at 4096^3 two steps per pass with two copies
-# of the tiles was fastest (41.3 TFLOP/s, against 38.9 for one step and one
-# copy; see benchmarks/NOTES.md), so those are the defaults.
-DOT_UNROLL = 2
+# Steps of the dot-product loop of levels 5-7 written out per pass: 1, 2, 4, ...
+# or "tile", all bk of them, with no loop left (see (5) below).
+# benchmarks/sgemm.py times several and uses the fastest for its run (recorded
+# as dot_unroll in its results), together with DOUBLE_BUFFER below. On the
+# H100 (benchmarks/results/sgemm_unroll-h100-2026-11-25.json) the whole tile
+# written out, with registers capped so that two blocks fit (see (7)), took
+# level 6's tuned kernel from 79.3% to 84.7% of cuBLAS at 4096^3.
+DOT_UNROLL = "tile"
+UNROLLS = (1, 2, 4, 8, 16, 32)  # steps per pass a kernel may be built with ("tile": bk of them)
+# A multiprocessor's registers, and the room a thread needs beyond its
+# accumulators and fragments (addresses, indices, the next tile in flight)
+# before a register cap would make the compiler spill (see (7) below).
+REGISTERS_PER_SM = 65536
+REGISTER_ROOM = 32
 # Two copies of the shared tiles for levels 5 and 6 (see (6) below), where two
 # copies fit in the 48 KiB a block may declare statically; False keeps one.
 DOUBLE_BUFFER = True
@@ -628,18 +639,18 @@ def _make_2d_kernel(config: TileConfig):
 #     of stalling the block at the barrier; the price is 4*(A_LOADS + B_LOADS)
 #     more registers per thread.
 # (5) The dot-product loop over the tile's BK columns is written out DOT_UNROLL
-#     steps per pass (`multiply_step`, inlined). Numba's compiler does not
-#     unroll a loop whose body holds 64 FMAs, and each pass costs a compare, a
-#     branch and some address arithmetic beside the FMAs: in the SASS of the
-#     64 x 256 x 16 kernel (ptxas 12.8 for sm_90), the loop holds 81
-#     instructions per 64 FMAs at one step per pass, 145 per 128 at two and
-#     281 per 256 at four. Each step written out also lets the compiler start
-#     the next step's shared loads earlier, at the price of registers (122 at
-#     one step per pass, 126 at two, 157 at four, which halves the blocks an
-#     SM holds), so only a measurement can choose; the benchmark times all
-#     three, with one and with two copies of the tiles. On the H100, with one
-#     copy, fewer instructions bought nothing; with two, two steps per pass
-#     won by 6% (and one step per pass lost 7%).
+#     steps per pass (`multiply_step`, inlined), by default all of them.
+#     Numba's compiler does not unroll a loop whose body holds 64 FMAs, and
+#     each pass costs a counter, a compare, a branch and some address
+#     arithmetic beside the FMAs. Nsight Compute on the 64 x 256 x 16 kernel at
+#     4096^3, two steps per pass, counted 2.69 G warp instructions to cuBLAS's
+#     2.43 G for the same product: 80% of ours FFMA, 88% of cuBLAS's
+#     (benchmarks/NOTES.md). With all 16 steps written out, the SASS of the
+#     loop over K has 1,145 instructions per tile of which 1,024 are FFMA
+#     (89%), and the shared-memory addresses are constants added to one base
+#     register. The price is registers: the compiler starts later steps'
+#     shared loads early, into registers of their own (163 for this kernel,
+#     where 128 let two blocks of 256 threads share an SM); see (7).
 # (6) Double buffering (DOUBLE_BUFFER). With one copy of the tiles, each step
 #     needs two barriers: one before the stores (nobody may overwrite the tile
 #     others still read) and one after (nobody may read it half written). With
@@ -649,6 +660,16 @@ def _make_2d_kernel(config: TileConfig):
 #     The price is twice the shared memory. Each copy is named by a constant
 #     in its own branch of the loop, so that the compiler folds the copy's
 #     offset into the shared-memory addresses.
+# (7) A register cap (`_register_cap`). Where a thread's accumulators and
+#     fragments leave room in the registers of two blocks per SM (128 a thread
+#     for 256 threads), the kernel is compiled with that cap (cuda.jit's
+#     max_registers): the compiler then hoists fewer shared loads, and the SM
+#     holds two blocks, 16 warps, to hide each other's latency. Measured on
+#     the H100 at 4096^3, 64 x 256 x 16: all steps written out, uncapped (163
+#     registers, one block per SM) 80.0% of cuBLAS; capped at 128 84.7%; two
+#     steps per pass 79.3%. A tile of 16 x 8 outputs per thread (128
+#     accumulators) has no such room: it runs one block of 8 warps per SM, as
+#     cuBLAS's own kernel does (254 registers, 8 x 16 outputs per thread).
 # Level 6 is this same kernel with the tile sizes `autotune` measured best on
 # the GPU at hand.
 #
@@ -738,35 +759,99 @@ def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool
     return fetch_tiles, store_tiles, 4 * a_loads, 4 * b_loads
 
 
+def _make_unrolled_steps(multiply_step, count: int):
+    """A device function doing `count` consecutive steps of the dot product
+    (dot, dot + 1, ...; `count` in UNROLLS), written out: each doubling calls
+    the one before twice, inlined, down to one step. (Each has its own name
+    for its offset: the course's source checks want one value per name.)"""
+    TWO, FOUR, EIGHT, SIXTEEN = _u(2, 4, 8, 16)
+
+    @cuda.jit(device=True, **_INLINE)
+    def steps2(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base):
+        multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, p, q, a_base, b_base)
+
+    @cuda.jit(device=True, **_INLINE)
+    def steps4(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base):
+        steps2(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        steps2(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, p, q, a_base, b_base)
+
+    @cuda.jit(device=True, **_INLINE)
+    def steps8(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base):
+        steps4(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        steps4(a_tile, b_tile, acc, a_frag, b_frag, dot + FOUR, p, q, a_base, b_base)
+
+    @cuda.jit(device=True, **_INLINE)
+    def steps16(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base):
+        steps8(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        steps8(a_tile, b_tile, acc, a_frag, b_frag, dot + EIGHT, p, q, a_base, b_base)
+
+    @cuda.jit(device=True, **_INLINE)
+    def steps32(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base):
+        steps16(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        steps16(a_tile, b_tile, acc, a_frag, b_frag, dot + SIXTEEN, p, q, a_base, b_base)
+
+    return {1: multiply_step, 2: steps2, 4: steps4, 8: steps8, 16: steps16,
+            32: steps32}[count]
+
+
 def _make_multiply_tile(multiply_step, bk: int, unroll: int):
     """A device function doing all bk steps of a tile's dot product, one
     `multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)`
-    per step, written out `unroll` steps per pass (see (5) above); p and q say
-    where the calling thread works (each level has its own meaning for them)."""
-    BK, STEP, TWO, THREE = _u(bk, unroll, 2, 3)
-    UNROLL = unroll
+    per step, written out `unroll` steps per pass (see (5) above; unroll == bk
+    writes the whole tile out, with no loop left); p and q say where the
+    calling thread works (each level has its own meaning for them)."""
+    BK, STEP = _u(bk, unroll)
+    WHOLE = unroll == bk
+    steps = _make_unrolled_steps(multiply_step, unroll)
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base):
         """All BK steps of the dot product on the copy of the tiles at a_base, b_base."""
-        if UNROLL == 1:
-            for dot in range(BK):
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
+        if WHOLE:
+            steps(a_tile, b_tile, acc, a_frag, b_frag, ZERO, p, q, a_base, b_base)
         else:
-            # UNROLL steps per pass, written out.
             dot = ZERO
             while dot < BK:
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
-                multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + ONE, p, q, a_base,
-                              b_base)
-                if UNROLL == 4:
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + TWO, p, q, a_base,
-                                  b_base)
-                    multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot + THREE, p, q,
-                                  a_base, b_base)
+                steps(a_tile, b_tile, acc, a_frag, b_frag, dot, p, q, a_base, b_base)
                 dot += STEP
 
     return multiply_tile
+
+
+def _check_unroll(unroll, bk: int) -> None:
+    if unroll not in UNROLLS or bk % unroll:
+        raise ValueError(f"unroll must be one of {', '.join(map(str, UNROLLS))} and divide bk "
+                         f"({bk}), got {unroll!r}")
+
+
+def _steps_per_pass(unroll, bk: int) -> int:
+    """Steps of the dot loop a kernel writes out per pass: `unroll` (None: the
+    module's DOT_UNROLL; "tile": all bk of them), checked."""
+    unroll = DOT_UNROLL if unroll is None else unroll
+    if unroll == "tile":
+        unroll = bk
+    elif unroll == DOT_UNROLL and isinstance(unroll, int) and bk % unroll:
+        unroll = 1  # the module's choice, where it does not divide the tile's depth
+    _check_unroll(unroll, bk)
+    return unroll
+
+
+def _register_cap(max_registers, threads: int, outputs: int, fragments: int) -> dict:
+    """cuda.jit's keyword capping registers per thread: `max_registers` if it is
+    a number, none if None, and with "auto" (see (7) above) the registers that
+    let two blocks of `threads` share an SM (65,536 of them), where a thread's
+    `outputs` accumulators and `fragments` values of A and B leave room in
+    that budget; otherwise none. The simulator has no registers to cap."""
+    if max_registers == "auto":
+        two_blocks = min(255, REGISTERS_PER_SM // (2 * threads)) // 8 * 8
+        max_registers = two_blocks if outputs + fragments + REGISTER_ROOM <= two_blocks else None
+    elif max_registers is not None and (isinstance(max_registers, bool) or
+                                        not isinstance(max_registers, int) or
+                                        not 32 <= max_registers <= 255):
+        raise ValueError(f"max_registers must be None, 'auto' or a whole number from 32 to 255, "
+                         f"got {max_registers!r}")
+    return {"max_registers": max_registers} if max_registers and on_gpu() else {}
 
 
 def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: int,
@@ -812,15 +897,15 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
-                            double_buffer: bool = None, split: bool = False):
+                            double_buffer: bool = None, split: bool = False,
+                            max_registers="auto"):
     """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
     `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
     "Split-K" below): block z of the grid multiplies columns z*chunk ...
     (z+1)*chunk of A by those rows of B and adds its outputs into C."""
-    if unroll is None:  # the module's choice, where it divides the tile's depth
-        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
-    if unroll not in (1, 2, 4) or config.bk % unroll:
-        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
+    unroll = _steps_per_pass(unroll, config.bk)
+    cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
+                        config.tm + config.tn)
     threads = config.threads
     a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
     double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
@@ -888,7 +973,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                             if col + q < n:
                                 c[row, col + q] = acc[base + q]
 
-    @cuda.jit
+    @cuda.jit(**cap)
     def sgemm_vectorized(a, b, c):
         # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
         # 16-byte aligned so that four neighbours can be read in one 128-bit load.
@@ -912,7 +997,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                m, n, ZERO, k, thread_row, thread_col)
         write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
 
-    @cuda.jit
+    @cuda.jit(**cap)
     def sgemm_vectorized_split(a, b, c, chunk):
         # The same block, over one slice of K: columns z*chunk ... of A for
         # blockIdx.z = z (chunk a multiple of 16, the last slice ragged); its
@@ -977,15 +1062,14 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 
 
 def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: int = None,
-                            split: bool = False):
+                            split: bool = False, max_registers="auto"):
     """Level 7's kernel for `config`: kernel(a, b, c), or with `split`,
     kernel(a, b, c, chunk) for single-launch split-K (as level 6's)."""
-    if unroll is None:  # the module's choice, where it divides the tile's depth
-        unroll = DOT_UNROLL if config.bk % DOT_UNROLL == 0 else 1
-    if unroll not in (1, 2, 4) or config.bk % unroll:
-        raise ValueError(f"unroll must be 1, 2 or 4 and divide bk ({config.bk}), got {unroll}")
+    unroll = _steps_per_pass(unroll, config.bk)
     bm, bn, bk, threads = config.bm, config.bn, config.bk, config.threads
     wm_iter, wn_iter, tm, tn = config.wm_iter, config.wn_iter, config.tm, config.tn
+    cap = _register_cap(max_registers, threads, wm_iter * wn_iter * tm * tn,
+                        wm_iter * tm + wn_iter * tn)
     a_elements, b_elements = bm * bk, bk * bn
     a_shared, b_shared = 2 * a_elements, 2 * b_elements  # two copies (double buffering)
     accumulators = wm_iter * wn_iter * tm * tn
@@ -1062,7 +1146,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                                     if col + q < n:
                                         c[row, col + q] = acc[base + q]
 
-    @cuda.jit
+    @cuda.jit(**cap)
     def sgemm_warp_tiled(a, b, c):
         # Level 5's tiles: A's transposed (a_tile[kk * BM + r]), B's as is
         # (b_tile[kk * BN + col]), 16-byte aligned, two copies of each.
@@ -1089,7 +1173,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                m, n, ZERO, k, a_offset, b_offset)
         write_patches(c, acc, row0, col0, a_offset, b_offset, m, n)
 
-    @cuda.jit
+    @cuda.jit(**cap)
     def sgemm_warp_tiled_split(a, b, c, chunk):
         # The same block over one slice of K, columns z*chunk ... of A for
         # blockIdx.z = z, its outputs added into C (zeroed first).
@@ -1631,6 +1715,136 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
     return out
 
 
+# The common call, matmul(a, b) or matmul(a, b, level, out=c) on two CUDA torch
+# tensors or two Numba device arrays, in as little Python as it can be: a
+# product of 1 x 1 x 1 costs what its Python costs (issue 16 asked for under
+# 30 microseconds a call). Everything that depends only on the level, the
+# shape, the GPU and the alignment (the kernel, its grid, its tiles, auto's
+# plan, the compiled function) is worked out once per such key
+# (`_quick_plan`); each call checks its arguments' types, dtype, layout and
+# device, and launches. Any call it is unsure of (other dtypes, strides,
+# devices, config= or splits=, bad arguments) goes the long way, through the
+# checks that explain what is wrong.
+_ON_GPU = on_gpu()  # decided when gpucourse.device loaded Numba, fixed from then on
+_QUICK_LEVELS = {"auto": "auto", 6: "6", "6": "6", 5: "5", "5": "5", 7: "7", "7": "7"}
+_KIND_OF_TYPE: dict = {}  # type -> "torch", "numba" or None, found once per type
+
+
+def _kind_of(x):
+    kind = _KIND_OF_TYPE.get(type(x), False)
+    if kind is False:
+        kind = "torch" if _is_torch_tensor(x) else None
+        if kind is None and _ON_GPU:
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+            kind = "numba" if isinstance(x, DeviceNDArray) else None
+        _KIND_OF_TYPE[type(x)] = kind
+    return kind
+
+
+@lru_cache(maxsize=None)
+def _torch_float32():
+    import torch
+
+    return torch.float32
+
+
+def _quick_torch_matrix(x, float32_type, device_id):
+    """(pointer, rows, cols) of a 2D C-contiguous float32 CUDA tensor on GPU device_id, or None."""
+    if x.dtype is not float32_type or x.dim() != 2 or not x.is_cuda or not x.is_contiguous() \
+            or x.get_device() != device_id:
+        return None
+    rows, cols = x.shape
+    return x.data_ptr(), rows, cols
+
+
+def _quick_numba_matrix(x):
+    """(pointer, rows, cols) of a 2D C-contiguous float32 Numba device array, or None."""
+    if x.dtype != np.float32 or x.ndim != 2 or not x.is_c_contiguous():
+        return None
+    rows, cols = x.shape
+    return x.device_ctypes_pointer.value or 0, rows, cols
+
+
+def _quick_matmul(a, b, level, out):
+    """matmul's common case (see above), or None to take the long way."""
+    kind = _kind_of(a)
+    if kind is None or _kind_of(b) != kind or level.__class__ is bool:
+        return None
+    try:
+        key = _QUICK_LEVELS.get(level)
+    except TypeError:  # an unhashable level
+        return None
+    if key is None:
+        return None
+    device_id = _current_gpu()
+    if kind == "torch":
+        f32 = _torch_float32()
+        a_matrix = _quick_torch_matrix(a, f32, device_id)
+        b_matrix = _quick_torch_matrix(b, f32, device_id)
+    else:  # Numba's arrays live on Numba's GPU, the current one
+        a_matrix, b_matrix = _quick_numba_matrix(a), _quick_numba_matrix(b)
+    if a_matrix is None or b_matrix is None:
+        return None
+    (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
+    if k != k_b:
+        return None  # the long way explains the mismatch
+    if out is None:
+        out = _torch_empty(a, m, n) if kind == "torch" else cuda.device_array((m, n), np.float32)
+    elif _kind_of(out) != kind:
+        return None
+    c_matrix = (_quick_torch_matrix(out, f32, device_id) if kind == "torch"
+                else _quick_numba_matrix(out))
+    if c_matrix is None or c_matrix[1] != m or c_matrix[2] != n:
+        return None
+    if m and n:
+        aligned = not (k % 4 or n % 4 or a_ptr % 16 or b_ptr % 16)
+        _quick_plan(key, m, n, k, aligned, device_id)(a_ptr, b_ptr, c_matrix[0])
+    return out
+
+
+def _torch_empty(like, m: int, n: int):
+    """An uninitialised m x n float32 tensor on `like`'s device."""
+    import torch
+
+    return torch.empty((m, n), dtype=torch.float32, device=like.device)
+
+
+@lru_cache(maxsize=1024)
+def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: int):
+    """go(a_ptr, b_ptr, c_ptr): the launches matmul makes for `key` at this shape on
+    this GPU, everything but the three pointers worked out once."""
+    launch = core_launch()
+    config, splits = None, 1
+    if key == "auto":
+        (config, splits), key = auto_plan((m, n, k), _gpu_name(device_id)), "6"
+    elif key == "6":
+        config = _tuned_here(_gpu_name(device_id))
+    a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
+    b_head, b_tail = (0, 0, k * n, 4), (k, n, n * 4, 4)
+    c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
+    if k == 0 or len(split_ranges(k, splits)) == 1:
+        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+        function, stream = _launchable(kernel, device_id)
+        shape = _launch_config(grid, block)
+
+        def go(a_ptr, b_ptr, c_ptr):
+            launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
+                   *c_head, c_ptr, *c_tail)
+        return go
+    # Split-K in one launch, C zeroed first (see _fast_matmul).
+    kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+    zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
+    function, _ = _launchable(kernel, device_id, SPLIT_SIGNATURE)
+    zero_shape, shape = _launch_config(_sum_grid(m, n), SUM_BLOCK), _launch_config(grid, block)
+
+    def go_split(a_ptr, b_ptr, c_ptr):
+        launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
+        launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
+               *c_head, c_ptr, *c_tail, chunk)
+    return go_split
+
+
 def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
            splits: int | None = None, split_sum: str = "atomic", out=None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
@@ -1666,6 +1880,10 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     non-2D array, mismatched inner dimensions, an unknown level, a tile
     configuration that breaks a constraint, or an unfit `out`.
     """
+    if config is None and splits is None and split_sum == "atomic" and _ON_GPU:
+        result = _quick_matmul(a, b, level, out)
+        if result is not None:
+            return result
     key = _level(level, auto_ok=True)
     for name, x in (("a", a), ("b", b)):
         if not isinstance(x, np.ndarray) and not hasattr(x, "shape"):
@@ -1863,6 +2081,7 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
     _tuned_here.cache_clear()
     _by_shape_here.cache_clear()
     _plan_here.cache_clear()
+    _quick_plan.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}
 
