@@ -96,6 +96,23 @@ def test_dot_loop_written_out_2_4_or_all_8_steps_per_pass_gives_the_same_product
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("level, config", [
+    (6, TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)),
+    (7, sgemm.WarpTileConfig(bm=32, bn=32, bk=8, wm=16, wn=32, wn_iter=1, tm=4, tn=4, threads=64))])
+def test_products_the_tiles_cover_exactly_take_the_kernel_without_edge_checks(level, config):
+    # 64 x 96 x 24 in 32 x 32 x 8 tiles: every load is inside, so the kernel
+    # built without edge checks runs, and must still be exact; one row, column
+    # or step of K more and the checked kernel runs instead.
+    exact = sgemm.kernel_for(level, (64, 96, 24), True, config)[0]
+    assert exact is sgemm._tiled_kernel(str(level), config, True, False, True)
+    for shape in [(65, 96, 24), (64, 97, 24), (64, 96, 28), (64, 96, 0)]:
+        assert sgemm.kernel_for(level, shape, True, config)[0] is not exact
+    assert sgemm.kernel_for(level, (64, 96, 24), False, config)[0] is not exact
+    a, b = _random((64, 24), 7), _random((24, 96), 8)
+    np.testing.assert_allclose(sgemm.matmul(a, b, level, config=config), _reference(a, b),
+                               rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("vectorized, k, unroll", [(True, 24, 1), (False, 29, 2)])
 def test_double_buffered_tiles_give_the_same_product(vectorized, k, unroll):
     # With two copies of the shared tiles (sgemm.DOUBLE_BUFFER) each step reads

@@ -681,6 +681,56 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
             acc[x, 4 * g + 2] += weights[x] * v2
             acc[x, 4 * g + 3] += weights[x] * v3
 
+    # The two outer-product loops (dV += P^T dO with dK += dS^T Q, and dQ +=
+    # dS K) walk the B rows of a tile. Written as `for r in range(B)` each row
+    # recomputed its shared-memory addresses from r (multiplies, selects):
+    # Nsight Compute counted FFMA at 57% of the executed instructions of the
+    # fused kernel at d64 (results/attention_backward_ncu-h100-2026-11-25.json).
+    # Here ROWS_PER_PASS rows are written out per pass, at constant offsets
+    # from offsets that advance once a pass, as SGEMM's dot loop is.
+    ROWS_PER_PASS = 4
+    PR4, DR4 = ROWS_PER_PASS * PR, ROWS_PER_PASS * DR
+
+    @cuda.jit(device=True, **A._INLINE)
+    def dkdv_row(smem, dv_acc, dk_acc, p4, ds4, p_at, d_at):
+        """One query row's share of dV += P^T dO and dK += dS^T Q: p_at is the
+        row's offset in the P and dS tiles (this thread's VK keys), d_at in
+        the Q and dO tiles (this thread's columns)."""
+        load_run(p4, smem, u(P_BASE) + p_at)
+        load_run(ds4, smem, u(DS_BASE) + p_at)
+        for g in range(GROUPS):
+            at = d_at + u(g * GX * 4)
+            o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
+            q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
+            add_outer(dv_acc, p4, g, o0, o1, o2, o3)
+            add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
+
+    @cuda.jit(device=True, **A._INLINE)
+    def dkdv_rows(smem, dv_acc, dk_acc, p4, ds4, p_at, d_at):
+        """ROWS_PER_PASS rows of dkdv_row, written out."""
+        dkdv_row(smem, dv_acc, dk_acc, p4, ds4, p_at, d_at)
+        dkdv_row(smem, dv_acc, dk_acc, p4, ds4, p_at + u(PR), d_at + u(DR))
+        dkdv_row(smem, dv_acc, dk_acc, p4, ds4, p_at + u(2 * PR), d_at + u(2 * DR))
+        dkdv_row(smem, dv_acc, dk_acc, p4, ds4, p_at + u(3 * PR), d_at + u(3 * DR))
+
+    @cuda.jit(device=True, **A._INLINE)
+    def dq_row(smem, dq_acc, ds4, ds_at, k_at):
+        """One key's share of dQ += dS K: ds_at is the key's row of dS
+        transposed (this thread's VK queries), k_at its row of K (this
+        thread's columns)."""
+        load_run(ds4, smem, ds_at)
+        for g in range(GROUPS):
+            k0, k1, k2, k3 = load4(smem, k_at + u(g * GX * 4))
+            add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+
+    @cuda.jit(device=True, **A._INLINE)
+    def dq_rows(smem, dq_acc, ds4, ds_at, k_at):
+        """ROWS_PER_PASS keys of dq_row, written out."""
+        dq_row(smem, dq_acc, ds4, ds_at, k_at)
+        dq_row(smem, dq_acc, ds4, ds_at + u(PR), k_at + u(DR))
+        dq_row(smem, dq_acc, ds4, ds_at + u(2 * PR), k_at + u(2 * DR))
+        dq_row(smem, dq_acc, ds4, ds_at + u(3 * PR), k_at + u(3 * DR))
+
     @cuda.jit(device=True, **A._INLINE)
     def store_patch(dst, acc, factor, first, limit, head_rows, oy, ox):
         """This thread's VK rows (first + oy VK + x, those below limit) and VC
@@ -778,28 +828,24 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
                 write_scores(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
                 cuda.syncthreads()
                 # dV += P^T dO and dK += dS^T Q on this thread's VK keys x VC columns.
-                for r in range(B):
-                    at = u(r * PR + oy * VK)
-                    load_run(p4, smem, u(P_BASE) + at)
-                    load_run(ds4, smem, u(DS_BASE) + at)
-                    for g in range(GROUPS):
-                        at = u(r * DR + ox * 4 + g * GX * 4)
-                        o0, o1, o2, o3 = load4(smem, u(W_BASE) + at)
-                        q0, q1, q2, q3 = load4(smem, u(U_BASE) + at)
-                        add_outer(dv_acc, p4, g, o0, o1, o2, o3)
-                        add_outer(dk_acc, ds4, g, q0, q1, q2, q3)
+                p_at = u(oy * VK)
+                d_at = u(ox * 4)
+                for _ in range(B // ROWS_PER_PASS):
+                    dkdv_rows(smem, dv_acc, dk_acc, p4, ds4, p_at, d_at)
+                    p_at += u(PR4)
+                    d_at += u(DR4)
                 if with_dq:
                     # This key tile's part of dQ for the tile's queries: a VK x VC
                     # patch of dS K per thread (VK queries, VC columns), added to dq.
                     for x in range(VK):
                         for y in range(VC):
                             dq_acc[x, y] = np.float32(0.0)
-                    for j in range(B):
-                        load_run(ds4, smem, u(DST_BASE) + u(j * PR + oy * VK))
-                        for g in range(GROUPS):
-                            k0, k1, k2, k3 = load4(smem,
-                                                   u(X_BASE) + u(j * DR + ox * 4 + g * GX * 4))
-                            add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+                    ds_at = u(DST_BASE) + u(oy * VK)
+                    k_at = u(X_BASE) + u(ox * 4)
+                    for _ in range(B // ROWS_PER_PASS):
+                        dq_rows(smem, dq_acc, ds4, ds_at, k_at)
+                        ds_at += u(PR4)
+                        k_at += u(DR4)
                     for x in range(VK):
                         row = row0 + oy * VK + x
                         if row < seq:
@@ -861,11 +907,12 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
             ds_transposed(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
             cuda.syncthreads()
             # dQ += dS K on this thread's VK queries x VC columns.
-            for j in range(B):
-                load_run(ds4, smem, u(DS_BASE) + u(j * PR + oy * VK))
-                for g in range(GROUPS):
-                    k0, k1, k2, k3 = load4(smem, u(U_BASE) + u(j * DR + ox * 4 + g * GX * 4))
-                    add_outer(dq_acc, ds4, g, k0, k1, k2, k3)
+            ds_at = u(DS_BASE) + u(oy * VK)
+            k_at = u(U_BASE) + u(ox * 4)
+            for _ in range(B // ROWS_PER_PASS):
+                dq_rows(smem, dq_acc, ds4, ds_at, k_at)
+                ds_at += u(PR4)
+                k_at += u(DR4)
         store_patch(dq, dq_acc, scale, row0, seq, bh * seq, oy, ox)
 
     def fused_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
