@@ -22,6 +22,12 @@ What it does.
 3. **The best three** again at 2048^3 and 8192^3, with the baseline (level 6
    as it is: two steps per pass, no cap) and cuBLAS in the same turns.
 
+**--interior** instead compares, at 4096^3 and 8192^3, the fastest tiles of
+levels 6 and 7 (sgemm_level7-h100-2026-11-25.json) built with and without edge
+checks on their loads (sgemm's `interior` kernels, which a product the tiles
+cover exactly gets), validated on 1024^3 (which the tiles cover) against
+float64, and writes DIR/sgemm_interior-<gpu-slug>-<YYYY-MM-DD>.json.
+
 Writes DIR/sgemm_unroll-<gpu-slug>-<YYYY-MM-DD>.json: rows of variant, level,
 config, unroll, max_registers, registers_per_thread, m, n, k, ms, tflops,
 vs_cublas. Needs an NVIDIA GPU and torch with CUDA; about two minutes on an H100.
@@ -73,10 +79,23 @@ def variants(sgemm) -> list[dict]:
             for level, config, unroll, cap in found]
 
 
+def interior_variants(sgemm) -> list[dict]:
+    """Level 6's tuned tiles and level 7's best two, each with and without edge
+    checks (the module's unroll and register cap)."""
+    tile, warp = sgemm.TileConfig, sgemm.WarpTileConfig
+    found = [("6", tile(128, 256, 16, 16, 8)), ("7", warp(128, 256, 16, 64, 64, 4, 8, 4, 256)),
+             ("7", warp(128, 256, 16, 64, 64, 2, 8, 4, 256))]
+    return [{"level": level, "config": config, "unroll": None, "max_registers": "auto",
+             "interior": interior,
+             "variant": f"L{level} {'x'.join(str(v) for v in asdict(config).values())}"
+                        + (" interior" if interior else " checked")}
+            for level, config in found for interior in (False, True)]
+
+
 def build(sgemm, variant):
     make = sgemm._make_warp_tiled_kernel if variant["level"] == "7" else sgemm._make_vectorized_kernel
     return make(variant["config"], True, unroll=variant["unroll"],
-                max_registers=variant["max_registers"])
+                max_registers=variant["max_registers"], interior=variant.get("interior", False))
 
 
 def launcher(sgemm, torch, kernel, config, a, b, out):
@@ -116,6 +135,7 @@ def time_shape(sgemm, torch, time_ms, shape, chosen) -> list[dict]:
         ms = float(np.median(samples[v["variant"]]))
         rows.append({"variant": v["variant"], "level": v["level"], "config": asdict(v["config"]),
                      "unroll": v["unroll"], "max_registers": v["max_registers"],
+                     "interior": v.get("interior", False),
                      "registers_per_thread": v.get("registers_per_thread"),
                      "m": m, "n": n, "k": k, "ms": ms,
                      "tflops": 2 * m * n * k / (ms * 1e-3) / 1e12, "vs_cublas": cublas_ms / ms,
@@ -130,6 +150,8 @@ def time_shape(sgemm, torch, time_ms, shape, chosen) -> list[dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--interior", action="store_true",
+                        help="kernels with and without edge checks (see the module's notes)")
     args = parser.parse_args(argv)
     _need_a_gpu()
     started = time.perf_counter()
@@ -144,9 +166,9 @@ def main(argv=None) -> int:
     torch.set_float32_matmul_precision("highest")
 
     # 1. Validation.
-    a, b = inputs(torch, VALIDATION_SHAPE, 5)
+    a, b = inputs(torch, (1024, 1024, 1024) if args.interior else VALIDATION_SHAPE, 5)
     reference = a.double() @ b.double()
-    tried, valid = variants(sgemm), []
+    tried, valid = (interior_variants if args.interior else variants)(sgemm), []
     for v in tried:
         try:
             v["kernel"] = build(sgemm, v)
@@ -170,18 +192,19 @@ def main(argv=None) -> int:
         if v["passed"]:
             valid.append(v)
 
-    # 2. All at 4096^3; 3. the best three and the baseline at the other shapes.
+    # 2. All at 4096^3; 3. the best three and the baseline at the other shapes
+    # (with --interior: all of them at 8192^3).
     rows = time_shape(sgemm, torch, time_ms, SWEEP_SHAPE, valid)
     ranked = sorted((r for r in rows if r["variant"] != "cublas"), key=lambda r: r["ms"])
     best = [r["variant"] for r in ranked[:FINALISTS]]
     finalists = [v for i, v in enumerate(valid) if i == 0 or v["variant"] in best]
-    for shape in FINALIST_SHAPES:
-        rows += time_shape(sgemm, torch, time_ms, shape, finalists)
+    for shape in [(8192, 8192, 8192)] if args.interior else FINALIST_SHAPES:
+        rows += time_shape(sgemm, torch, time_ms, shape, valid if args.interior else finalists)
 
     gpu = sgemm.gpu_model()
     today = datetime.date.today().isoformat()
     record = {
-        "benchmark": "sgemm_unroll",
+        "benchmark": "sgemm_interior" if args.interior else "sgemm_unroll",
         "gpu": gpu,
         "date": today,
         "versions": versions(),
@@ -195,7 +218,7 @@ def main(argv=None) -> int:
         "results": rows,
         "seconds": time.perf_counter() - started,
     }
-    path = Path(args.out) / f"sgemm_unroll-{gpu_slug(gpu)}-{today}.json"
+    path = Path(args.out) / f"{record['benchmark']}-{gpu_slug(gpu)}-{today}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{gpu}: wrote {path} in {record['seconds']:.0f} s")
