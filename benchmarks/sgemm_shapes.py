@@ -20,6 +20,7 @@
    132 SMs.
 2. **The table.** For each shape of SHAPES it calls cuBLAS (torch.mm, TF32 off),
    level 6 and level "auto" the way a user does, on CUDA torch tensors, and
+   "auto" on Numba device arrays viewing the same memory (auto_numba), and
    records per variant: `ms`, the wall-clock time per call over a loop of calls
    ending in a synchronize (host work included: what a caller waits for), and
    `kernel_ms`, CUDA events around back-to-back calls (the GPU's own time, as
@@ -196,15 +197,20 @@ def table_rows(shapes, progress=True, split_plans=None) -> list[dict]:
     for m, n, k in tqdm(shapes, desc="table", disable=not progress):
         a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
         reference = torch.mm(a, b)
+        # auto_numba: the same call on Numba device arrays (views of the same
+        # memory), whose result is a Numba device array.
+        a_numba, b_numba = sgemm.cuda.as_cuda_array(a), sgemm.cuda.as_cuda_array(b)
         variants = {"cublas": lambda: torch.mm(a, b),
                     "level6": lambda: sgemm.matmul(a, b, 6),
-                    "auto": lambda: sgemm.matmul(a, b, "auto")}
+                    "auto": lambda: sgemm.matmul(a, b, "auto"),
+                    "auto_numba": lambda: sgemm.matmul(a_numba, b_numba)}
         plan = split_plans.get((m, n, k))
         if plan is not None:
             variants["split_k"] = lambda: sgemm.matmul(a, b, 6, config=plan[0], splits=plan[1])
             variants["split_k_partials"] = lambda: sgemm.matmul(
                 a, b, 6, config=plan[0], splits=plan[1], split_sum="partials")
-        errors = {name: relative_error(call(), reference) for name, call in variants.items()}
+        errors = {name: relative_error(torch.as_tensor(call(), device="cuda"), reference)
+                  for name, call in variants.items()}
         one = quick_ms(variants["cublas"], 3)
         calls = int(min(2000, max(10, 200.0 / max(one, 1e-3))))  # about 200 ms a round
         walls = {name: [] for name in variants}
@@ -221,7 +227,7 @@ def table_rows(shapes, progress=True, split_plans=None) -> list[dict]:
                    "tflops": 2 * m * n * k / (ms * 1e-3) / 1e12, "vs_cublas": cublas_ms / ms,
                    "kernel_ms": float(np.median(kernels[name])),
                    "max_rel_err": errors[name], "failed": not errors[name] <= 1e-4}
-            if name == "auto":
+            if name in ("auto", "auto_numba"):
                 config, splits = sgemm.auto_plan((m, n, k))
                 row["config"] = {**vars(config), "splits": splits}
             if name == "level6":

@@ -233,3 +233,27 @@ def test_the_new_plots_draw_every_row(unroll, shapes):
     ax = ladder.plot_shapes(shapes)
     assert len(ax.patches) == 2 * (len(ladder.shapes_table(shapes)) - 1)  # all but 1 x 1 x 1
     plt.close("all")
+
+
+def test_interior_gain_pairs_each_kernel_with_and_without_edge_checks():
+    # benchmarks/sgemm_unroll.py --interior: each configuration timed with and
+    # without edge checks, in turns with cuBLAS, at 4096^3 and 8192^3.
+    record = ladder.load_interior_results()
+    rows = ladder.interior_gain(record)
+    raw = [r for r in record["results"] if r["variant"] != "cublas"]
+    assert len(rows) * 2 == len(raw)
+    for row in rows:
+        pair = [r for r in raw if r["level"] == row["level"] and r["m"] == row["m"]
+                and ladder._tiles_label(r["level"], r["config"]) == row["tiles"]]
+        by_kind = {r["interior"]: r["vs_cublas"] for r in pair}
+        assert (row["checked"], row["interior"]) == (by_kind[False], by_kind[True])
+        assert row["gain"] == pytest.approx(row["interior"] - row["checked"])
+    # What chapter 8 says of this run: every kernel gains without the checks,
+    # and level 7's best passes the 90% target at both shapes.
+    assert all(row["gain"] > 0 for row in rows)
+    level7 = [r for r in rows if r["level"] == "7"]
+    for m in (4096, 8192):
+        assert max(r["interior"] for r in level7 if r["m"] == m) >= ladder.LEVEL7_TARGET_SHARE
+    _fails(ladder.interior_gain, {"benchmark": "sgemm_unroll", "results": []},
+           naming="sgemm_interior results record")
+    _fails(ladder.interior_gain, {**record, "results": raw[:1]}, naming="no such pair")

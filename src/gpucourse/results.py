@@ -58,6 +58,34 @@ def load_results(benchmark: str, path=None) -> dict:
     return record
 
 
+def load_ncu_summary(name: str, path=None) -> dict:
+    """The newest Nsight Compute summary ``<name>-<gpu>-<date>.json`` in `path`
+    (a folder or such a file; default results_dir()), written by
+    benchmarks/ncu_summary.py: gpu, date, method, note and one profile per
+    kernel (name, duration, registers, warps per SM, issue slots, executed
+    warp instructions and their mix by opcode, stall reasons). Raises
+    ValueError naming what was wrong."""
+    path = results_dir() if path is None else Path(path)
+    if path.is_dir():
+        files = find_results(name, path)
+        if not files:
+            raise ValueError(f"path must be a folder holding {name}-<gpu>-<date>.json "
+                             f"summaries or such a file, found none in {path}")
+        path = files[-1]
+    if not path.is_file():
+        raise ValueError(f"path must be a {name} summary file or a folder of them, got {path}")
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a JSON file: {error}") from None
+    if not (isinstance(record, dict) and record.get("benchmark") == "ncu_summary"
+            and isinstance(record.get("profiles"), dict) and record["profiles"]
+            and all(k in record for k in ("gpu", "date", "method"))):
+        raise ValueError(f"{path} is not an Nsight Compute summary with gpu, date, method and "
+                         f"profiles (benchmarks/ncu_summary.py writes one)")
+    return record
+
+
 def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
     """The newest results file of `benchmark` for each value of key(path,
     record), as {value: record} sorted by value: for instance one run per

@@ -312,30 +312,9 @@ FLOP_PER_FFMA_INSTRUCTION = 2 * 32
 
 def load_ncu_results(path=None) -> dict:
     """The newest Nsight Compute summary of SGEMM kernels in `path` (a folder
-    or a file; default benchmarks/results): ``sgemm_ncu-<gpu>-<date>.json``,
-    written by benchmarks/ncu_summary.py, with gpu, date, method, note and
-    one profile per kernel (name, duration, registers, warps per SM, issue
-    slots, executed warp instructions and their mix by opcode, stall
-    reasons). Raises ValueError naming what was wrong."""
-    path = results.results_dir() if path is None else Path(path)
-    if path.is_dir():
-        files = results.find_results("sgemm_ncu", path)
-        if not files:
-            raise ValueError(f"path must be a folder holding sgemm_ncu-<gpu>-<date>.json "
-                             f"summaries or such a file, found none in {path}")
-        path = files[-1]
-    if not path.is_file():
-        raise ValueError(f"path must be an sgemm_ncu summary file or a folder of them, got {path}")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not a JSON file: {error}") from None
-    if not (isinstance(record, dict) and record.get("benchmark") == "ncu_summary"
-            and isinstance(record.get("profiles"), dict) and record["profiles"]
-            and all(k in record for k in ("gpu", "date", "method"))):
-        raise ValueError(f"{path} is not an Nsight Compute summary with gpu, date, method and "
-                         f"profiles (benchmarks/ncu_summary.py writes one)")
-    return record
+    or a file; default benchmarks/results): ``sgemm_ncu-<gpu>-<date>.json``
+    (see results.load_ncu_summary)."""
+    return results.load_ncu_summary("sgemm_ncu", path)
 
 
 def _ncu_record(record) -> dict:
@@ -409,6 +388,40 @@ def load_unroll_results(path=None) -> dict:
     levels 6 and 7 with their dot loop written out some steps per pass or
     whole, with or without a register cap, timed in turns with cuBLAS."""
     return results.load_results("sgemm_unroll", path)
+
+
+def load_interior_results(path=None) -> dict:
+    """The newest sgemm_interior results file in `path` (a folder or a file;
+    default benchmarks/results), written by benchmarks/sgemm_unroll.py
+    --interior: the fastest tiles of levels 6 and 7 built with and without
+    edge checks on their loads, timed in turns with cuBLAS."""
+    return results.load_results("sgemm_interior", path)
+
+
+def interior_gain(record: dict) -> list[dict]:
+    """Per tile configuration and shape of an sgemm_interior run, in the file's
+    order: level, tiles (a short label), m, n, k, checked and interior (each
+    a share of cuBLAS in the same turns) and gain (interior - checked)."""
+    if not (isinstance(record, dict) and record.get("benchmark") == "sgemm_interior"
+            and isinstance(record.get("results"), list)):
+        raise ValueError("record must be an sgemm_interior results record "
+                         "(load_interior_results reads one)")
+    found = {}
+    for r in record["results"]:
+        if r["variant"] == "cublas":
+            continue
+        key = (r["level"], json.dumps(r["config"], sort_keys=True), r["m"], r["n"], r["k"])
+        row = found.setdefault(key, {"level": r["level"],
+                                     "tiles": _tiles_label(r["level"], r["config"]),
+                                     "m": r["m"], "n": r["n"], "k": r["k"]})
+        row["interior" if r["interior"] else "checked"] = r["vs_cublas"]
+    rows = [r for r in found.values() if "checked" in r and "interior" in r]
+    if not rows:
+        raise ValueError("record must hold each configuration timed with and without edge "
+                         "checks; found no such pair")
+    for r in rows:
+        r["gain"] = r["interior"] - r["checked"]
+    return rows
 
 
 def _tiles_label(level: str, config: dict) -> str:
