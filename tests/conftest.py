@@ -6,8 +6,18 @@ same worker: the book's tests together, each chapter's grading round trip
 together, and each other test file together.
 """
 
-import pytest
-from hypothesis import settings
+import os
+
+# One thread per BLAS / OpenMP pool, set before numpy loads: the two workers
+# already share the two cores, and a pool of busy-waiting BLAS threads starved
+# by the other worker's simulator threads slowed a notebook of the book build
+# (07_network, 11 s alone) to ten minutes in a CI run of 2026-11-25. The book
+# build and the notebooks it runs inherit these.
+for _pool in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_pool, "1")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 # Tests check behaviour, not speed: Hypothesis's default deadline (200 ms per
 # example) would turn a busy 2-core CI machine into random failures.

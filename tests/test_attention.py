@@ -540,6 +540,51 @@ def test_flash_kernel_other_tile_shape(config):
     np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("steps", [2, 4])
+def test_loops_written_out_several_steps_per_pass_compute_the_same(steps):
+    # FlashConfig.steps_per_pass writes 2 or 4 steps of the two tile products
+    # out per pass; a ragged causal head must come out as with one step.
+    config = A.FlashConfig(16, 32, 32, 4, 4, steps_per_pass=steps)
+    q, k, v = qkv((1, 2, 45, 16), seed=5)
+    out, lse = A._run_flash("numpy", q, k, v, config, True, 0.25, False)
+    ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.25, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+
+
+def test_steps_per_pass_is_checked():
+    assert "steps_per_pass" in _error(A.check_config, A.FlashConfig(16, 32, 32, 4, 4, 3))
+    # Four keys a pass need block_cols a multiple of 4; two do for 34 keys.
+    assert "steps_per_pass" in _error(A.check_config, A.FlashConfig(16, 64, 34, 4, 2, 4))
+    assert A.check_config(A.FlashConfig(16, 64, 34, 4, 2, 2))
+
+
+FORWARD_PTX_SCRIPT = """
+import json
+from gpucourse.kernels import attention as A
+A.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
+shapes = [A.FLASH_CONFIGS[64], A.FLASH_CONFIGS[128]]
+shapes += [shape for _, shape in A.CAUSAL_FLASH_CONFIGS[64]]
+texts = [numba.cuda.compile_ptx(A._flash_kernel(c, True, True).py_func,
+                                A._flash_signature("float32"), cc=(9, 0))[0] for c in shapes]
+print(json.dumps(texts))
+"""
+
+
+def test_the_tuned_shapes_compile_for_an_h100_without_spilling():
+    """Each tuned shape's steps per pass is the most that ptxas (sm_90) keeps
+    in registers: what a GPU would run, compiled here without one."""
+    import json
+
+    from ptx_helpers import compile_without_a_gpu, ptxas_report
+
+    texts = json.loads(compile_without_a_gpu(FORWARD_PTX_SCRIPT).strip().splitlines()[-1])
+    for text in texts:
+        assert ".target sm_90" in text
+        report = ptxas_report(text)
+        assert "0 bytes spill stores" in report, report
+
+
 # -----------------------------------------------------------------------------
 # The chapter's reading of a results file
 

@@ -31,24 +31,29 @@ def find_results(benchmark: str, directory=None) -> list[Path]:
     return sorted(files, key=lambda p: (p.stem[-10:], p.stem))  # the date ends the name
 
 
+def _read_newest(name: str, path, kind: str) -> tuple:
+    """(path, parsed JSON) of `path` itself, or of the newest <name>-<gpu>-<date>.json
+    in the folder `path` (default results_dir()); ValueError naming what was wrong."""
+    path = results_dir() if path is None else Path(path)
+    if path.is_dir():
+        files = find_results(name, path)
+        if not files:
+            raise ValueError(f"path must be a folder holding {name}-<gpu>-<date>.json "
+                             f"{kind} files or such a file, found none in {path}")
+        path = files[-1]
+    if not path.is_file():
+        raise ValueError(f"path must be a {name} {kind} file or a folder of them, got {path}")
+    try:
+        return path, json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a JSON file: {error}") from None
+
+
 def load_results(benchmark: str, path=None) -> dict:
     """One results file of `benchmark`: `path` itself, or the newest in the
     folder `path` (default results_dir()). Raises ValueError naming what was
     wrong: no such file, or a file of another shape or benchmark."""
-    path = results_dir() if path is None else Path(path)
-    if path.is_dir():
-        files = find_results(benchmark, path)
-        if not files:
-            raise ValueError(f"path must be a folder holding {benchmark}-<gpu>-<date>.json "
-                             f"results or such a file, found none in {path}")
-        path = files[-1]
-    if not path.is_file():
-        raise ValueError(f"path must be a {benchmark} results file or a folder of them, "
-                         f"got {path}")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not a JSON file: {error}") from None
+    path, record = _read_newest(benchmark, path, "results")
     missing = [f for f in REQUIRED_FIELDS if f not in record] if isinstance(record, dict) \
         else list(REQUIRED_FIELDS)
     if missing:
@@ -65,19 +70,7 @@ def load_ncu_summary(name: str, path=None) -> dict:
     kernel (name, duration, registers, warps per SM, issue slots, executed
     warp instructions and their mix by opcode, stall reasons). Raises
     ValueError naming what was wrong."""
-    path = results_dir() if path is None else Path(path)
-    if path.is_dir():
-        files = find_results(name, path)
-        if not files:
-            raise ValueError(f"path must be a folder holding {name}-<gpu>-<date>.json "
-                             f"summaries or such a file, found none in {path}")
-        path = files[-1]
-    if not path.is_file():
-        raise ValueError(f"path must be a {name} summary file or a folder of them, got {path}")
-    try:
-        record = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not a JSON file: {error}") from None
+    path, record = _read_newest(name, path, "summary")
     if not (isinstance(record, dict) and record.get("benchmark") == "ncu_summary"
             and isinstance(record.get("profiles"), dict) and record["profiles"]
             and all(k in record for k in ("gpu", "date", "method"))):

@@ -87,6 +87,11 @@ class FlashConfig:
     block_rows (Br) query rows per block, block_cols (Bc) keys per inner
     step; each thread owns ``thread_rows`` query rows and one in every
     ``thread_cols`` columns of the score tile and of the output.
+    ``steps_per_pass``: steps of the two tile products' loops (four head-dim
+    values of S = Q K^T, one key of O += P V) written out per pass, at
+    constant offsets from addresses that advance once a pass: 1, 2 or 4.
+    More steps, fewer instructions, but more registers: the package's own
+    shapes take the most that ptxas compiles for sm_90 without spilling.
     """
 
     head_dim: int
@@ -94,6 +99,7 @@ class FlashConfig:
     block_cols: int
     thread_rows: int
     thread_cols: int
+    steps_per_pass: int = 1
 
     @property
     def threads(self) -> int:
@@ -143,11 +149,17 @@ class FlashConfig:
 # block: they run anywhere, and on the simulator. Small ones keep the
 # simulator fast (it runs one OS thread per CUDA thread).
 PORTABLE_FLASH_CONFIGS = {
-    16: FlashConfig(16, block_rows=32, block_cols=32, thread_rows=4, thread_cols=4),
-    32: FlashConfig(32, block_rows=32, block_cols=32, thread_rows=4, thread_cols=8),
+    16: FlashConfig(16, block_rows=32, block_cols=32, thread_rows=4, thread_cols=4,
+                    steps_per_pass=4),
+    32: FlashConfig(32, block_rows=32, block_cols=32, thread_rows=4, thread_cols=8,
+                    steps_per_pass=4),
     64: FlashConfig(64, block_rows=64, block_cols=32, thread_rows=8, thread_cols=8),
     128: FlashConfig(128, block_rows=32, block_cols=16, thread_rows=4, thread_cols=8),
 }
+# steps_per_pass: the most that ptxas 13.5 compiles for sm_90 without spilling
+# (tests/test_attention.py checks the tuned shapes): 4 where the kernel has
+# registers to spare, 1 (as before the loops were written out) at the shapes
+# already at 248-255 registers. Not yet timed on a GPU.
 # The tile shape flash_attention uses per head dimension, tuned on the H100
 # (benchmarks/attention.py). For head_dim 64 a block of 128 query rows wins:
 # its 67 KiB of tiles live in dynamic shared memory, which GPUs of compute
@@ -156,7 +168,8 @@ PORTABLE_FLASH_CONFIGS = {
 # shape (see `_config_for`).
 FLASH_CONFIGS = {
     **PORTABLE_FLASH_CONFIGS,
-    64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8),
+    64: FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8,
+                    steps_per_pass=4),
     # For head_dim 128, 128 query rows and 64 keys per step (164 KiB of tiles, 256
     # threads): 1.29-1.36x SDPA memory-efficient's time at seq 1024 and 4096, causal
     # and not, against 1.65-1.80x for the portable 32 x 16 (H100 probe of 30
@@ -172,7 +185,8 @@ FLASH_CONFIGS = {
 # 0.99x its time (128 x 32: 1.09x); seq 1024 and 2048, 64 x 64 tiles 1.03-1.05x
 # (128 x 32: 1.07-1.14x). No shape helped head_dim 128.
 CAUSAL_FLASH_CONFIGS = {
-    64: ((512, FlashConfig(64, block_rows=32, block_cols=32, thread_rows=4, thread_cols=16)),
+    64: ((512, FlashConfig(64, block_rows=32, block_cols=32, thread_rows=4, thread_cols=16,
+                           steps_per_pass=4)),
          (2048, FlashConfig(64, block_rows=64, block_cols=64, thread_rows=8, thread_cols=16))),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
@@ -208,6 +222,11 @@ def check_config(config: FlashConfig) -> FlashConfig:
                          f"a block may have at most {DYNAMIC_SHARED_LIMIT_BYTES} (and "
                          f"{STATIC_SHARED_LIMIT_BYTES} without opting in to dynamic "
                          f"shared memory)")
+    steps = config.steps_per_pass
+    if steps not in (1, 2, 4) or config.block_cols % steps or config.head_dim % (4 * steps):
+        raise ValueError(f"steps_per_pass must be 1, 2 or 4 and divide block_cols "
+                         f"({config.block_cols}) and head_dim / 4 ({config.head_dim // 4}), "
+                         f"got {steps!r}")
     if config.thread_rows % 4 or config.out_cols_per_thread % 4:
         # Reads of P and V come four floats at a time (128-bit loads).
         raise ValueError(f"thread_rows and head_dim / thread_cols must be multiples of 4 "
@@ -688,6 +707,76 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 k_next[it] = float32(k[unsigned64(base + idx)])
                 v_next[it] = float32(v[unsigned64(base + idx)])
 
+    # The two products of each tile, S = Q K^T and O += P V, are loops over
+    # the head dimension (four values a step) and over the tile's keys. Each
+    # step's shared-memory addresses are a base plus constants; STEPS_PER_PASS
+    # steps are written out per pass, so that only the base advances, once a
+    # pass (a counter, a compare and a branch per pass instead of per step;
+    # the same change took the backward kernels' outer-product loops from 63%
+    # FFMA to 83%, see attention_backward.py).
+    STEPS_PER_PASS = config.steps_per_pass
+    K_STEP, Q_STEP, P_STEP, V_STEP = (unsigned(4), unsigned(4), P_ROW, D_U)
+
+    @cuda.jit(device=True, **_INLINE)
+    def score_step(q_tile, k_tile, s, k4, k_at, q_at):
+        # Four head-dim values of this thread's CS keys (from k_at, one key
+        # K_ROW apart) and of its TM query rows (from q_at, NY rows apart):
+        # s[i, jj] += q[i] . k[jj] over those four.
+        for jj in range(CS):
+            x0, x1, x2, x3 = load_float4_flat(k_tile, k_at + unsigned(TX * jj) * K_ROW)
+            k4[jj, 0] = x0
+            k4[jj, 1] = x1
+            k4[jj, 2] = x2
+            k4[jj, 3] = x3
+        for i in range(TM):
+            a0, a1, a2, a3 = load_float4_flat(q_tile, q_at + unsigned(NY * i) * Q_ROW)
+            for jj in range(CS):
+                s[i, jj] += a0 * k4[jj, 0]
+                s[i, jj] += a1 * k4[jj, 1]
+                s[i, jj] += a2 * k4[jj, 2]
+                s[i, jj] += a3 * k4[jj, 3]
+
+    @cuda.jit(device=True, **_INLINE)
+    def score_steps(q_tile, k_tile, s, k4, k_at, q_at):
+        score_step(q_tile, k_tile, s, k4, k_at, q_at)
+        if STEPS_PER_PASS >= 2:
+            score_step(q_tile, k_tile, s, k4, k_at + K_STEP, q_at + Q_STEP)
+        if STEPS_PER_PASS == 4:
+            score_step(q_tile, k_tile, s, k4, k_at + unsigned(2) * K_STEP,
+                       q_at + unsigned(2) * Q_STEP)
+            score_step(q_tile, k_tile, s, k4, k_at + unsigned(3) * K_STEP,
+                       q_at + unsigned(3) * Q_STEP)
+
+    @cuda.jit(device=True, **_INLINE)
+    def value_step(p_tile, v_tile, acc, p_rows, p_at, v_at):
+        # One key's share of O += P V: its probabilities for this thread's TM
+        # rows (neighbours in P^T, from p_at) times this thread's columns of
+        # its row of V (groups of four, TX * 4 apart, from v_at).
+        for i4 in range(TM // 4):
+            x0, x1, x2, x3 = load_float4_flat(p_tile, p_at + unsigned(4 * i4))
+            p_rows[4 * i4] = x0
+            p_rows[4 * i4 + 1] = x1
+            p_rows[4 * i4 + 2] = x2
+            p_rows[4 * i4 + 3] = x3
+        for g in range(GROUPS):
+            v0, v1, v2, v3 = load_float4_flat(v_tile, v_at + unsigned(g * TX * 4))
+            for i in range(TM):
+                acc[i, 4 * g] += p_rows[i] * v0
+                acc[i, 4 * g + 1] += p_rows[i] * v1
+                acc[i, 4 * g + 2] += p_rows[i] * v2
+                acc[i, 4 * g + 3] += p_rows[i] * v3
+
+    @cuda.jit(device=True, **_INLINE)
+    def value_steps(p_tile, v_tile, acc, p_rows, p_at, v_at):
+        value_step(p_tile, v_tile, acc, p_rows, p_at, v_at)
+        if STEPS_PER_PASS >= 2:
+            value_step(p_tile, v_tile, acc, p_rows, p_at + P_STEP, v_at + V_STEP)
+        if STEPS_PER_PASS == 4:
+            value_step(p_tile, v_tile, acc, p_rows, p_at + unsigned(2) * P_STEP,
+                       v_at + unsigned(2) * V_STEP)
+            value_step(p_tile, v_tile, acc, p_rows, p_at + unsigned(3) * P_STEP,
+                       v_at + unsigned(3) * V_STEP)
+
     def flash_forward(q, k, v, out, lse, seq, key_seq, heads, scale):
         # q and out are the (batch, heads, seq, head_dim) arrays, k and v the
         # (batch, heads, key_seq, head_dim) ones, as flat float32 memory (the
@@ -813,25 +902,13 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             for i in range(TM):
                 for jj in range(CS):
                     s[i, jj] = 0.0
-            # (A while loop over an unsigned counter compiles to a tighter loop
-            # than Numba's range iterator, and the compiler unrolls it.)
-            c = unsigned(0)
-            while c < D_U:
-                for jj in range(CS):
-                    x0, x1, x2, x3 = load_float4_flat(
-                        k_tile, (tx_u + unsigned(TX * jj)) * K_ROW + c)
-                    k4[jj, 0] = x0
-                    k4[jj, 1] = x1
-                    k4[jj, 2] = x2
-                    k4[jj, 3] = x3
-                for i in range(TM):
-                    a0, a1, a2, a3 = load_float4_flat(q_tile, (ty_u + unsigned(NY * i)) * Q_ROW + c)
-                    for jj in range(CS):
-                        s[i, jj] += a0 * k4[jj, 0]
-                        s[i, jj] += a1 * k4[jj, 1]
-                        s[i, jj] += a2 * k4[jj, 2]
-                        s[i, jj] += a3 * k4[jj, 3]
-                c += unsigned(4)
+            # STEPS_PER_PASS steps of four head-dim values a pass (see score_step).
+            k_at = tx_u * K_ROW
+            q_at = ty_u * Q_ROW
+            for _ in range(D // (4 * STEPS_PER_PASS)):
+                score_steps(q_tile, k_tile, s, k4, k_at, q_at)
+                k_at += unsigned(4 * STEPS_PER_PASS)
+                q_at += unsigned(4 * STEPS_PER_PASS)
 
             # The online softmax, in short loops over this thread's rows and
             # columns (short loops with constant bounds are unrolled by the
@@ -893,23 +970,12 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
             # that a warp's 128-bit loads of a row of V are contiguous (no
             # bank conflicts), and its TM probabilities of key j are
             # neighbours in P^T (TM / 4 broadcast loads).
-            j = unsigned(0)
-            while j < BC:
-                for i4 in range(TM // 4):
-                    x0, x1, x2, x3 = load_float4_flat(p_tile, j * P_ROW + row0_u + unsigned(4 * i4))
-                    p_rows[4 * i4] = x0
-                    p_rows[4 * i4 + 1] = x1
-                    p_rows[4 * i4 + 2] = x2
-                    p_rows[4 * i4 + 3] = x3
-                for g in range(GROUPS):
-                    v0, v1, v2, v3 = load_float4_flat(
-                        v_tile, j * D_U + tx_u * unsigned(4) + unsigned(g * TX * 4))
-                    for i in range(TM):
-                        acc[i, 4 * g] += p_rows[i] * v0
-                        acc[i, 4 * g + 1] += p_rows[i] * v1
-                        acc[i, 4 * g + 2] += p_rows[i] * v2
-                        acc[i, 4 * g + 3] += p_rows[i] * v3
-                j += unsigned(1)
+            p_at = row0_u
+            v_at = tx_u * unsigned(4)
+            for _ in range(BC // STEPS_PER_PASS):
+                value_steps(p_tile, v_tile, acc, p_rows, p_at, v_at)
+                p_at += unsigned(STEPS_PER_PASS) * P_ROW
+                v_at += unsigned(STEPS_PER_PASS) * D_U
 
         # The one division at the end, by the sum over all the row's threads.
         if use_shuffles:

@@ -732,6 +732,17 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         dq_row(smem, dq_acc, ds4, ds_at + u(3 * PR), k_at + u(3 * DR))
 
     @cuda.jit(device=True, **A._INLINE)
+    def add_ds_k(smem, dq_acc, ds4, ds_base, k_base, oy, ox):
+        """dq_acc += dS K over a tile's B keys, on this thread's VK queries x VC
+        columns: dS transposed ([key, query]) from ds_base, K from k_base."""
+        ds_at = u(ds_base) + u(oy * VK)
+        k_at = u(k_base) + u(ox * 4)
+        for _ in range(B // ROWS_PER_PASS):
+            dq_rows(smem, dq_acc, ds4, ds_at, k_at)
+            ds_at += u(PR4)
+            k_at += u(DR4)
+
+    @cuda.jit(device=True, **A._INLINE)
     def store_patch(dst, acc, factor, first, limit, head_rows, oy, ox):
         """This thread's VK rows (first + oy VK + x, those below limit) and VC
         columns of a gradient, acc * factor rounded to the element type, into
@@ -840,12 +851,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
                     for x in range(VK):
                         for y in range(VC):
                             dq_acc[x, y] = np.float32(0.0)
-                    ds_at = u(DST_BASE) + u(oy * VK)
-                    k_at = u(X_BASE) + u(ox * 4)
-                    for _ in range(B // ROWS_PER_PASS):
-                        dq_rows(smem, dq_acc, ds4, ds_at, k_at)
-                        ds_at += u(PR4)
-                        k_at += u(DR4)
+                    add_ds_k(smem, dq_acc, ds4, DST_BASE, X_BASE, oy, ox)
                     for x in range(VK):
                         row = row0 + oy * VK + x
                         if row < seq:
@@ -907,12 +913,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
             ds_transposed(smem, s_acc, p_acc, scale, sy, sx, row0, key0, seq, key_seq)
             cuda.syncthreads()
             # dQ += dS K on this thread's VK queries x VC columns.
-            ds_at = u(DS_BASE) + u(oy * VK)
-            k_at = u(U_BASE) + u(ox * 4)
-            for _ in range(B // ROWS_PER_PASS):
-                dq_rows(smem, dq_acc, ds4, ds_at, k_at)
-                ds_at += u(PR4)
-                k_at += u(DR4)
+            add_ds_k(smem, dq_acc, ds4, DS_BASE, U_BASE, oy, ox)
         store_patch(dq, dq_acc, scale, row0, seq, bh * seq, oy, ox)
 
     def fused_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
