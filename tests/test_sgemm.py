@@ -196,6 +196,7 @@ def test_the_quick_path_on_a_gpu_gives_what_the_long_way_gives():
     _fails(sgemm.matmul, a, b, out=torch.empty(4, 4, device="cuda", dtype=torch.float64),
            naming="out must be")
     _fails(sgemm.matmul, a, b, True, naming="level must be one of")
+    _fails(sgemm.matmul, a, b, 6.0, naming="level must be one of")
     _fails(sgemm.matmul, a, b.double(), naming="float32")
     # A tensor and a Numba array: the long way, whose result is a Numba array.
     check(sgemm.matmul(a, cuda.as_cuda_array(b)).copy_to_host(), a, b)

@@ -1753,6 +1753,7 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
 # checks that explain what is wrong.
 _ON_GPU = on_gpu()  # decided when gpucourse.device loaded Numba, fixed from then on
 _QUICK_LEVELS = {"auto": "auto", 6: "6", "6": "6", 5: "5", "5": "5", 7: "7", "7": "7"}
+_QUICK_LEVEL_TYPES = (str, int)
 _KIND_OF_TYPE: dict = {}  # type -> "torch", "numba" or None, found once per type
 
 
@@ -1795,12 +1796,9 @@ def _quick_numba_matrix(x):
 def _quick_matmul(a, b, level, out):
     """matmul's common case (see above), or None to take the long way."""
     kind = _kind_of(a)
-    if kind is None or _kind_of(b) != kind or level.__class__ is bool:
-        return None
-    try:
-        key = _QUICK_LEVELS.get(level)
-    except TypeError:  # an unhashable level
-        return None
+    if kind is None or _kind_of(b) != kind or level.__class__ not in _QUICK_LEVEL_TYPES:
+        return None  # bools, floats (6.0 == 6) and the rest: the long way says what it takes
+    key = _QUICK_LEVELS.get(level)
     if key is None:
         return None
     device_id = _current_gpu()
