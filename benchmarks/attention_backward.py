@@ -61,8 +61,10 @@ def validate():
         q = q * logit
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         want = autograd64(q, k, v, dout, causal)
-        for version in VERSIONS:
-            ours = flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=version)
+        for version in VERSIONS + ("quick",):
+            ours = (quick_v4(q, k, v, out, lse, dout, causal) if version == "quick" else
+                    flash_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                             version=version))
             errors = {name: float((o.double() - w).abs().max() / w.abs().max())
                       for name, o, w in zip(("dq", "dk", "dv"), ours, want)}
             ok = all(e < 1e-4 for e in errors.values())
@@ -119,6 +121,17 @@ def sdpa_backward(q, k, v, dout, causal):
     return call
 
 
+def quick_v4(q, k, v, out, lse, dout, causal):
+    """Version 4 called with attention_backward.QUICK_TORCH_PATH on."""
+    import gpucourse.kernels.attention_backward as AB
+
+    before, AB.QUICK_TORCH_PATH = AB.QUICK_TORCH_PATH, True
+    try:
+        return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=4)
+    finally:
+        AB.QUICK_TORCH_PATH = before
+
+
 def timing():
     rows = []
     for seq, d, causal in TIMED:
@@ -131,6 +144,9 @@ def timing():
         for version in (v for v in VERSIONS if v != DEFAULT_VERSION):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
+        # Version 4 through its quick torch path (attention_backward.QUICK_TORCH_PATH),
+        # whatever the module's setting: the same kernels, less Python per call.
+        calls["flash_bwd_quick"] = lambda: quick_v4(q, k, v, out, lse, dout, causal)
         calls["sdpa_efficient_bwd"] = sdpa_bwd
         ms = time_in_turns(calls)
         for variant, t in ms.items():

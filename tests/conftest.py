@@ -9,10 +9,10 @@ together, and each other test file together.
 import os
 
 # One thread per BLAS / OpenMP pool, set before numpy loads: the two workers
-# already share the two cores, and a pool of busy-waiting BLAS threads starved
-# by the other worker's simulator threads slowed a notebook of the book build
-# (07_network, 11 s alone) to ten minutes in a CI run of 2026-11-25. The book
-# build and the notebooks it runs inherit these.
+# already share the two cores, and a pool of busy-waiting BLAS threads is slow
+# when another process holds them (chapter 07_network, 11 s alone, took more
+# than 120 s beside two busy processes with the default pool; 11 s with one
+# thread). The book build and the notebooks it runs inherit these.
 for _pool in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_pool, "1")
 

@@ -330,3 +330,39 @@ def test_backward_times_reads_the_default_version_of_the_day():
     table = backward_markdown(new)
     assert "version 2 (ms) | version 3 (ms) | version 4 (ms)" in table
     assert table.endswith("| 1,024 | 64 | no | 6.1 | 4.0 | 3.1 | 2.0 | 1.55 |")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_quick_torch_path_gives_what_the_long_way_gives(dtype, monkeypatch):
+    # Version 4 on CUDA tensors through _quick_v4_torch (QUICK_TORCH_PATH):
+    # the same kernels launched with hand-packed arguments, against the long
+    # way and float64 autograd; ragged, causal and not, cross-attention, d64
+    # and d128. A GPU only: the simulator has no such path.
+    from gpucourse.device import on_gpu
+    from gpucourse.kernels import attention_backward as AB
+
+    if not (torch.cuda.is_available() and on_gpu()):
+        pytest.skip("needs a CUDA GPU")
+    for b, h, n, nk, d, causal in [(1, 2, 77, 77, 64, True), (2, 1, 130, 200, 128, False),
+                                   (1, 3, 300, 300, 64, False)]:
+        g = torch.Generator(device="cuda").manual_seed(n + d)
+        q = torch.randn(b, h, n, d, device="cuda", generator=g, dtype=dtype)
+        k, v = (torch.randn(b, h, nk, d, device="cuda", generator=g, dtype=dtype)
+                for _ in range(2))
+        dout = torch.randn(b, h, n, d, device="cuda", generator=g, dtype=dtype)
+        out, lse = A.flash_attention(q, k, v, causal=causal and n == nk, return_lse=True)
+        mask = causal and n == nk
+        monkeypatch.setattr(AB, "QUICK_TORCH_PATH", False)
+        long_way = AB.flash_attention_backward(q, k, v, out, lse, dout, causal=mask, version=4)
+        monkeypatch.setattr(AB, "QUICK_TORCH_PATH", True)
+        quick = AB.flash_attention_backward(q, k, v, out, lse, dout, causal=mask, version=4)
+        for name, fast, slow in zip(("dq", "dk", "dv"), quick, long_way):
+            assert fast.dtype == dtype and fast.shape == slow.shape, name
+            scale = float(slow.double().abs().max())
+            # dQ's atomic adds may sum in another order: equal to float32 rounding.
+            assert float((fast.double() - slow.double()).abs().max()) <= 1e-5 * scale + (
+                1e-3 * scale if dtype == torch.float16 else 0.0), name
+    # A transposed (not contiguous) tensor goes the long way.
+    qt = q.transpose(2, 3).contiguous().transpose(2, 3)
+    assert AB._quick_v4_torch(qt, k, v, out, lse, dout, False, np.float32(0.1), None,
+                              "float16" if dtype == torch.float16 else "float32") is None

@@ -63,7 +63,14 @@ def built_book(tmp_path_factory) -> Path:
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     command = [*without_network(), str(jupyter_book), "build", str(ROOT), "-W", "-n",
                "--keep-going", "--path-output", str(out)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    # A session of its own, so that Linux's scheduler (with autogroup, as on the
+    # CI machine) shares the CPUs between the build and the other test worker
+    # as two groups. In one group it shares them thread by thread, and a
+    # simulator test on the other worker runs a thread per CUDA thread: in two
+    # CI runs of 2026-11-25 one notebook of the build (a different one each
+    # time) took ten minutes instead of ten seconds.
+    done = subprocess.run(command, capture_output=True, text=True, env=env,
+                          start_new_session=True)
     assert done.returncode == 0, f"book build failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
     return out / "_build" / "html"
 

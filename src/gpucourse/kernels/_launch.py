@@ -42,3 +42,27 @@ def core_launch():
     from cuda.core import launch
 
     return launch
+
+
+def launchable(kernel, signature) -> tuple:
+    """(function, stream): `kernel` (a Numba dispatcher) compiled for `signature`
+    on the current GPU, and Numba's default stream, in the forms
+    `cuda.core.launch` takes."""
+    compiled = kernel.compile(signature)
+    return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
+
+
+def flat_argument(pointer: int, size: int, itemsize: int) -> tuple:
+    """A C-contiguous 1D array as a compiled kernel takes it (Numba's array
+    model: meminfo, parent, nitems, itemsize, data, shape, strides)."""
+    return (0, 0, size, itemsize, pointer, size, itemsize)
+
+
+def matrix_argument(pointer: int, rows: int, cols: int, itemsize: int = 4,
+                    row_stride: int | None = None) -> tuple:
+    """A 2D array as a compiled kernel takes it: C-contiguous, or with rows
+    `row_stride` elements apart (a slice of columns; the kernel must then be
+    compiled for layout "A")."""
+    return (0, 0, rows * cols, itemsize, pointer, rows, cols, (row_stride or cols) * itemsize,
+            itemsize)
+

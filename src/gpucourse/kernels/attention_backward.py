@@ -34,6 +34,7 @@ the reference its speed is measured against. fp32 throughout.
 
 from __future__ import annotations
 
+import ctypes
 import math
 from functools import lru_cache
 
@@ -41,6 +42,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention as A
+from gpucourse.kernels._launch import core_launch, flat_argument, launchable, matrix_argument
 
 # Rows per block (one thread each) in both kernels.
 BLOCK = 32
@@ -926,6 +928,14 @@ VERSIONS = (1, 2, 3, 4)
 # The fastest on an H100 at every timed shape
 # (results/attention_backward-h100-2026-11-25.json): version 4.
 DEFAULT_VERSION = 4
+# Version 4 on CUDA torch tensors through `_quick_v4_torch`: allocations by
+# torch, launches straight to cuda.core with the arguments packed by hand, as
+# sgemm.matmul and flash_attention do, instead of Numba's launch path (which
+# wraps each of nine tensors in a device array and checks every argument on
+# each of three launches). The benchmark times a single call from an idle GPU,
+# so that Python is in the measurement. Off until its GPU test has run
+# (tests/test_attention_backward.py::test_the_quick_torch_path_gives_what_the_long_way_gives).
+QUICK_TORCH_PATH = False
 
 
 @cuda.jit
@@ -996,6 +1006,11 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
         raise ValueError(f"{io} inputs run on versions 3 and 4 alone (they convert as they "
                          f"load); pass version=3 or 4, got version={version}")
 
+    if QUICK_TORCH_PATH and kind == "torch" and version == 4 and io in ("float32", "float16") \
+            and on_gpu():
+        grads = _quick_v4_torch(q, k, v, out, lse, dout, causal, np.float32(s), config, io)
+        if grads is not None:
+            return grads
     rows = batch * heads
     qd, od, dod = (A._to_kernel(x, kind).reshape((rows, seq, head_dim)) for x in (q, out, dout))
     kd, vd = (A._to_kernel(x, kind).reshape((rows, key_seq, head_dim)) for x in (k, v))
@@ -1075,6 +1090,78 @@ def _launch_v4(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, head_dim, ca
         qf, kf, vf, dof, lsef, deltaf, sums, dkf, dvf, np.int32(seq), np.int32(key_seq), scale)
     if io != "float32":
         _rounding_kernel(io)[(sums.size + 255) // 256, 256](sums, dqf)
+
+
+def _quick_v4_torch(q, k, v, out, lse, dout, causal, scale, config, io):
+    """Version 4 on checked CUDA torch tensors (see QUICK_TORCH_PATH): (dq, dk, dv),
+    or None where a tensor is not C-contiguous on the current GPU (the long way
+    then handles it)."""
+    import torch
+
+    device_id = A._current_gpu()
+    tensors = (q, k, v, out, lse, dout)
+    if not all(x.is_cuda and x.is_contiguous() and x.get_device() == device_id for x in tensors):
+        return None
+    batch, heads, seq, head_dim = q.shape
+    key_seq, rows = k.shape[2], batch * heads
+    plan = _quick_v4_plan(head_dim, causal, None if config is None else tuple(config), io,
+                          device_id)
+    launch, (row_dot, zero, fused, rounding), stream, (threads, tile, shared) = plan
+    element = q.element_size()
+    delta = torch.empty(rows * seq, dtype=torch.float32, device=q.device)
+    dq, dk, dv = (torch.empty((batch, heads, n, head_dim), dtype=q.dtype, device=q.device)
+                  for n in (seq, key_seq, key_seq))
+    sums = dq if io == "float32" else torch.empty(dq.numel(), dtype=torch.float32,
+                                                  device=q.device)
+    queries, keys = rows * seq * head_dim, rows * key_seq * head_dim
+
+    def flat(x, size, itemsize):
+        return flat_argument(x.data_ptr(), size, itemsize)
+
+    launch(stream, _config((rows * seq + 127) // 128, 128, 0), row_dot,
+           *matrix_argument(out.data_ptr(), rows * seq, head_dim, element),
+           *matrix_argument(dout.data_ptr(), rows * seq, head_dim, element),
+           *flat(delta, rows * seq, 4))
+    launch(stream, _config((queries + 255) // 256, 256, 0), zero, *flat(sums, queries, 4))
+    launch(stream, _config(((key_seq + tile - 1) // tile, rows), threads, shared), fused,
+           *flat(q, queries, element), *flat(k, keys, element), *flat(v, keys, element),
+           *flat(dout, queries, element), *flat(lse, rows * seq, 4), *flat(delta, rows * seq, 4),
+           *flat(sums, queries, 4), *flat(dk, keys, element), *flat(dv, keys, element),
+           ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_float(scale))
+    if io != "float32":
+        launch(stream, _config((queries + 255) // 256, 256, 0), rounding,
+               *flat(sums, queries, 4), *flat(dq, queries, element))
+    return dq, dk, dv
+
+
+@lru_cache(maxsize=None)
+def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int):
+    """What _quick_v4_torch launches, found once per head dim, mask, tiles,
+    element type and GPU: cuda.core's launch, the four compiled functions
+    (D's pre-pass, the zeroing of dQ's sums, the fused kernel, the rounding
+    of dQ for float16), the stream, and (threads, tile, shared bytes)."""
+    from numba import float32, types
+
+    fused, threads, tile, shared = _tiled_kernel_v4(head_dim, causal, config, io)
+    _opt_in((fused,), shared, 4)
+    function, stream = A._compiled_flash(fused, shared, device_id)
+    element = A.float16 if io == "float16" else float32
+    matrix, flat32 = types.Array(element, 2, "C"), types.Array(float32, 1, "C")
+    row_dot, _ = launchable(_row_dot_kernel, (matrix, matrix, flat32))
+    zero, _ = launchable(_zero_kernel, (flat32,))
+    rounding = None
+    if io != "float32":
+        rounding, _ = launchable(_rounding_kernel(io), (flat32, types.Array(element, 1, "C")))
+    return core_launch(), (row_dot, zero, function, rounding), stream, (threads, tile, shared)
+
+
+@lru_cache(maxsize=1024)
+def _config(grid, threads: int, shared: int):
+    from cuda.core import LaunchConfig
+
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=(threads, 1, 1),
+                        shmem_size=shared)
 
 
 def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):

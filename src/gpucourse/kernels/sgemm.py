@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels._launch import core_launch
+from gpucourse.kernels._launch import core_launch, launchable, matrix_argument
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
@@ -1506,15 +1506,12 @@ def _launchable(kernel, device_id: int, signature=None):
     """The kernel compiled for `signature` (default: three C-contiguous float32
     matrices) on one GPU, and the default stream, in the forms
     `cuda.core.launch` takes."""
-    compiled = kernel.compile(signature or (C_MATRIX, C_MATRIX, C_MATRIX))
-    return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
+    return launchable(kernel, signature or (C_MATRIX, C_MATRIX, C_MATRIX))
 
 
 def _matrix_argument(pointer: int, rows: int, cols: int, row_stride: int | None = None) -> tuple:
-    """A float32 matrix as a compiled kernel takes it: C-contiguous, or with rows
-    `row_stride` elements apart (a slice of columns; the kernel must be compiled
-    for layout "A")."""
-    return (0, 0, rows * cols, 4, pointer, rows, cols, (row_stride or cols) * 4, 4)
+    """A float32 matrix as a compiled kernel takes it (see _launch.matrix_argument)."""
+    return matrix_argument(pointer, rows, cols, 4, row_stride)
 
 
 def _on_gpu_matrix(x, device_id: int):
