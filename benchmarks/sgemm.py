@@ -16,7 +16,7 @@ local memory from Numba's compile reports). With --autotune it first runs
 sgemm.autotune at 4096^3, which updates src/gpucourse/kernels/sgemm_tuned.json
 (a copy goes to DIR too), and level 6 then uses the result. Before that, it
 times level 6 in each loop variant, in turns: its dot-product loop written
-out 1, 2 or 4 steps per pass (sgemm.DOT_UNROLL), with one or two copies of
+out 1, 2 or 4 steps per pass or whole (sgemm.DOT_UNROLL), with one or two copies of
 the shared tiles (sgemm.DOUBLE_BUFFER); it keeps the fastest pair for the
 rest of the run.
 
@@ -135,13 +135,13 @@ def run_shape(m, n, k, levels, progress) -> list[dict]:
     return rows
 
 
-LOOP_VARIANTS = [(unroll, double) for double in (False, True) for unroll in (1, 2, 4)]
+LOOP_VARIANTS = [(unroll, double) for double in (False, True) for unroll in (1, 2, 4, "tile")]
 
 
 def pick_loop_variant(config, size=4096, rounds=3) -> tuple[list[dict], tuple[int, bool]]:
     """Time level 6's kernel (tile sizes `config`) at size^3 in each loop
-    variant: the dot-product loop written out 1, 2 or 4 steps per pass
-    (sgemm.DOT_UNROLL), with one or two copies of the shared tiles
+    variant: the dot-product loop written out 1, 2 or 4 steps per pass or
+    the whole tile ("tile"; sgemm.DOT_UNROLL), with one or two copies of the shared tiles
     (sgemm.DOUBLE_BUFFER). The variants are timed in turns (`rounds` rounds,
     median of each), so that clock drift falls on all alike; the two choices
     interact (an earlier run found two copies slower at one step per pass and

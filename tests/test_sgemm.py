@@ -365,6 +365,13 @@ def test_loop_variant_probe_reads_the_committed_run():
     # measurement, benchmarks/results/sgemm_unroll-*.json), still double-buffered.
     assert sgemm.DOT_UNROLL == "tile" and sgemm.DOUBLE_BUFFER == fastest["double_buffer"]
     _fails(ladder.loop_variant_probe, {"results": []}, naming="loop_variant_probe")
+    # Runs since the whole tile was written out also time "tile": it sorts
+    # after the numbers, within each number of copies.
+    mixed = {"loop_variant_probe": [
+        {**raw[1, True], "unroll": "tile"}, raw[2, False], {**raw[1, False], "unroll": "tile"},
+        raw[1, False]]}
+    assert [(r["double_buffer"], r["unroll"]) for r in ladder.loop_variant_probe(mixed)] == [
+        (False, 1), (False, 2), (False, "tile"), (True, "tile")]
 
 
 def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):

@@ -155,7 +155,8 @@ def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, s
 
 def loop_variant_probe(record: dict) -> list[dict]:
     """The benchmark's timing of the level-6 kernel in each loop variant: its
-    dot loop written out 1, 2 or 4 steps per pass (`sgemm.DOT_UNROLL`), with one
+    dot loop written out 1, 2 or 4 steps per pass or the whole tile ("tile",
+    runs since 2026-11-25; `sgemm.DOT_UNROLL`), with one
     or two copies of the shared tiles (`sgemm.DOUBLE_BUFFER`). Rows (unroll,
     double_buffer, tflops, registers_per_thread, shared_bytes_per_block) of
     the correct variants, one copy first, then by unroll. Raises ValueError if
@@ -167,7 +168,8 @@ def loop_variant_probe(record: dict) -> list[dict]:
     fields = ("unroll", "double_buffer", "tflops", "registers_per_thread",
               "shared_bytes_per_block")
     return sorted(({f: r[f] for f in fields} for r in rows if r.get("passed")),
-                  key=lambda r: (r["double_buffer"], r["unroll"]))
+                  key=lambda r: (r["double_buffer"], r["unroll"] == "tile",
+                                 0 if r["unroll"] == "tile" else r["unroll"]))
 
 
 # -----------------------------------------------------------------------------
