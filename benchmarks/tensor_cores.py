@@ -260,7 +260,7 @@ class Shape:
         """{name: call} for the variants in `names`; each call leaves its result
         where result(name) finds it."""
         torch, TC, found = self.torch, self.TC, {}
-        cuda, device, shape = TC.cuda, self.a16.device, (self.m, self.n)
+        device, shape = self.a16.device, (self.m, self.n)
         places = TC._device_places()
         for level in LEVELS:
             numpy_name, kernel_name = f"hgemm{level}_numpy", f"hgemm{level}_kernel"
@@ -268,27 +268,13 @@ class Shape:
                 found[numpy_name] = (lambda level=level, name=numpy_name: self.outputs.__setitem__(
                     name, TC.hgemm(self.a_np, self.b_np, level=level)))
             if kernel_name in names:
-                if self.dry_run:  # the simulator's device arrays, from numpy
-                    a, b = cuda.to_device(self.a_np), cuda.to_device(self.b_np)
-                    c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
-                    self.outputs[kernel_name] = c
-                else:  # CUDA torch tensors seen as Numba device arrays (no copy)
-                    c_tensor = torch.full(shape, float("nan"), device="cuda")
-                    self.outputs[kernel_name] = c_tensor
-                    a, b, c = (cuda.as_cuda_array(x) for x in (self.a16, self.b16, c_tensor))
+                a, b, c = self._kernel_operands(kernel_name, self.a16, self.b16)
                 found[kernel_name] = (lambda a=a, b=b, c=c, level=level:
                                       TC._launch(a, b, c, level, places))
         for passes in PASSES:
             name = f"tf32gemm{passes}_kernel"
             if name in names:
-                if self.dry_run:  # the simulator's device arrays, from numpy
-                    a, b = cuda.to_device(self.a_f32.numpy()), cuda.to_device(self.b_f32.numpy())
-                    c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
-                    self.outputs[name] = c
-                else:  # CUDA torch tensors seen as Numba device arrays (no copy)
-                    c_tensor = torch.full(shape, float("nan"), device="cuda")
-                    self.outputs[name] = c_tensor
-                    a, b, c = (cuda.as_cuda_array(x) for x in (self.a_f32, self.b_f32, c_tensor))
+                a, b, c = self._kernel_operands(name, self.a_f32, self.b_f32)
                 found[name] = (lambda a=a, b=b, c=c, passes=passes:
                                TC._launch_tf32(a, b, c, passes))
         if "cublas_tf32" in names:
@@ -322,6 +308,20 @@ class Shape:
             self.outputs["sgemm"] = out
             found["sgemm"] = lambda a=a, b=b, out=out: self.sgemm.matmul(a, b, out=out)
         return found
+
+    def _kernel_operands(self, name, a, b) -> tuple:
+        """(a, b, c) for launching a kernel directly on the tensors a and b, with
+        c poisoned with NaN and kept as the output `name`: the simulator's
+        device arrays, from numpy, with --dry-run; else the CUDA tensors seen as
+        Numba device arrays (no copy)."""
+        cuda, shape = self.TC.cuda, (self.m, self.n)
+        if self.dry_run:
+            c = cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+            self.outputs[name] = c
+            return cuda.to_device(a.cpu().numpy()), cuda.to_device(b.cpu().numpy()), c
+        c_tensor = self.torch.full(shape, float("nan"), device="cuda")
+        self.outputs[name] = c_tensor
+        return tuple(cuda.as_cuda_array(x) for x in (a, b, c_tensor))
 
     def reference_of(self, name) -> np.ndarray:
         """The float64 product that variant `name` computes."""

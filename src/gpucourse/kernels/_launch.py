@@ -44,6 +44,19 @@ def core_launch():
     return launch
 
 
+@lru_cache(maxsize=1024)
+def launch_config(grid, block, shared: int = 0):
+    """cuda.core's LaunchConfig for `grid` and `block` (ints, or tuples of up to
+    three) and `shared` bytes of dynamic shared memory, built once per
+    distinct launch shape (building one costs microseconds of Python)."""
+    from cuda.core import LaunchConfig
+
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    block = block if isinstance(block, tuple) else (block,)
+    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)),
+                        shmem_size=shared)
+
+
 def launchable(kernel, signature) -> tuple:
     """(function, stream): `kernel` (a Numba dispatcher) compiled for `signature`
     on the current GPU, and Numba's default stream, in the forms

@@ -52,7 +52,7 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels._launch import core_launch
+from gpucourse.kernels._launch import core_launch, launch_config
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -715,7 +715,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     # the same change took the backward kernels' outer-product loops from 63%
     # FFMA to 83%, see attention_backward.py).
     STEPS_PER_PASS = config.steps_per_pass
-    K_STEP, Q_STEP, P_STEP, V_STEP = (unsigned(4), unsigned(4), P_ROW, D_U)
+    HEAD_STEP, P_STEP, V_STEP = unsigned(4), P_ROW, D_U  # one step along each tile
 
     @cuda.jit(device=True, **_INLINE)
     def score_step(q_tile, k_tile, s, k4, k_at, q_at):
@@ -740,12 +740,12 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     def score_steps(q_tile, k_tile, s, k4, k_at, q_at):
         score_step(q_tile, k_tile, s, k4, k_at, q_at)
         if STEPS_PER_PASS >= 2:
-            score_step(q_tile, k_tile, s, k4, k_at + K_STEP, q_at + Q_STEP)
+            score_step(q_tile, k_tile, s, k4, k_at + HEAD_STEP, q_at + HEAD_STEP)
         if STEPS_PER_PASS == 4:
-            score_step(q_tile, k_tile, s, k4, k_at + unsigned(2) * K_STEP,
-                       q_at + unsigned(2) * Q_STEP)
-            score_step(q_tile, k_tile, s, k4, k_at + unsigned(3) * K_STEP,
-                       q_at + unsigned(3) * Q_STEP)
+            score_step(q_tile, k_tile, s, k4, k_at + unsigned(2) * HEAD_STEP,
+                       q_at + unsigned(2) * HEAD_STEP)
+            score_step(q_tile, k_tile, s, k4, k_at + unsigned(3) * HEAD_STEP,
+                       q_at + unsigned(3) * HEAD_STEP)
 
     @cuda.jit(device=True, **_INLINE)
     def value_step(p_tile, v_tile, acc, p_rows, p_at, v_at):
@@ -1099,13 +1099,6 @@ def _max_shared_bytes_per_block(device_id: int) -> int:
     return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
 
 
-@lru_cache(maxsize=1024)
-def _flash_launch_config(grid: tuple, threads: int, dynamic_bytes: int):
-    from cuda.core import LaunchConfig
-
-    return LaunchConfig(grid=grid, block=(threads, 1, 1), shmem_size=dynamic_bytes)
-
-
 def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale,
                   device_id=None, io="float32"):
     """Launch the tiled kernel on (q, k, v, out, lse): raw device pointers on a
@@ -1124,7 +1117,7 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
     if gpu:
         device_id = _current_gpu() if device_id is None else device_id
         function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
-        core_launch()(stream, _flash_launch_config(grid, config.threads, dynamic_bytes),
+        core_launch()(stream, launch_config(grid, config.threads, dynamic_bytes),
                             function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(key_seq),
                             ctypes.c_int32(heads), ctypes.c_float(scale))
     else:

@@ -42,7 +42,8 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention as A
-from gpucourse.kernels._launch import core_launch, flat_argument, launchable, matrix_argument
+from gpucourse.kernels._launch import (core_launch, flat_argument, launch_config, launchable,
+                                       matrix_argument)
 
 # Rows per block (one thread each) in both kernels.
 BLOCK = 32
@@ -1118,18 +1119,18 @@ def _quick_v4_torch(q, k, v, out, lse, dout, causal, scale, config, io):
     def flat(x, size, itemsize):
         return flat_argument(x.data_ptr(), size, itemsize)
 
-    launch(stream, _config((rows * seq + 127) // 128, 128, 0), row_dot,
+    launch(stream, launch_config((rows * seq + 127) // 128, 128, 0), row_dot,
            *matrix_argument(out.data_ptr(), rows * seq, head_dim, element),
            *matrix_argument(dout.data_ptr(), rows * seq, head_dim, element),
            *flat(delta, rows * seq, 4))
-    launch(stream, _config((queries + 255) // 256, 256, 0), zero, *flat(sums, queries, 4))
-    launch(stream, _config(((key_seq + tile - 1) // tile, rows), threads, shared), fused,
+    launch(stream, launch_config((queries + 255) // 256, 256, 0), zero, *flat(sums, queries, 4))
+    launch(stream, launch_config(((key_seq + tile - 1) // tile, rows), threads, shared), fused,
            *flat(q, queries, element), *flat(k, keys, element), *flat(v, keys, element),
            *flat(dout, queries, element), *flat(lse, rows * seq, 4), *flat(delta, rows * seq, 4),
            *flat(sums, queries, 4), *flat(dk, keys, element), *flat(dv, keys, element),
            ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_float(scale))
     if io != "float32":
-        launch(stream, _config((queries + 255) // 256, 256, 0), rounding,
+        launch(stream, launch_config((queries + 255) // 256, 256, 0), rounding,
                *flat(sums, queries, 4), *flat(dq, queries, element))
     return dq, dk, dv
 
@@ -1153,15 +1154,6 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
     if io != "float32":
         rounding, _ = launchable(_rounding_kernel(io), (flat32, types.Array(element, 1, "C")))
     return core_launch(), (row_dot, zero, function, rounding), stream, (threads, tile, shared)
-
-
-@lru_cache(maxsize=1024)
-def _config(grid, threads: int, shared: int):
-    from cuda.core import LaunchConfig
-
-    grid = grid if isinstance(grid, tuple) else (grid,)
-    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=(threads, 1, 1),
-                        shmem_size=shared)
 
 
 def reference_attention_backward(q, k, v, dout, *, causal=False, scale=None):

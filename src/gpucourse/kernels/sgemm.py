@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels._launch import core_launch, launchable, matrix_argument
+from gpucourse.kernels._launch import core_launch, launch_config, launchable, matrix_argument
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
@@ -1537,13 +1537,6 @@ def _on_gpu_matrix(x, device_id: int):
     return interface["data"][0], int(rows), int(cols)
 
 
-@lru_cache(maxsize=1024)
-def _launch_config(grid: tuple, block: tuple):
-    from cuda.core import LaunchConfig
-
-    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)))
-
-
 # -----------------------------------------------------------------------------
 # Split-K. A product with few output tiles and a deep K (1024 x 1024 x 8192 is
 # 128 tiles of 64 x 128 for the H100's 132 SMs) keeps most SMs idle however
@@ -1693,31 +1686,12 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
     if not (m and n):
         return out
     vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
-    if key == "auto":
-        planned, planned_splits = auto_plan((m, n, k), _gpu_name(device_id))
-        key, config, splits = "6", config or planned, splits or planned_splits
-    elif config is None and key == "6":
-        config = _tuned_here(_gpu_name(device_id))
+    key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
+    ranges = split_ranges(k, splits) if k else [(0, 0)]
+    if len(ranges) == 1 or split_sum == "atomic":
+        _quick_plan(key, m, n, k, vectorized, device_id, config, splits)(a_ptr, b_ptr, c_ptr)
+        return out
     launch = core_launch()
-    ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
-    if len(ranges) == 1:
-        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
-        function, stream = _launchable(kernel, device_id)
-        launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
-               *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n))
-        return out
-    if split_sum == "atomic":
-        # C zeroed, then one launch whose blocks add their slices into it; both
-        # on Numba's default stream, in that order. (Not torch's zero_: it
-        # would run on torch's current stream, which need not be this one.)
-        kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
-        zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
-        launch(stream, _launch_config(_sum_grid(m, n), SUM_BLOCK), zero,
-               *_matrix_argument(c_ptr, m, n))
-        function, stream = _launchable(kernel, device_id, SPLIT_SIGNATURE)
-        launch(stream, _launch_config(grid, block), function, *_matrix_argument(a_ptr, m, k),
-               *_matrix_argument(b_ptr, k, n), *_matrix_argument(c_ptr, m, n), chunk)
-        return out
     if torch_out:
         partial = torch.empty((len(ranges), m, n), dtype=torch.float32, device=a.device)
         p_ptr = partial.data_ptr()
@@ -1727,12 +1701,12 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
     for s, (k0, k1) in enumerate(ranges):
         kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
         function, stream = _launchable(kernel, device_id, (A_MATRIX, C_MATRIX, C_MATRIX))
-        launch(stream, _launch_config(grid, block), function,
+        launch(stream, launch_config(grid, block), function,
                *_matrix_argument(a_ptr + 4 * k0, m, k1 - k0, row_stride=k),
                *_matrix_argument(b_ptr + 4 * k0 * n, k1 - k0, n),
                *_matrix_argument(p_ptr + 4 * s * m * n, m, n))
     function, stream = _launchable(sum_splits, device_id, (C_BLOCK, C_MATRIX))
-    launch(stream, _launch_config(_sum_grid(m, n), SUM_BLOCK), function,
+    launch(stream, launch_config(_sum_grid(m, n), SUM_BLOCK), function,
            0, 0, len(ranges) * m * n, 4, p_ptr, len(ranges), m, n, m * n * 4, n * 4, 4,
            *_matrix_argument(c_ptr, m, n))
     return out
@@ -1831,33 +1805,48 @@ def _torch_empty(like, m: int, n: int):
     return torch.empty((m, n), dtype=torch.float32, device=like.device)
 
 
-@lru_cache(maxsize=1024)
-def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: int):
-    """go(a_ptr, b_ptr, c_ptr): the launches matmul makes for `key` at this shape on
-    this GPU, everything but the three pointers worked out once."""
-    launch = core_launch()
-    config, splits = None, 1
+def _resolved(key: str, m: int, n: int, k: int, config, splits, device_id: int) -> tuple:
+    """(key, config, splits) that matmul runs for `key` at this shape: auto is
+    level 6 with the tiles and slices measured nearest the shape (each where
+    not given), level 6 takes this GPU's tuned tiles where none are given,
+    and splits default to 1."""
     if key == "auto":
-        (config, splits), key = auto_plan((m, n, k), _gpu_name(device_id)), "6"
-    elif key == "6":
+        planned, planned_splits = auto_plan((m, n, k), _gpu_name(device_id))
+        return "6", config or planned, splits or planned_splits
+    if config is None and key == "6":
         config = _tuned_here(_gpu_name(device_id))
+    return key, config, splits or 1
+
+
+@lru_cache(maxsize=1024)
+def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: int,
+                config=None, splits=None):
+    """go(a_ptr, b_ptr, c_ptr): the launches matmul makes for `key` (with `config`
+    and `splits` of K where given; see _resolved) at this shape on this GPU,
+    one kernel or split-K in one launch, everything but the three pointers
+    worked out once."""
+    launch = core_launch()
+    key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
     a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
     b_head, b_tail = (0, 0, k * n, 4), (k, n, n * 4, 4)
     c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
     if k == 0 or len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
-        shape = _launch_config(grid, block)
+        shape = launch_config(grid, block)
 
         def go(a_ptr, b_ptr, c_ptr):
             launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
                    *c_head, c_ptr, *c_tail)
         return go
-    # Split-K in one launch, C zeroed first (see _fast_matmul).
+    # Split-K in one launch: C zeroed, then one launch whose blocks add their
+    # slices into it; both on Numba's default stream, in that order. (Not
+    # torch's zero_: it would run on torch's current stream, which need not be
+    # this one.)
     kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
     zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
     function, _ = _launchable(kernel, device_id, SPLIT_SIGNATURE)
-    zero_shape, shape = _launch_config(_sum_grid(m, n), SUM_BLOCK), _launch_config(grid, block)
+    zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
 
     def go_split(a_ptr, b_ptr, c_ptr):
         launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
