@@ -9,7 +9,9 @@
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
    CUDA tensors as a user would; the default version, recorded as
-   default_version, as flash_bwd, the others as flash_bwd_v<n>) against the
+   default_version, as flash_bwd, the others as flash_bwd_v<n>; and the
+   default version through Numba's own launches, QUICK_TORCH_PATH off, as
+   flash_bwd_long, validated as version "long") against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -61,8 +63,8 @@ def validate():
         q = q * logit
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         want = autograd64(q, k, v, dout, causal)
-        for version in VERSIONS + ("quick",):
-            ours = (quick_v4(q, k, v, out, lse, dout, causal) if version == "quick" else
+        for version in VERSIONS + ("long",):
+            ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
                     flash_attention_backward(q, k, v, out, lse, dout, causal=causal,
                                              version=version))
             errors = {name: float((o.double() - w).abs().max() / w.abs().max())
@@ -121,11 +123,12 @@ def sdpa_backward(q, k, v, dout, causal):
     return call
 
 
-def quick_v4(q, k, v, out, lse, dout, causal):
-    """Version 4 called with attention_backward.QUICK_TORCH_PATH on."""
+def long_way_v4(q, k, v, out, lse, dout, causal):
+    """Version 4 called with attention_backward.QUICK_TORCH_PATH off: Numba's
+    own launches (the default, on CUDA tensors, is the quick path)."""
     import gpucourse.kernels.attention_backward as AB
 
-    before, AB.QUICK_TORCH_PATH = AB.QUICK_TORCH_PATH, True
+    before, AB.QUICK_TORCH_PATH = AB.QUICK_TORCH_PATH, False
     try:
         return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=4)
     finally:
@@ -144,9 +147,9 @@ def timing():
         for version in (v for v in VERSIONS if v != DEFAULT_VERSION):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
-        # Version 4 through its quick torch path (attention_backward.QUICK_TORCH_PATH),
-        # whatever the module's setting: the same kernels, less Python per call.
-        calls["flash_bwd_quick"] = lambda: quick_v4(q, k, v, out, lse, dout, causal)
+        # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the
+        # same kernels, more Python per call.
+        calls["flash_bwd_long"] = lambda: long_way_v4(q, k, v, out, lse, dout, causal)
         calls["sdpa_efficient_bwd"] = sdpa_bwd
         ms = time_in_turns(calls)
         for variant, t in ms.items():

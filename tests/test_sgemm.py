@@ -202,6 +202,36 @@ def test_the_quick_path_on_a_gpu_gives_what_the_long_way_gives():
     check(sgemm.matmul(a, cuda.as_cuda_array(b)).copy_to_host(), a, b)
 
 
+def test_numba_results_from_the_pool_live_as_long_as_any_view_of_them():
+    # matmul's result for Numba arrays comes from the GPU's stream-ordered
+    # pool (_numba_empty), freed when its last array or view goes. Live
+    # results must never share memory; a view must keep its memory alive
+    # after the array it came from is gone; memory handed back and taken
+    # again must hold the new product, not the old one.
+    if not sgemm.on_gpu():
+        pytest.skip("needs a CUDA GPU")
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    from gpucourse.device import cuda
+
+    a, b = _random((40, 24), 11), _random((24, 36), 12)
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(b)
+    results = [sgemm.matmul(a_dev, b_dev) for _ in range(4)]
+    assert all(isinstance(c, DeviceNDArray) and c.shape == (40, 36) for c in results)
+    pointers = {c.__cuda_array_interface__["data"][0] for c in results}
+    assert len(pointers) == 4, "live results must not share memory"
+    view = results[0][5:9, 3:]
+    del results
+    for seed in range(50):  # hand memory back and take it again, many times
+        x = _random((40, 24), 100 + seed)
+        c = sgemm.matmul(cuda.to_device(x), b_dev)
+    np.testing.assert_allclose(c.copy_to_host(), _reference(x, b), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(view.copy_to_host(), _reference(a, b)[5:9, 3:], rtol=RTOL,
+                               atol=ATOL)
+    empty = sgemm.matmul(cuda.to_device(_random((0, 24), 1)), b_dev)
+    assert empty.shape == (0, 36)
+
+
 # -----------------------------------------------------------------------------
 # Bad input
 

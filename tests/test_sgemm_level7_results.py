@@ -109,10 +109,11 @@ def test_level7_against_level6_matches_each_shape_to_its_own_rows(record):
     # Level 6's row is taken from its own shape, not from 4096^3.
     assert len({row["level6"] for row in table}) == len(table)
     # What the chapter says of this run: level 7 ahead of level 6 at 4096^3 and
-    # 8192^3, and within 1.5 points of it at every shape.
+    # 8192^3, and at least 90% of cuBLAS at both (issue 16's target).
     gaps = {(row["m"], row["n"], row["k"]): row["gap"] for row in table}
     assert gaps[4096, 4096, 4096] > 0 and gaps[8192, 8192, 8192] > 0
-    assert all(abs(gap) < 0.015 for gap in gaps.values())
+    level7 = {(row["m"], row["n"], row["k"]): row["level7"] for row in table}
+    assert min(level7[4096, 4096, 4096], level7[8192, 8192, 8192]) >= ladder.LEVEL7_TARGET_SHARE
     broken = copy.deepcopy(record)
     broken["results"] = [r for r in broken["results"]
                          if not (r["variant"] == "level6" and r["m"] == 8192)]

@@ -200,8 +200,16 @@ def test_shapes_table_and_call_cost(shapes):
             assert row[f"{variant}_s"] == pytest.approx(by_variant[variant]["ms"] / 1e3)
         assert row["auto"] == pytest.approx(row["cublas_s"] / row["auto_s"])
         assert {**row["auto_config"], "splits": row["splits"]} == by_variant["auto"]["config"]
+        if "auto_numba" in by_variant:  # runs from 2026-11-26 on call auto on Numba arrays too
+            assert row["auto_numba_s"] == pytest.approx(by_variant["auto_numba"]["ms"] / 1e3)
+            assert row["auto_numba"] == pytest.approx(row["cublas_s"] / row["auto_numba_s"])
+        else:
+            assert row["auto_numba_s"] is None and row["auto_numba"] is None
     costs = ladder.call_cost_s(shapes)
-    assert set(costs) == {"cublas", "level6", "auto"} and all(0 < s < 1e-4 for s in costs.values())
+    assert {"cublas", "level6", "auto"} <= set(costs) <= {"cublas", "level6", "auto", "auto_numba"}
+    assert all(0 < s < 1e-4 for s in costs.values())
+    older = {**shapes, "results": [r for r in raw if r["variant"] != "auto_numba"]}
+    assert set(ladder.call_cost_s(older)) == {"cublas", "level6", "auto"}
     _fails(ladder.call_cost_s, {**shapes, "results": [r for r in raw if r["m"] > 1]},
            naming="1 x 1 x 1")
     _fails(ladder.shapes_table, {**shapes, "results": [r for r in raw if r["variant"] != "auto"]},

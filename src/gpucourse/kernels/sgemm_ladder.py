@@ -546,8 +546,9 @@ def shapes_table(record: dict) -> list[dict]:
     cublas, level6 and auto the wall-clock time per call (`<variant>_s`);
     the shares of cuBLAS of level 6 and auto (`level6`, `auto`: cuBLAS's
     time over theirs), level 6's and auto's tiles (`level6_config`,
-    `auto_config`) and auto's slices of K (`splits`). ValueError if a shape
-    lacks one of the three."""
+    `auto_config`) and auto's slices of K (`splits`); where the run also
+    called auto on Numba device arrays, `auto_numba_s` and `auto_numba` (None
+    where it did not). ValueError if a shape lacks one of the three."""
     record = _shapes_record(record)
     seen = []
     for r in record["results"]:
@@ -567,19 +568,23 @@ def shapes_table(record: dict) -> list[dict]:
                     **{f"{v}_s": rows[v]["ms"] / 1e3 for v in ("cublas", "level6", "auto")},
                     "level6": rows["level6"]["vs_cublas"], "auto": rows["auto"]["vs_cublas"],
                     "level6_config": rows["level6"]["config"], "auto_config": auto,
-                    "splits": splits})
+                    "splits": splits,
+                    "auto_numba_s": rows["auto_numba"]["ms"] / 1e3 if "auto_numba" in rows else None,
+                    "auto_numba": rows["auto_numba"]["vs_cublas"] if "auto_numba" in rows else None})
     return out
 
 
 def call_cost_s(record: dict) -> dict:
     """Seconds per call of the smallest product a shapes run timed, 1 x 1 x 1,
     where the arithmetic is nothing and the call is all: {"cublas": ...,
-    "level6": ..., "auto": ...}. ValueError if the run has no such row."""
+    "level6": ..., "auto": ...}, and "auto_numba" (auto on Numba device
+    arrays) where the run timed it. ValueError if the run has no such row."""
     table = shapes_table(record)
     row = next((r for r in table if (r["m"], r["n"], r["k"]) == (1, 1, 1)), None)
     if row is None:
         raise ValueError("record must time a 1 x 1 x 1 product (the cost of one call)")
-    return {v: row[f"{v}_s"] for v in ("cublas", "level6", "auto")}
+    return {v: row[f"{v}_s"] for v in ("cublas", "level6", "auto", "auto_numba")
+            if row[f"{v}_s"] is not None}
 
 
 # -----------------------------------------------------------------------------
