@@ -318,16 +318,25 @@ TUNING_CANDIDATES = {
     # 48 KiB). Those past 48 KiB of shared memory use dynamic shared memory
     # (FlashConfig.dynamic_shared); none of them spills in ptxas for sm_90.
     # The fastest correct one over seq 1024 and 4096 is used for the rest of
-    # the run.
+    # the run. Each shape runs its loops one step a pass, and the six fastest
+    # of the d64 run of 2026-11-26 (and one d128 shape) also two or four steps
+    # a pass (FlashConfig.steps_per_pass), where ptxas 13.5 for sm_90 keeps
+    # them in registers with and without the causal mask; at 248-255
+    # registers one step a pass already fills the register file and more
+    # steps spill.
     64: [A.FlashConfig(64, 128, 32, 8, 8), A.FlashConfig(64, 64, 32, 8, 8),
          A.FlashConfig(64, 64, 32, 8, 16), A.FlashConfig(64, 64, 32, 4, 16),
          A.FlashConfig(64, 64, 32, 4, 8), A.FlashConfig(64, 32, 32, 4, 16),
          A.FlashConfig(64, 32, 32, 4, 8), A.FlashConfig(64, 128, 32, 8, 16),
          A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 64, 64, 4, 16),
-         A.FlashConfig(64, 128, 64, 8, 16)],
+         A.FlashConfig(64, 128, 64, 8, 16),
+         A.FlashConfig(64, 128, 32, 8, 8, 2), A.FlashConfig(64, 128, 32, 8, 8, 4),
+         A.FlashConfig(64, 128, 64, 8, 16, 4), A.FlashConfig(64, 64, 32, 4, 8, 4),
+         A.FlashConfig(64, 128, 32, 8, 16, 4), A.FlashConfig(64, 64, 32, 8, 16, 4)],
     128: [A.FlashConfig(128, 128, 64, 4, 8), A.FlashConfig(128, 128, 64, 8, 16),
           A.FlashConfig(128, 64, 64, 8, 32), A.FlashConfig(128, 64, 32, 4, 8),
-          A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16)],
+          A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16),
+          A.FlashConfig(128, 64, 64, 8, 32, 2)],
 }
 
 
