@@ -20,7 +20,10 @@
 
 Before both, a few candidate tile shapes (TUNING_CANDIDATES) are timed at the
 target size and at seq 4096 (in turns, likewise), and the fastest correct one is used for the rest
-of the run; the table, with registers and shared memory per kernel, is saved too. Writes
+of the run; the table, with registers and shared memory per kernel, is saved too. Then
+tile shapes for a causal mask at seq 512, 1024 and 2048 (CAUSAL_CANDIDATES) are
+timed the same way beside SDPA memory-efficient, and the fastest correct one at
+each length is used up to it (`causal_tuning`, `causal_flash_configs`). Writes
 results/attention-<gpu-slug>-<date>.json (shape: CONVENTIONS.md) under --out
 (default: benchmarks/results). ``--quick`` runs a small part of each phase (a
 smoke test of this script).
@@ -394,6 +397,68 @@ def pick_configs():
     return rows
 
 
+# Tile shapes for a causal mask at short sequences (A.CAUSAL_FLASH_CONFIGS),
+# head_dim 64: the two committed ones, the tuned shape's and the four- and
+# two-step variants of the shapes the d64 sweep ranks highest; none spills in
+# ptxas for sm_90 with the mask (benchmarks/NOTES.md, 2026-11-26). Each
+# sequence length of CAUSAL_SEQS takes the fastest correct one, in turns with
+# SDPA memory-efficient, for sequences up to it; longer ones use FLASH_CONFIGS.
+CAUSAL_CANDIDATES = {
+    64: [A.FlashConfig(64, 32, 32, 4, 16, 4), A.FlashConfig(64, 64, 64, 8, 16),
+         A.FlashConfig(64, 128, 32, 8, 8, 4), A.FlashConfig(64, 128, 32, 8, 8, 2),
+         A.FlashConfig(64, 64, 32, 8, 16, 4), A.FlashConfig(64, 64, 32, 4, 8, 4),
+         A.FlashConfig(64, 64, 32, 8, 8), A.FlashConfig(64, 128, 64, 8, 16, 4),
+         A.FlashConfig(64, 32, 32, 4, 8, 2), A.FlashConfig(64, 64, 64, 4, 16, 4)],
+}
+CAUSAL_SEQS = (512, 1024, 2048)
+
+
+def pick_causal_configs():
+    """Per head dim of CAUSAL_CANDIDATES and sequence length of CAUSAL_SEQS
+    (batch 4, 16 heads): each candidate's causal call checked against PyTorch
+    and timed in turns with the others and SDPA memory-efficient; the correct
+    one with the least time is installed in A.CAUSAL_FLASH_CONFIGS for
+    sequences up to that length (the shorter length's shape where two in a row
+    agree). Returns the table."""
+    rows = []
+    for d, configs in CAUSAL_CANDIDATES.items():
+        chosen = []
+        for seq in CAUSAL_SEQS:
+            q, k, v = random_qkv(4, 16, seq, d, seed=seq + d)
+            ref = reference(q, k, v, True)
+            calls, ran = {}, {}
+            for config in configs:
+                A.check_config(config)
+
+                def call(config=config):
+                    return A._run_flash("torch", q, k, v, config, True, d ** -0.5, A.FAST_MATH)[0]
+
+                max_abs, mean_rel = errors(call(), ref)
+                torch.cuda.synchronize()
+                ran[config] = dict(config=str(config), head_dim=d, seq=seq, causal=True,
+                                   max_abs_err=max_abs, mean_rel_err=mean_rel,
+                                   passed=bool(max_abs < MAX_ABS_ERR and mean_rel < MEAN_REL_ERR))
+                calls[config] = call
+            calls["sdpa_efficient"] = (lambda: contenders()["sdpa_efficient"](q, k, v, True))
+            times = interleaved_ms(calls, rounds=3)
+            passed = [c for c in configs if ran[c]["passed"]]
+            if not passed:
+                raise RuntimeError(f"no causal tile shape for head_dim {d} passed at seq {seq}")
+            best = min(passed, key=lambda c: times[c])
+            for config, row in ran.items():
+                row.update(ms=round(times[config], 4),
+                           vs_sdpa_efficient=round(times[config] / times["sdpa_efficient"], 4),
+                           chosen=config == best)
+                rows.append(row)
+                print(f"causal seq {seq:5d}: {times[config]:7.3f} ms "
+                      f"({row['vs_sdpa_efficient']:.3f} x SDPA)  {config}", flush=True)
+            chosen.append((seq, best))
+        merged = [pair for i, pair in enumerate(chosen)
+                  if i + 1 == len(chosen) or chosen[i + 1][1] != pair[1]]
+        A.CAUSAL_FLASH_CONFIGS[d] = tuple(merged)
+    return rows
+
+
 def profile_one():
     """One launch of the default head_dim-64 kernel at the target size (for ncu)."""
     q, k, v = random_qkv(4, 16, 1024, 64, seed=0)
@@ -495,6 +560,7 @@ def main(argv=None):
         path.write_text(json.dumps(report, indent=1) + "\n")
 
     report["tuning"] = pick_configs()
+    report["causal_tuning"] = pick_causal_configs()
     report["flash_configs"] = {str(d): str(c) for d, c in A.FLASH_CONFIGS.items()}
     report["causal_flash_configs"] = {str(d): [[longest, str(c)] for longest, c in shapes]
                                       for d, shapes in A.CAUSAL_FLASH_CONFIGS.items()}
