@@ -683,3 +683,35 @@ def test_throughput_reads_ours_and_the_peer_at_a_length_both_ran():
         A.throughput(rows, seq=4096)
     rates, seq = A.throughput(A.load_benchmark(A.find_benchmark_results()[-1])["results"])
     assert seq >= 1024 and set(rates) >= {64, 128}
+
+
+def test_steps_per_pass_times_pairs_one_shape_at_each_steps_per_pass():
+    def tuned(text, ms, ms_long):
+        return dict(config=text, ms=ms, ms_seq4096=ms_long)
+
+    record = {"tuning": [
+        tuned("FlashConfig(head_dim=64, block_rows=128, block_cols=32, thread_rows=8, "
+              "thread_cols=8, steps_per_pass=1)", 0.57, 8.0),
+        tuned("FlashConfig(head_dim=64, block_rows=64, block_cols=32, thread_rows=8, "
+              "thread_cols=8, steps_per_pass=1)", 0.58, 8.1),  # another shape: left out
+        tuned("FlashConfig(head_dim=64, block_rows=128, block_cols=32, thread_rows=8, "
+              "thread_cols=8, steps_per_pass=4)", 0.55, 7.6),
+        dict(config="FlashConfig(head_dim=64, block_rows=128, block_cols=32, thread_rows=8, "
+                    "thread_cols=8, steps_per_pass=2)", passed=False, error="x"),  # not timed
+    ]}
+    shape = A.FlashConfig(64, 128, 32, 8, 8, 4)
+    assert A.steps_per_pass_times(record, shape) == {1: (0.57, 8.0), 4: (0.55, 7.6)}
+    # Files from before steps_per_pass name no steps: one a pass.
+    old = {"tuning": [tuned("FlashConfig(head_dim=64, block_rows=128, block_cols=32, "
+                            "thread_rows=8, thread_cols=8)", 0.6, 8.2)]}
+    assert A.steps_per_pass_times(old, shape) == {1: (0.6, 8.2)}
+    with pytest.raises(ValueError, match="did not time"):
+        A.steps_per_pass_times(old, A.FlashConfig(64, 64, 64, 8, 16))
+
+
+def test_the_committed_run_timed_the_tuned_shape_at_one_and_four_steps():
+    data = A.load_benchmark(A.find_benchmark_results()[-1])
+    times = A.steps_per_pass_times(data, A.FLASH_CONFIGS[64])
+    # What chapter 9 says of the run: four steps a pass beat one at both lengths.
+    assert A.FLASH_CONFIGS[64].steps_per_pass == 4 and {1, 4} <= set(times)
+    assert times[4][0] < times[1][0] and times[4][1] < times[1][1]

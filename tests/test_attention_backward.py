@@ -366,3 +366,16 @@ def test_the_quick_torch_path_gives_what_the_long_way_gives(dtype, monkeypatch):
     qt = q.transpose(2, 3).contiguous().transpose(2, 3)
     assert AB._quick_v4_torch(qt, k, v, out, lse, dout, False, np.float32(0.1), None,
                               "float16" if dtype == torch.float16 else "float32") is None
+
+
+def test_launch_path_times_pairs_the_quick_and_the_long_way():
+    from gpucourse.kernels.attention_backward import launch_path_times
+
+    def row(variant, ms, seq=1024, causal=False):
+        return dict(variant=variant, seq=seq, head_dim=64, causal=causal, ms=ms)
+
+    record = {"results": [row("flash_bwd", 2.0), row("flash_bwd_long", 2.6),
+                          row("flash_bwd_v3", 3.0), row("flash_bwd", 200.0, seq=16384),
+                          row("flash_bwd", 1.2, causal=True), row("flash_bwd_long", 2.0, causal=True)]}
+    assert launch_path_times(record) == {(1024, 64, False): (2.0, 2.6), (1024, 64, True): (1.2, 2.0)}
+    assert launch_path_times({"results": [row("flash_bwd", 2.0)]}) == {}

@@ -45,7 +45,7 @@ from __future__ import annotations
 import ctypes
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -159,7 +159,11 @@ PORTABLE_FLASH_CONFIGS = {
 # steps_per_pass: the most that ptxas 13.5 compiles for sm_90 without spilling
 # (tests/test_attention.py checks the tuned shapes): 4 where the kernel has
 # registers to spare, 1 (as before the loops were written out) at the shapes
-# already at 248-255 registers. Not yet timed on a GPU.
+# already at 248-255 registers. On the H100 the d64 shape ran 5.1% faster at
+# seq 1024 and 5.5% at 4096 with 4 steps than with 1 (0.514 against 0.542 ms,
+# 7.52 against 7.95 ms; the tuning table of
+# results/attention-h100-2026-11-26.json, read by steps_per_pass_times), and
+# won the sweep.
 # The tile shape flash_attention uses per head dimension, tuned on the H100
 # (benchmarks/attention.py). For head_dim 64 a block of 128 query rows wins:
 # its 67 KiB of tiles live in dynamic shared memory, which GPUs of compute
@@ -180,14 +184,16 @@ FLASH_CONFIGS = {
 # causal head of 512 keys has four query tiles, the last doing four times the
 # work of the first, too few blocks to even the work out over the GPU. Per head
 # dim, (longest sequence, tile shape) pairs, shortest first; longer causal
-# sequences use FLASH_CONFIGS. From the H100 probe in benchmarks/NOTES.md
-# (against SDPA memory-efficient at B4 H16, d64 causal): seq 512, 32 x 32 tiles
-# 0.99x its time (128 x 32: 1.09x); seq 1024 and 2048, 64 x 64 tiles 1.03-1.05x
-# (128 x 32: 1.07-1.14x). No shape helped head_dim 128.
+# sequences use FLASH_CONFIGS. Chosen by benchmarks/attention.py's causal
+# tuning on the H100 (results/attention-h100-2026-11-26.json, causal_tuning:
+# ten shapes at seq 512, 1024 and 2048, B4 H16, d64, in turns with SDPA
+# memory-efficient): 64 x 64 tiles were fastest at 512 and 1024 (0.97x and
+# 1.01x SDPA's time, the kernel called directly), the tuned 128 x 32 with four
+# steps a pass at 2048 (0.985x). No shape helped head_dim 128.
 CAUSAL_FLASH_CONFIGS = {
-    64: ((512, FlashConfig(64, block_rows=32, block_cols=32, thread_rows=4, thread_cols=16,
-                           steps_per_pass=4)),
-         (2048, FlashConfig(64, block_rows=64, block_cols=64, thread_rows=8, thread_cols=16))),
+    64: ((1024, FlashConfig(64, block_rows=64, block_cols=64, thread_rows=8, thread_cols=16)),
+         (2048, FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8,
+                            steps_per_pass=4))),
 }
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
@@ -1570,6 +1576,39 @@ def throughput(results, seq=None):
                          f"{sorted(common)}; got {seq!r}")
     return {d: (by_seq[seq]["flash"], by_seq[seq]["sdpa_efficient"])
             for d, by_seq in sorted(rates.items())}, seq
+
+
+def steps_per_pass_times(record, config: FlashConfig) -> dict:
+    """{steps_per_pass: (ms at seq 1024, ms at seq 4096)} of the tile shape of
+    `config` (any steps_per_pass) in the tuning sweep of an attention results
+    file (benchmarks/attention.py times each candidate at both lengths, in
+    turns): what writing the loops out more steps a pass bought that shape.
+    ValueError if the sweep did not time the shape."""
+    base = replace(config, steps_per_pass=1)
+    found = {}
+    for row in record.get("tuning", []):
+        if row.get("ms") is None or row.get("ms_seq4096") is None:
+            continue
+        shape = _parse_config(row["config"])
+        if shape is not None and replace(shape, steps_per_pass=1) == base:
+            found[shape.steps_per_pass] = (row["ms"], row["ms_seq4096"])
+    if not found:
+        raise ValueError(f"the record's tuning sweep did not time {base} at any steps per pass")
+    return dict(sorted(found.items()))
+
+
+def _parse_config(text: str) -> FlashConfig | None:
+    """A FlashConfig from its repr as the results files write it (files from
+    before steps_per_pass have none: one step), or None if it is not one."""
+    import re
+
+    fields = dict(re.findall(r"(\w+)=(\d+)", text))
+    try:
+        return FlashConfig(int(fields["head_dim"]), int(fields["block_rows"]),
+                           int(fields["block_cols"]), int(fields["thread_rows"]),
+                           int(fields["thread_cols"]), int(fields.get("steps_per_pass", 1)))
+    except KeyError:
+        return None
 
 
 # -----------------------------------------------------------------------------

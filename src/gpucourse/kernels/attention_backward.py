@@ -1281,6 +1281,20 @@ def backward_times(record) -> dict:
     return {shape: ms for shape, ms in timed.items() if "sdpa" in ms}  # not the long run
 
 
+def launch_path_times(record) -> dict:
+    """{(seq, head_dim, causal): (quick, long)}: the default version's time a
+    call through its quick torch path ("flash_bwd") and through Numba's own
+    launches ("flash_bwd_long", QUICK_TORCH_PATH off), in ms, from a results
+    file of benchmarks/attention_backward.py that timed both (from
+    2026-11-26 on); {} for older files."""
+    timed = {}
+    for r in record["results"]:
+        if r["variant"] in ("flash_bwd", "flash_bwd_long") and r.get("ms") is not None:
+            timed.setdefault((r["seq"], r["head_dim"], r["causal"]), {})[r["variant"]] = r["ms"]
+    return {shape: (ms["flash_bwd"], ms["flash_bwd_long"]) for shape, ms in sorted(timed.items())
+            if len(ms) == 2}
+
+
 def backward_markdown(record) -> str:
     """A results file of benchmarks/attention_backward.py (``results.load_results(
     "attention_backward")``) as a markdown table: per shape, each version's and
