@@ -183,7 +183,9 @@ def test_final_losses_are_compared_above_the_floor():
 
     record = results.load_results("tinygpt_full")
     rows = T.final_loss_comparison(record)
-    assert {r["run"] for r in rows} >= {"pytorch", "course_attention"}
+    # PyTorch's run and at least one on the course's kernels, from each seed.
+    assert "pytorch" in {r["run"] for r in rows}
+    assert {r["run"] for r in rows} & {"course_attention", "course"}
     for r in rows:
         assert r["floor"] == pytest.approx(T.loss_floor(record["configuration"]["model"]
                                                         ["block_size"], answers_only=False))
