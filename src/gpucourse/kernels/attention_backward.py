@@ -935,11 +935,11 @@ DEFAULT_VERSION = 4
 # wraps each of nine tensors in a device array and checks every argument on
 # each of three launches). The benchmark times a single call from an idle GPU,
 # so that Python is in the measurement: on the H100 the quick path took
-# 0.4-1.2 ms less a call at seq 1024 (2.01 against 2.63 ms at d64, 3.69
-# against 4.58 ms at d128; results/attention_backward-h100-2026-11-26.json,
-# rows flash_bwd_quick and flash_bwd), and matched the long way's gradients
-# there and in tests/test_attention_backward.py on the GPU. False sends every
-# call the long way.
+# 0.6-0.8 ms less a call at seq 1024 (results/attention_backward-h100-
+# 2026-11-26.json, rows flash_bwd and flash_bwd_long; launch_path_times reads
+# them), and matched the long way's gradients there and in
+# tests/test_attention_backward.py on the GPU. False sends every call the
+# long way.
 QUICK_TORCH_PATH = True
 
 
