@@ -60,9 +60,10 @@ GRID = dict(batch=(1, 2, 4, 8), heads=(8, 16, 32), seq=(512, 1024, 2048), head_d
 BENCH = dict(batch=4, heads=16, head_dim=64)
 BENCH_SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 D128_SEQS = (512, 1024, 2048, 4096)  # head_dim 128 (issue 17), every variant
-VARIANTS = ("flash", "naive_numba", "torch_naive", "sdpa_math", "sdpa_efficient",
+VARIANTS = ("flash", "flash_cuda_cores", "naive_numba", "torch_naive", "sdpa_math", "sdpa_efficient",
             "sdpa_flash_fp16")
 NAIVE_VARIANTS = ("naive_numba", "torch_naive", "sdpa_math")  # they hold seq x seq scores
+CUDA_CORES_LONGEST = 4096  # flash_cuda_cores (ours without tensor cores) is timed up to here
 SLOW_CALL_S = 1.0  # past this, a variant is not run at longer sequences
 ROUNDS = 5  # the variants of one case are timed in turns, this many times
 
@@ -96,6 +97,8 @@ def contenders():
 
     return {
         "flash": lambda q, k, v, causal: A.flash_attention(q, k, v, causal=causal),
+        "flash_cuda_cores": lambda q, k, v, causal: A.flash_attention(q, k, v, causal=causal,
+                                                                      tensor_cores=False),
         "naive_numba": lambda q, k, v, causal: A.naive_attention(q, k, v, causal=causal),
         "torch_naive": torch_naive,
         "sdpa_math": _sdpa(SDPBackend.MATH),
@@ -267,6 +270,9 @@ def benchmark(quick, head_dim=None, seqs=None):
                 # fit is still tried, since it fails at once with out-of-memory.
                 row["status"] = "skipped (slower than %.1f s a call at a shorter seq)" % SLOW_CALL_S
                 continue
+            if name == "flash_cuda_cores" and n > CUDA_CORES_LONGEST:
+                row["status"] = f"skipped (timed up to seq {CUDA_CORES_LONGEST})"
+                continue
             torch.cuda.empty_cache()
             inputs = fp32_inputs
             if name == "sdpa_flash_fp16":
@@ -283,7 +289,7 @@ def benchmark(quick, head_dim=None, seqs=None):
                 out = None
                 if "out of memory" in str(error).lower():  # numba's own allocation failure
                     row["status"] = "oom"
-                elif name == "flash":
+                elif name.startswith("flash"):
                     raise  # our kernel failing is a bug, not a data point
                 else:  # a backend PyTorch cannot run here, say
                     row["status"] = f"error: {type(error).__name__}: {str(error)[:120]}"
@@ -315,31 +321,22 @@ def benchmark(quick, head_dim=None, seqs=None):
     return rows
 
 
+T = A.TensorCoreConfig
 TUNING_CANDIDATES = {
-    # Tile shapes that read P and V four floats at a time; the first is the
-    # committed default, the second the portable one (it fits the static
-    # 48 KiB). Those past 48 KiB of shared memory use dynamic shared memory
-    # (FlashConfig.dynamic_shared); none of them spills in ptxas for sm_90.
-    # The fastest correct one over seq 1024 and 4096 is used for the rest of
-    # the run. Each shape runs its loops one step a pass, and the six fastest
-    # of the d64 run of 2026-11-26 (and one d128 shape) also two or four steps
-    # a pass (FlashConfig.steps_per_pass), where ptxas 13.5 for sm_90 keeps
-    # them in registers with and without the causal mask; at 248-255
-    # registers one step a pass already fills the register file and more
-    # steps spill.
-    64: [A.FlashConfig(64, 128, 32, 8, 8), A.FlashConfig(64, 64, 32, 8, 8),
-         A.FlashConfig(64, 64, 32, 8, 16), A.FlashConfig(64, 64, 32, 4, 16),
-         A.FlashConfig(64, 64, 32, 4, 8), A.FlashConfig(64, 32, 32, 4, 16),
-         A.FlashConfig(64, 32, 32, 4, 8), A.FlashConfig(64, 128, 32, 8, 16),
-         A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 64, 64, 4, 16),
-         A.FlashConfig(64, 128, 64, 8, 16),
-         A.FlashConfig(64, 128, 32, 8, 8, 2), A.FlashConfig(64, 128, 32, 8, 8, 4),
-         A.FlashConfig(64, 128, 64, 8, 16, 4), A.FlashConfig(64, 64, 32, 4, 8, 4),
-         A.FlashConfig(64, 128, 32, 8, 16, 4), A.FlashConfig(64, 64, 32, 8, 16, 4)],
-    128: [A.FlashConfig(128, 128, 64, 4, 8), A.FlashConfig(128, 128, 64, 8, 16),
-          A.FlashConfig(128, 64, 64, 8, 32), A.FlashConfig(128, 64, 32, 4, 8),
-          A.FlashConfig(128, 32, 16, 4, 8), A.FlashConfig(128, 32, 16, 4, 16),
-          A.FlashConfig(128, 64, 64, 8, 32, 2)],
+    # Both kernels' shapes, timed in turns: the CUDA-core kernel's (FlashConfig;
+    # the committed default first, then the portable one, then the default at
+    # one and two steps a pass, which chapter 9 compares) and the tensor-core
+    # kernel's (TensorCoreConfig; the probes of 2026-11-26 in NOTES.md chose
+    # these: 8 or 4 warps, K and V split in shared memory, registers capped
+    # where that lets two blocks share a multiprocessor). The fastest correct
+    # one of each kernel over seq 1024 and 4096 is used for the rest of the run.
+    64: [A.FlashConfig(64, 128, 32, 8, 8, 4), A.FlashConfig(64, 64, 32, 8, 8),
+         A.FlashConfig(64, 128, 32, 8, 8), A.FlashConfig(64, 128, 32, 8, 8, 2),
+         T(64, 8, 32, True, True, max_registers=128), T(64, 4, 32, True, True, max_registers=168),
+         T(64, 8, 32, True, True), T(64, 4, 64, False, True)],
+    128: [A.FlashConfig(128, 128, 64, 4, 8), A.FlashConfig(128, 64, 64, 8, 32, 2),
+          T(128, 8, 32, True, True), T(128, 8, 32, False, True), T(128, 4, 32, False, True),
+          T(128, 4, 16, False, True)],
 }
 
 
@@ -383,17 +380,20 @@ def pick_configs():
             calls_long[config] = (lambda call=call: call(q_long, k_long, v_long))
             ran[config] = rows[-1]
         times, times_long = interleaved_ms(calls, rounds=3), interleaved_ms(calls_long, rounds=3)
-        best = None
+        best = {}  # kernel (the config's type) -> (total ms, config)
         for config, row in ran.items():
             ms, ms_long = times[config], times_long[config]
             row.update(ms=round(ms, 4), ms_seq4096=round(ms_long, 4))
             print(f"{ms:8.3f} ms {ms_long:8.3f} ms  regs {row['registers']:3d}  {config}",
                   flush=True)
-            if row["passed"] and (best is None or ms + ms_long < best[0]):
-                best = (ms + ms_long, config)
-        if best is None:
-            raise RuntimeError(f"no candidate tile shape for head_dim {d} passed")
-        A.FLASH_CONFIGS[d] = best[1]
+            kind = type(config)
+            if row["passed"] and (kind not in best or ms + ms_long < best[kind][0]):
+                best[kind] = (ms + ms_long, config)
+        for kind, table in ((A.FlashConfig, A.FLASH_CONFIGS),
+                            (A.TensorCoreConfig, A.TENSOR_CORE_CONFIGS)):
+            if kind not in best:
+                raise RuntimeError(f"no candidate {kind.__name__} for head_dim {d} passed")
+            table[d] = best[kind][1]
     return rows
 
 
@@ -404,11 +404,12 @@ def pick_configs():
 # sequence length of CAUSAL_SEQS takes the fastest correct one, in turns with
 # SDPA memory-efficient, for sequences up to it; longer ones use FLASH_CONFIGS.
 CAUSAL_CANDIDATES = {
-    64: [A.FlashConfig(64, 32, 32, 4, 16, 4), A.FlashConfig(64, 64, 64, 8, 16),
-         A.FlashConfig(64, 128, 32, 8, 8, 4), A.FlashConfig(64, 128, 32, 8, 8, 2),
-         A.FlashConfig(64, 64, 32, 8, 16, 4), A.FlashConfig(64, 64, 32, 4, 8, 4),
-         A.FlashConfig(64, 64, 32, 8, 8), A.FlashConfig(64, 128, 64, 8, 16, 4),
-         A.FlashConfig(64, 32, 32, 4, 8, 2), A.FlashConfig(64, 64, 64, 4, 16, 4)],
+    64: [A.FlashConfig(64, 64, 64, 8, 16), A.FlashConfig(64, 128, 32, 8, 8, 4),
+         A.FlashConfig(64, 32, 32, 4, 16, 4),
+         T(64, 4, 32, True, True, max_registers=168), T(64, 8, 32, True, True, max_registers=128),
+         T(64, 4, 64, False, True)],
+    128: [A.FlashConfig(128, 128, 64, 4, 8), T(128, 8, 32, True, True),
+          T(128, 4, 32, False, True), T(128, 4, 16, False, True)],
 }
 CAUSAL_SEQS = (512, 1024, 2048)
 
@@ -441,21 +442,26 @@ def pick_causal_configs():
                 calls[config] = call
             calls["sdpa_efficient"] = (lambda: contenders()["sdpa_efficient"](q, k, v, True))
             times = interleaved_ms(calls, rounds=3)
-            passed = [c for c in configs if ran[c]["passed"]]
-            if not passed:
-                raise RuntimeError(f"no causal tile shape for head_dim {d} passed at seq {seq}")
-            best = min(passed, key=lambda c: times[c])
+            best = {}  # each kernel's fastest correct shape
+            for kind in (A.FlashConfig, A.TensorCoreConfig):
+                passed = [c for c in configs if ran[c]["passed"] and isinstance(c, kind)]
+                if not passed:
+                    raise RuntimeError(f"no causal {kind.__name__} for head_dim {d} passed at "
+                                       f"seq {seq}")
+                best[kind] = min(passed, key=lambda c: times[c])
             for config, row in ran.items():
                 row.update(ms=round(times[config], 4),
                            vs_sdpa_efficient=round(times[config] / times["sdpa_efficient"], 4),
-                           chosen=config == best)
+                           chosen=config == best[type(config)])
                 rows.append(row)
-                print(f"causal seq {seq:5d}: {times[config]:7.3f} ms "
+                print(f"causal d{d} seq {seq:5d}: {times[config]:7.3f} ms "
                       f"({row['vs_sdpa_efficient']:.3f} x SDPA)  {config}", flush=True)
             chosen.append((seq, best))
-        merged = [pair for i, pair in enumerate(chosen)
-                  if i + 1 == len(chosen) or chosen[i + 1][1] != pair[1]]
-        A.CAUSAL_FLASH_CONFIGS[d] = tuple(merged)
+        for kind, table in ((A.FlashConfig, A.CAUSAL_FLASH_CONFIGS),
+                            (A.TensorCoreConfig, A.CAUSAL_TENSOR_CORE_CONFIGS)):
+            picks = [(seq, best[kind]) for seq, best in chosen]
+            table[d] = tuple(pair for i, pair in enumerate(picks)
+                             if i + 1 == len(picks) or picks[i + 1][1] != pair[1])
     return rows
 
 
@@ -564,6 +570,10 @@ def main(argv=None):
     report["flash_configs"] = {str(d): str(c) for d, c in A.FLASH_CONFIGS.items()}
     report["causal_flash_configs"] = {str(d): [[longest, str(c)] for longest, c in shapes]
                                       for d, shapes in A.CAUSAL_FLASH_CONFIGS.items()}
+    report["tensor_core_configs"] = {str(d): str(c) for d, c in A.TENSOR_CORE_CONFIGS.items()}
+    report["causal_tensor_core_configs"] = {
+        str(d): [[longest, str(c)] for longest, c in shapes]
+        for d, shapes in A.CAUSAL_TENSOR_CORE_CONFIGS.items()}
     report["fast_math"] = A.FAST_MATH
     save()
     validation = validate(args.quick)
@@ -575,11 +585,12 @@ def main(argv=None):
     results += benchmark(args.quick, head_dim=128)
     report["results"] = results
     resources = {}
-    for d, cfg in A.FLASH_CONFIGS.items():
+    for d, cfg in [*A.FLASH_CONFIGS.items(), *A.TENSOR_CORE_CONFIGS.items()]:
         for causal in (False, True):
             kernel = A._flash_kernel(cfg, causal, True, A.FAST_MATH)
             if kernel.overloads:
-                resources[f"head_dim={d},causal={causal}"] = dict(
+                kernel_name = "tensor_cores" if isinstance(cfg, A.TensorCoreConfig) else "cuda_cores"
+                resources[f"head_dim={d},causal={causal},{kernel_name}"] = dict(
                     config=str(cfg), threads=cfg.threads,
                     dynamic_shared_bytes=cfg.shared_bytes if cfg.dynamic_shared else 0,
                     **kernel_resources(kernel))

@@ -41,12 +41,17 @@ def compile_without_a_gpu(body: str, *args: str) -> str:
     return done.stdout
 
 
-def ptxas_report(ptx_text: str, arch: str = "sm_90") -> str:
+def ptxas_report(ptx_text: str, arch: str = "sm_90", max_registers: int = 0) -> str:
     """ptxas's report (registers, spills) on the PTX, linked for `arch` by
-    nvJitLink from the CUDA wheels: what the GPU's driver would do with it."""
+    nvJitLink from the CUDA wheels: what the GPU's driver would do with it
+    (with max_registers, the cap a kernel compiled with Numba's max_registers
+    gets)."""
     nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
     try:
-        handle = nvjitlink.create(3, [f"-arch={arch}", "-verbose", "-O3"])
+        options = [f"-arch={arch}", "-verbose", "-O3"]
+        if max_registers:
+            options.append(f"-maxrregcount={max_registers}")
+        handle = nvjitlink.create(len(options), options)
     except Exception as error:  # no libnvJitLink on this machine
         pytest.skip(f"nvJitLink is not available here ({error})")
     try:

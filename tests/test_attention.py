@@ -459,6 +459,8 @@ def test_causal_tile_shapes_compute_attention(config):
 def test_a_gpu_without_the_shared_memory_gets_the_portable_shape(monkeypatch):
     monkeypatch.setattr(A, "on_gpu", lambda: True)
     monkeypatch.setattr(A, "_current_gpu", lambda: 0)
+    # The CUDA-core kernel's shapes (test_attention_tensor_cores.py: the tensor cores').
+    monkeypatch.setattr(A, "_has_tf32_tensor_cores", lambda device: False)
     tuned = A.FLASH_CONFIGS[64]
     assert tuned.dynamic_shared  # the case this test is about
     for max_bytes, expected in ((64 * 1024, A.PORTABLE_FLASH_CONFIGS[64]),

@@ -55,6 +55,8 @@ from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._launch import core_launch, launch_config
 from gpucourse.kernels._launch import current_gpu as _current_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
+from gpucourse.kernels.attention_tensor_cores import (TensorCoreConfig, check_tc_config,
+                                                      flash_forward_tc, reset_simulator)
 from numba import float32, int32, types, uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 from numba.types import float16  # noqa: E402
 
@@ -195,13 +197,36 @@ CAUSAL_FLASH_CONFIGS = {
          (2048, FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8,
                             steps_per_pass=4))),
 }
+# The tensor-core kernel (attention_tensor_cores: both tile products in
+# 3xTF32 on mma.sync, the way PyTorch's memory-efficient attention computes in
+# fp32), which flash_attention runs where the GPU has TF32 tensor cores
+# (compute capability 8.0 and later) and the head dim has a shape here. Tuned
+# on the H100 by benchmarks/attention.py, in turns with the CUDA-core shapes
+# and SDPA memory-efficient (the probes before it: benchmarks/NOTES.md,
+# 2026-11-26). Every shape keeps K and V split into their TF32 parts in
+# shared memory. For head_dim 64, eight warps of 16 rows with registers capped
+# at 128 (two blocks a multiprocessor; ptxas then spills 40 bytes a thread)
+# and, for causal masks up to 1024, four warps capped at 168.
+TENSOR_CORE_CONFIGS = {
+    64: TensorCoreConfig(64, warps=8, block_cols=32, prefetch=True, split_kv=True,
+                         max_registers=128),
+    128: TensorCoreConfig(128, warps=8, block_cols=32, prefetch=True, split_kv=True),
+}
+CAUSAL_TENSOR_CORE_CONFIGS = {
+    64: ((1024, TensorCoreConfig(64, warps=4, block_cols=32, prefetch=True, split_kv=True,
+                                 max_registers=168)),),
+}
+# Tensor cores with TF32: compute capability 8.0 (the A100) and later.
+TENSOR_CORE_CAPABILITY = (8, 0)
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
 FAST_MATH = False
 
 
-def check_config(config: FlashConfig) -> FlashConfig:
+def check_config(config: FlashConfig | TensorCoreConfig) -> FlashConfig | TensorCoreConfig:
     """Refuse a tile shape the kernel cannot run (ValueError naming the field)."""
+    if isinstance(config, TensorCoreConfig):
+        return check_tc_config(config)
     if config.block_rows % config.thread_rows:
         raise ValueError(f"thread_rows must divide block_rows ({config.block_rows}), "
                          f"got thread_rows={config.thread_rows}")
@@ -669,6 +694,13 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     float32 pointers (see `_launch_flash`); the simulator runs the same body
     on flat numpy arrays, which index the same way.
     """
+    to_io = _IO_CONVERSIONS[io]()  # float32 -> the output's element type
+    if isinstance(config, TensorCoreConfig):  # the tile products on tensor cores
+        function = flash_forward_tc(config, causal, use_shuffles, to_io)
+        if on_gpu():
+            cap = {"max_registers": config.max_registers} if config.max_registers else {}
+            return cuda.jit(_flash_signature(io), fastmath=fastmath, **cap)(function)
+        return cuda.jit(function)
     check_config(config)
     D = config.head_dim
     BR, BC = config.block_rows, config.block_cols
@@ -697,7 +729,6 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     Q_LOADS = BR * D // THREADS  # elements of the Q tile each thread loads
     KV_LOADS = BC * D // THREADS  # ... and of each K and V tile
     ALIGN = SHARED_ALIGNMENT  # 16 bytes on a GPU, so that four floats load as one
-    to_io = _IO_CONVERSIONS[io]()  # float32 -> the output's element type
 
     @cuda.jit(device=True, **_INLINE)
     def fetch_kv(k, v, k_next, v_next, base, valid, t):
@@ -1075,24 +1106,55 @@ def _compiled_flash(kernel, dynamic_bytes, device_id):
 
 
 def _config_for(head_dim: int, device_id: int | None = None, *, causal: bool = False,
-                seq: int | None = None) -> FlashConfig:
+                seq: int | None = None, tensor_cores: bool | None = None):
     """The tile shape for head_dim (and, for a causal mask, the sequence
-    length): CAUSAL_FLASH_CONFIGS' or FLASH_CONFIGS', or the portable one where
-    GPU device_id (default: the current one) cannot give a block that much
-    shared memory."""
-    config = FLASH_CONFIGS[head_dim]
+    length). With tensor_cores (None: where the GPU has them, never on the
+    simulator, whose stand-in of the instruction is slow), the tensor-core
+    kernel's (CAUSAL_TENSOR_CORE_CONFIGS' or TENSOR_CORE_CONFIGS'), where there
+    is one for head_dim; else the CUDA-core kernel's (CAUSAL_FLASH_CONFIGS' or
+    FLASH_CONFIGS'). A GPU (device_id, default the current one) that cannot
+    give a block that much shared memory, or has no TF32 tensor cores, gets
+    the portable CUDA-core shape."""
+    gpu = on_gpu()
+    if gpu:
+        device_id = _current_gpu() if device_id is None else device_id
+    if tensor_cores is None:
+        tensor_cores = gpu and _has_tf32_tensor_cores(device_id)
+    if tensor_cores and head_dim in TENSOR_CORE_CONFIGS:
+        configs, causal_configs = TENSOR_CORE_CONFIGS, CAUSAL_TENSOR_CORE_CONFIGS
+    else:
+        configs, causal_configs = FLASH_CONFIGS, CAUSAL_FLASH_CONFIGS
+    config = configs[head_dim]
     if causal and seq is not None:
-        config = next((shape for longest, shape in CAUSAL_FLASH_CONFIGS.get(head_dim, ())
+        config = next((shape for longest, shape in causal_configs.get(head_dim, ())
                        if seq <= longest), config)
-    if not on_gpu():
+    if not gpu:
         return config
-    return _fitting_config(config, _current_gpu() if device_id is None else device_id)
+    return _fitting_config(config, device_id)
 
 
-def _fitting_config(config: FlashConfig, device_id: int) -> FlashConfig:
-    if config.dynamic_shared and config.shared_bytes > _max_shared_bytes_per_block(device_id):
+def _fitting_config(config, device_id: int):
+    too_big = config.dynamic_shared and config.shared_bytes > _max_shared_bytes_per_block(
+        device_id)
+    if too_big or (isinstance(config, TensorCoreConfig)
+                   and not _has_tf32_tensor_cores(device_id)):
         return PORTABLE_FLASH_CONFIGS[config.head_dim]
     return config
+
+
+@lru_cache(maxsize=None)
+def _has_tf32_tensor_cores(device_id: int) -> bool:
+    """Whether this GPU runs mma.sync with TF32 (compute capability 8.0 on)."""
+    from cuda.bindings import driver as cu
+
+    found = []
+    for attribute in (cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                      cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
+        error, value = cu.cuDeviceGetAttribute(attribute, device_id)
+        if error != cu.CUresult.CUDA_SUCCESS:
+            return False
+        found.append(int(value))
+    return tuple(found) >= TENSOR_CORE_CAPABILITY
 
 
 @lru_cache(maxsize=None)
@@ -1116,7 +1178,10 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
     form it takes: pointers as integers, the scalars as ctypes values. Numba's
     own path re-checks every argument's type and looks up the context on each
     call, about 20 microseconds of Python that showed in the timings."""
-    grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
+    if isinstance(config, TensorCoreConfig):
+        grid = config.grid(batch, heads, seq)
+    else:
+        grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
     gpu = on_gpu()
     kernel = _flash_kernel(config, causal, gpu, fastmath, io)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
@@ -1127,11 +1192,12 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
                             function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(key_seq),
                             ctypes.c_int32(heads), ctypes.c_float(scale))
     else:
+        reset_simulator()
         kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(key_seq),
                                                        np.int32(heads), np.float32(scale))
 
 
-def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
+def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tensor_cores=None):
     """softmax(scale q k^T) v by the tiled online-softmax kernel (FlashAttention-2 order).
 
     q: shape (batch, heads, seq, head_dim); k and v: one shape (batch, heads,
@@ -1148,6 +1214,13 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     scale: the factor on the scores; None means 1 / sqrt(head_dim).
     return_lse: also return the log-sum-exp of each row of scaled scores,
     shape (batch, heads, seq), which a backward pass would need.
+    tensor_cores: run both tile products on the tensor cores in 3xTF32 (about
+    fp32's accuracy; ``attention_tensor_cores``) rather than as fp32 FMAs on
+    the CUDA cores. None (the default): on a GPU with TF32 tensor cores
+    (compute capability 8.0 on), for head dims 64 and 128; on CUDA cores
+    elsewhere, the simulator included. True asks for them wherever the head
+    dim has a tensor-core shape (on the simulator too: slow, for small
+    inputs); a GPU without them still gets the CUDA-core kernel.
 
     Returns the output (in the inputs' kind and dtype) and, with return_lse,
     the log-sum-exp (float32).
@@ -1155,9 +1228,13 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     kind, (batch, heads, seq, head_dim), _ = _check_qkv(q, k, v, dtypes=FLASH_DTYPES)
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
+    if tensor_cores is not None and not isinstance(tensor_cores, (bool, np.bool_)):
+        raise ValueError(f"tensor_cores must be None (where the GPU has them), True or False, "
+                         f"got {tensor_cores!r}")
     s = _check_scale(scale, head_dim)
     device_id = _current_gpu() if on_gpu() else None
-    config = _config_for(head_dim, device_id, causal=causal, seq=int(q.shape[2]))
+    config = _config_for(head_dim, device_id, causal=causal, seq=int(q.shape[2]),
+                         tensor_cores=tensor_cores)
     out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id,
                           io=_dtype_name(q, kind))
     return (out, lse) if return_lse else out
@@ -1316,13 +1393,14 @@ def extra_memory_bytes(batch, heads, seq, variant) -> int:
 
 VARIANT_LABELS = {
     "flash": "ours: tiled online softmax (Numba, fp32)",
+    "flash_cuda_cores": "ours on CUDA cores (fp32 FMA)",
     "naive_numba": "naive, 3 Numba kernels (fp32)",
     "torch_naive": "PyTorch softmax(QKᵀ)V (fp32)",
     "sdpa_math": "SDPA math backend (fp32)",
     "sdpa_efficient": "SDPA memory-efficient (fp32)",
     "sdpa_flash_fp16": "SDPA flash backend (fp16, context)",
 }
-VARIANT_COLORS = {"flash": "C3", "naive_numba": "C0", "torch_naive": "C1", "sdpa_math": "C2",
+VARIANT_COLORS = {"flash": "C3", "flash_cuda_cores": "C5", "naive_numba": "C0", "torch_naive": "C1", "sdpa_math": "C2",
                   "sdpa_efficient": "C4", "sdpa_flash_fp16": "C7"}
 _RESULT_FIELDS = ("variant", "batch", "heads", "seq", "head_dim", "causal", "ms", "tflops",
                   "peak_mem_bytes", "max_abs_err", "mean_rel_err")
