@@ -439,11 +439,12 @@ def test_every_config_fits():
 
 def test_causal_short_sequences_get_their_own_tiles():
     (short, first), (longer, second) = A.CAUSAL_FLASH_CONFIGS[64]
+    cuda_cores = dict(tensor_cores=False)  # the CUDA-core kernel's shapes
     for seq, expected in ((1, first), (short, first), (short + 1, second), (longer, second),
                           (longer + 1, A.FLASH_CONFIGS[64])):
-        assert A._config_for(64, causal=True, seq=seq) == expected, seq
-        assert A._config_for(64, causal=False, seq=seq) == A.FLASH_CONFIGS[64], seq
-    assert A._config_for(128, causal=True, seq=512) == A.FLASH_CONFIGS[128]
+        assert A._config_for(64, causal=True, seq=seq, **cuda_cores) == expected, seq
+        assert A._config_for(64, causal=False, seq=seq, **cuda_cores) == A.FLASH_CONFIGS[64], seq
+    assert A._config_for(128, causal=True, seq=512, **cuda_cores) == A.FLASH_CONFIGS[128]
 
 
 @pytest.mark.parametrize("config", [shape for _, shape in A.CAUSAL_FLASH_CONFIGS[64]])

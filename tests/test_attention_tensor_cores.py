@@ -62,7 +62,9 @@ def test_flash_attention_takes_the_tensor_cores_when_asked(monkeypatch):
     # takes the tensor-core table (here a small shape, for the simulator).
     small = TensorCoreConfig(32, warps=2, block_cols=16, split_kv=True)
     monkeypatch.setitem(A.TENSOR_CORE_CONFIGS, 32, small)
-    assert isinstance(A._config_for(32), A.FlashConfig)
+    assert isinstance(A._config_for(32, tensor_cores=False), A.FlashConfig)
+    if not on_gpu():  # the simulator's default: the CUDA cores
+        assert isinstance(A._config_for(32), A.FlashConfig)
     assert A._config_for(32, tensor_cores=True) == small
     q, k, v = qkv((1, 1, 33, 32), seed=4)
     out = A.flash_attention(q, k, v, causal=True, tensor_cores=True)
@@ -170,3 +172,22 @@ def test_on_a_gpu_the_default_kernel_is_the_tensor_cores_and_exact(head_dim, cau
     assert out.dtype == np.float16
     ref = A.reference_attention(*(x.astype(np.float32) for x in (q, k, v)), causal=causal)
     np.testing.assert_allclose(out.astype(np.float32), ref, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(not on_gpu(), reason="needs a GPU")
+def test_the_quick_torch_path_gives_what_the_long_way_gives():
+    # flash_attention's common case skips the long checks; what it computes
+    # must be the long way's (an explicit default scale takes the long way).
+    torch = pytest.importorskip("torch")
+    for dtype in (torch.float32, torch.float16):
+        q, k, v = (torch.from_numpy(x).to("cuda", dtype) for x in qkv((2, 3, 77, 64), 90, seed=2))
+        for causal in (False, True):
+            out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+            long_out, long_lse = A.flash_attention(q, k, v, causal=causal, scale=64 ** -0.5,
+                                                   return_lse=True)
+            assert torch.equal(out, long_out) and torch.equal(lse, long_lse)
+            assert out.dtype == dtype and lse.dtype == torch.float32
+    # What the quick path does not take, the long way still explains.
+    strided = q[:, :, ::2]
+    assert "C-contiguous" in _error(A.flash_attention, strided, strided, strided)
+    assert "one dtype" in _error(A.flash_attention, q, k.float(), v)

@@ -46,7 +46,7 @@ import ctypes
 import math
 import numbers
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -132,7 +132,7 @@ class FlashConfig:
     def p_row(self) -> int:
         return self.block_rows + 4
 
-    @property
+    @cached_property  # read on every call; a frozen dataclass keeps it in __dict__
     def shared_bytes(self) -> int:
         q = self.block_rows * self.q_row  # Q tile, pre-scaled
         k = self.block_cols * self.k_row  # K tile
@@ -140,7 +140,7 @@ class FlashConfig:
         p = self.block_cols * self.p_row  # P^T tile (probabilities)
         return FLOAT32_BYTES * (q + k + v + p)
 
-    @property
+    @cached_property
     def dynamic_shared(self) -> bool:
         """Tiles past the 48 KiB a block may declare statically live in
         dynamic shared memory, which the launch sizes and opts in to."""
@@ -1178,23 +1178,39 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
     form it takes: pointers as integers, the scalars as ctypes values. Numba's
     own path re-checks every argument's type and looks up the context on each
     call, about 20 microseconds of Python that showed in the timings."""
+    if on_gpu():
+        device_id = _current_gpu() if device_id is None else device_id
+        launch, function, stream, threads, dynamic_bytes, tensor_cores, rows = _launch_plan(
+            config, causal, fastmath, io, device_id)
+        tiles = (seq + rows - 1) // rows
+        grid = (batch * heads, tiles, 1) if tensor_cores else (tiles, heads, batch)
+        launch(stream, launch_config(grid, threads, dynamic_bytes), function, *buffers,
+               ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
+               ctypes.c_float(scale))
+        return
     if isinstance(config, TensorCoreConfig):
         grid = config.grid(batch, heads, seq)
     else:
         grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
-    gpu = on_gpu()
-    kernel = _flash_kernel(config, causal, gpu, fastmath, io)
+    kernel = _flash_kernel(config, causal, False, fastmath, io)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
-    if gpu:
-        device_id = _current_gpu() if device_id is None else device_id
-        function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
-        core_launch()(stream, launch_config(grid, config.threads, dynamic_bytes),
-                            function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(key_seq),
-                            ctypes.c_int32(heads), ctypes.c_float(scale))
-    else:
-        reset_simulator()
-        kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(key_seq),
-                                                       np.int32(heads), np.float32(scale))
+    reset_simulator()
+    kernel[grid, config.threads, 0, dynamic_bytes](*buffers, np.int32(seq), np.int32(key_seq),
+                                                   np.int32(heads), np.float32(scale))
+
+
+@lru_cache(maxsize=None)
+def _launch_plan(config, causal: bool, fastmath: bool, io: str, device_id: int) -> tuple:
+    """What a launch of one tile shape needs on one GPU, found once: cuda.core's
+    launch, the compiled function and stream (_compiled_flash), threads and
+    dynamic shared bytes per block, whether it is the tensor-core kernel (its
+    grid is laid out (batch x heads, query tiles)) and the query rows a block
+    takes."""
+    kernel = _flash_kernel(config, causal, True, fastmath, io)
+    dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
+    function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
+    return (core_launch(), function, stream, config.threads, dynamic_bytes,
+            isinstance(config, TensorCoreConfig), config.block_rows)
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tensor_cores=None):
@@ -1225,6 +1241,11 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
     Returns the output (in the inputs' kind and dtype) and, with return_lse,
     the log-sum-exp (float32).
     """
+    if (scale is None and tensor_cores is None and causal.__class__ is bool
+            and return_lse.__class__ is bool):
+        done = _quick_torch_flash(q, k, v, causal)  # the common case, in few steps
+        if done is not None:
+            return done if return_lse else done[0]
     kind, (batch, heads, seq, head_dim), _ = _check_qkv(q, k, v, dtypes=FLASH_DTYPES)
     causal = _check_flag("causal", causal)
     return_lse = _check_flag("return_lse", return_lse)
@@ -1238,6 +1259,74 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
     out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id,
                           io=_dtype_name(q, kind))
     return (out, lse) if return_lse else out
+
+
+def _quick_torch_flash(q, k, v, causal: bool):
+    """flash_attention's common case, the default scale and kernel on CUDA
+    torch tensors of one float type, C-contiguous, on the GPU Numba launches
+    on, with shapes _check_qkv accepts: (out, lse), or None for anything else
+    (the long way then checks it and says what is wrong). A call to
+    flash_attention costs Python time ahead of the launch that the GPU waits
+    for: on the H100, 24.8 microseconds a call at a tiny shape before this
+    path, of which 9.5 were the launch itself (benchmarks/NOTES.md)."""
+    if not on_gpu():
+        return None
+    tensor = _torch_tensor_type()
+    if not (q.__class__ is tensor and k.__class__ is tensor and v.__class__ is tensor):
+        return None
+    dtype = q.dtype
+    io = _QUICK_IO.get(dtype)
+    if io is None or k.dtype is not dtype or v.dtype is not dtype:
+        return None
+    shape, key_shape = q.shape, k.shape
+    if len(shape) != 4 or v.shape != key_shape or len(key_shape) != 4:
+        return None
+    batch, heads, seq, head_dim = shape
+    if key_shape[0] != batch or key_shape[1] != heads or key_shape[3] != head_dim \
+            or head_dim not in SUPPORTED_HEAD_DIMS or not (batch and heads and seq
+                                                           and key_shape[2]):
+        return None
+    if not (q.is_cuda and q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        return None
+    device_id = _current_gpu()
+    if not q.get_device() == k.get_device() == v.get_device() == device_id:
+        return None
+    config = _config_for(head_dim, device_id, causal=causal, seq=seq)
+    out = _torch_empty_like(q)
+    lse = _torch_empty((batch, heads, seq), dtype=_QUICK_F32[0], device=q.device)
+    _launch_flash(config, causal, FAST_MATH,
+                  (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
+                  batch, heads, seq, key_shape[2], _default_scale2(head_dim), device_id, io)
+    return out, lse
+
+
+@lru_cache(maxsize=None)
+def _default_scale2(head_dim: int) -> float:
+    """The default scale times log2(e), as _run_flash computes it."""
+    return _check_scale(None, head_dim) * math.log2(math.e)
+
+
+_QUICK_IO: dict = {}  # torch dtype -> the kernel's element type name, filled on first use
+_QUICK_F32: list = []
+
+
+@lru_cache(maxsize=None)
+def _torch_tensor_type():
+    """torch.Tensor (imported on first use: this module does not import torch),
+    or a type no argument has where torch is missing."""
+    try:
+        import torch
+    except ImportError:
+        return type("NoTorch", (), {})
+    global _torch_empty_like, _torch_empty
+    _torch_empty_like, _torch_empty = torch.empty_like, torch.empty
+    _QUICK_IO.update({torch.float32: "float32", torch.float16: "float16",
+                      torch.bfloat16: "bfloat16"})
+    _QUICK_F32.append(torch.float32)
+    return torch.Tensor
+
+
+_torch_empty_like = _torch_empty = None  # torch's, once _torch_tensor_type has run
 
 
 def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None, io="float32"):

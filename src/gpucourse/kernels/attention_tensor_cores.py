@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -109,13 +109,13 @@ class TensorCoreConfig:
     def v_row(self) -> int:
         return self.head_dim + 4
 
-    @property
+    @cached_property  # read on every call; a frozen dataclass keeps it in __dict__
     def shared_bytes(self) -> int:
         q = self.block_rows * self.q_row * (2 if self.split_q else 1)
         kv = self.block_cols * (self.k_row + self.v_row) * (2 if self.split_kv else 1)
         return FLOAT32_BYTES * (q + kv)
 
-    @property
+    @cached_property
     def dynamic_shared(self) -> bool:
         return self.shared_bytes > STATIC_SHARED_LIMIT_BYTES
 
