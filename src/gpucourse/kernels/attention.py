@@ -200,21 +200,22 @@ CAUSAL_FLASH_CONFIGS = {
 # The tensor-core kernel (attention_tensor_cores: both tile products in
 # 3xTF32 on mma.sync, the way PyTorch's memory-efficient attention computes in
 # fp32), which flash_attention runs where the GPU has TF32 tensor cores
-# (compute capability 8.0 and later) and the head dim has a shape here. Tuned
-# on the H100 by benchmarks/attention.py, in turns with the CUDA-core shapes
-# and SDPA memory-efficient (the probes before it: benchmarks/NOTES.md,
-# 2026-11-26). Every shape keeps K and V split into their TF32 parts in
-# shared memory. For head_dim 64, eight warps of 16 rows with registers capped
-# at 128 (two blocks a multiprocessor; ptxas then spills 40 bytes a thread)
-# and, for causal masks up to 1024, four warps capped at 168.
+# (compute capability 8.0 and later). Tuned on the H100 by
+# benchmarks/attention.py in turns with the CUDA-core shapes
+# (results/attention-h100-2026-11-26.json, tuning and causal_tuning; the
+# probes before it: benchmarks/NOTES.md). Every shape keeps K and V split
+# into their TF32 parts in shared memory. For head_dim 64 the fastest was
+# eight warps of 16 rows with registers capped at 128 (two blocks a
+# multiprocessor; ptxas then spills 40-48 bytes a thread), and under a
+# causal mask up to seq 512, four warps with 64 keys a step; head_dim 128
+# takes eight warps, uncapped, at every length.
 TENSOR_CORE_CONFIGS = {
     64: TensorCoreConfig(64, warps=8, block_cols=32, prefetch=True, split_kv=True,
                          max_registers=128),
     128: TensorCoreConfig(128, warps=8, block_cols=32, prefetch=True, split_kv=True),
 }
 CAUSAL_TENSOR_CORE_CONFIGS = {
-    64: ((1024, TensorCoreConfig(64, warps=4, block_cols=32, prefetch=True, split_kv=True,
-                                 max_registers=168)),),
+    64: ((512, TensorCoreConfig(64, warps=4, block_cols=64, prefetch=False, split_kv=True)),),
 }
 # Tensor cores with TF32: compute capability 8.0 (the A100) and later.
 TENSOR_CORE_CAPABILITY = (8, 0)
