@@ -191,3 +191,27 @@ def test_the_quick_torch_path_gives_what_the_long_way_gives():
     strided = q[:, :, ::2]
     assert "C-contiguous" in _error(A.flash_attention, strided, strided, strided)
     assert "one dtype" in _error(A.flash_attention, q, k.float(), v)
+
+
+def _row(variant, head_dim, causal, seq, ms, tflops=1.0):
+    return dict(variant=variant, batch=4, heads=16, seq=seq, head_dim=head_dim, causal=causal,
+                ms=ms, tflops=tflops, peak_mem_bytes=1, max_abs_err=0.0, mean_rel_err=0.0,
+                status="ok" if ms else "skipped")
+
+
+def test_the_chapter_reads_both_kernels_against_the_peer():
+    results = [_row("sdpa_efficient", 128, False, 1024, 2.0, 40.0),
+               _row("flash", 128, False, 1024, 1.9, 42.0),
+               _row("flash_cuda_cores", 128, False, 1024, 2.6, 31.0),
+               _row("sdpa_efficient", 128, True, 512, 1.0),
+               _row("flash", 128, True, 512, 1.05),
+               _row("flash_cuda_cores", 128, True, 512, 1.5),
+               _row("sdpa_efficient", 64, False, 8192, 1.0),  # no CUDA-core row: left out
+               _row("flash", 64, False, 8192, 0.7)]
+    table = A.kernels_markdown({"results": results}).splitlines()
+    assert table[2] == "| 128 | none | 1,024 | 0.95 | 1.30 | ≤ 1.0 |"
+    assert table[3] == "| 128 | causal | 512 | 1.05 | 1.50 | ≤ 1.1 |"
+    assert len(table) == 4
+    assert A.throughput(results, ours="flash_cuda_cores") == ({128: (31.0, 40.0)}, 1024)
+    assert A.throughput(results[:3]) == ({128: (42.0, 40.0)}, 1024)
+    assert "no rows" in A.kernels_markdown({"results": results[6:]})

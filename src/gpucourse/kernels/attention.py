@@ -1482,8 +1482,8 @@ def extra_memory_bytes(batch, heads, seq, variant) -> int:
 # Benchmark results and figures
 
 VARIANT_LABELS = {
-    "flash": "ours: tiled online softmax (Numba, fp32)",
-    "flash_cuda_cores": "ours on CUDA cores (fp32 FMA)",
+    "flash": "ours: tiled online softmax (Numba, fp32; tensor cores, 3xTF32)",
+    "flash_cuda_cores": "ours on the CUDA cores (Numba, fp32 FMA)",
     "naive_numba": "naive, 3 Numba kernels (fp32)",
     "torch_naive": "PyTorch softmax(QKᵀ)V (fp32)",
     "sdpa_math": "SDPA math backend (fp32)",
@@ -1721,15 +1721,16 @@ def benchmark_markdown(data, causal=False):
     return "\n".join(lines)
 
 
-def throughput(results, seq=None):
-    """{head_dim: (ours, peer)} in TFLOP/s without a mask, ours ("flash") and
-    SDPA memory-efficient's, at sequence length `seq` (default: the longest
-    at which both ran at every head dimension measured), from the rows of an
-    attention results file; with that seq. TFLOP/s as the benchmark records
-    them: 4 B H N^2 d floating-point operations over the time."""
+def throughput(results, seq=None, ours="flash"):
+    """{head_dim: (ours, peer)} in TFLOP/s without a mask, ours (the variant
+    `ours`: "flash", or "flash_cuda_cores" for the kernel on the CUDA cores)
+    and SDPA memory-efficient's, at sequence length `seq` (default: the
+    longest at which both ran at every head dimension measured), from the rows
+    of an attention results file; with that seq. TFLOP/s as the benchmark
+    records them: 4 B H N^2 d floating-point operations over the time."""
     rates = {}
     for r in results:
-        if not r["causal"] and r["variant"] in ("flash", "sdpa_efficient") and r.get("tflops"):
+        if not r["causal"] and r["variant"] in (ours, "sdpa_efficient") and r.get("tflops"):
             rates.setdefault(r["head_dim"], {}).setdefault(r["seq"], {})[r["variant"]] = \
                 r["tflops"]
     both = [{n for n, v in by_seq.items() if len(v) == 2} for by_seq in rates.values()]
@@ -1742,8 +1743,35 @@ def throughput(results, seq=None):
     elif seq not in common:
         raise ValueError(f"seq must be one at which both ran at every head dimension, one of "
                          f"{sorted(common)}; got {seq!r}")
-    return {d: (by_seq[seq]["flash"], by_seq[seq]["sdpa_efficient"])
+    return {d: (by_seq[seq][ours], by_seq[seq]["sdpa_efficient"])
             for d, by_seq in sorted(rates.items())}, seq
+
+
+def kernels_markdown(data, seqs=(512, 1024, 4096)) -> str:
+    """Markdown table for the chapter: our kernel on the tensor cores ("flash")
+    and on the CUDA cores ("flash_cuda_cores"), each as a multiple of SDPA
+    memory-efficient's time in the same run, per head dim, mask and sequence
+    length of `seqs` where all three ran; the issue's targets beside them
+    (at most 1.1 at N = 512, 1.0 from 1024 on)."""
+    results = data["results"]
+    times = {(r["variant"], r["head_dim"], r["causal"], r["seq"]): r["ms"] for r in results
+             if r.get("ms")}
+    lines = ["| head dim | mask | N | tensor cores / SDPA | CUDA cores / SDPA | target |",
+             "|---|---|---|---|---|---|"]
+    for d in sorted({r["head_dim"] for r in results}):
+        for causal in (False, True):
+            for n in seqs:
+                peer = times.get(("sdpa_efficient", d, causal, n))
+                ours = times.get(("flash", d, causal, n))
+                cores = times.get(("flash_cuda_cores", d, causal, n))
+                if not (peer and ours and cores):
+                    continue
+                target = "≤ 1.1" if n < 1024 else "≤ 1.0"
+                lines.append(f"| {d} | {'causal' if causal else 'none'} | {n:,} | "
+                             f"{ours / peer:.2f} | {cores / peer:.2f} | {target} |")
+    if len(lines) == 2:
+        return "This results file has no rows of both kernels beside SDPA memory-efficient."
+    return "\n".join(lines)
 
 
 def steps_per_pass_times(record, config: FlashConfig) -> dict:
