@@ -212,6 +212,6 @@ def test_the_chapter_reads_both_kernels_against_the_peer():
     assert table[2] == "| 128 | none | 1,024 | 0.95 | 1.30 | ≤ 1.0 |"
     assert table[3] == "| 128 | causal | 512 | 1.05 | 1.50 | ≤ 1.1 |"
     assert len(table) == 4
-    assert A.throughput(results, ours="flash_cuda_cores") == ({128: (31.0, 40.0)}, 1024)
+    assert A.throughput(results[:6], ours="flash_cuda_cores") == ({128: (31.0, 40.0)}, 1024)
     assert A.throughput(results[:3]) == ({128: (42.0, 40.0)}, 1024)
     assert "no rows" in A.kernels_markdown({"results": results[6:]})
