@@ -3,9 +3,10 @@
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_half.py [--out DIR]
 
 `flash_attention` takes float16 and bfloat16 tensors: it converts each element
-to float32 as it loads it, computes in float32 on the CUDA cores (Numba has no
-way to issue tensor-core instructions: no mma, no wgmma) and rounds its output
-once. This script measures what that costs against PyTorch's
+to float32 as it loads it, computes in float32 and rounds its output once. It
+computed on the CUDA cores until 2026-11-26 (the committed run of 2026-11-25
+measured that); since then, on GPUs with TF32 tensor cores, its products run
+there in 3xTF32 (attention_tensor_cores), like the fp32 forward. This script measures what that costs against PyTorch's
 scaled_dot_product_attention in the same precision, whose flash backend does
 its matrix products on tensor cores, and whose memory-efficient backend is the
 fp32 benchmark's peer. For float16 the backward pass is timed too (the

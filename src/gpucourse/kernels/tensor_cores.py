@@ -54,13 +54,13 @@ by hardware. ``benchmarks/tensor_cores.py --quick`` then timed the kernels
 alone at 4096^3 (results/tensor_cores-h100-2026-11-25-quick.json): level 1
 11.9 TFLOP/s, level 2 15.4, against cuBLAS fp16 656 and cuBLAS fp32 (TF32
 off) 50. The TF32 part (``cvt_rna_tf32``, ``mma_m16n8k8_tf32``,
-``tf32gemm``) has **not yet run on a GPU**: it has run on the simulator's
-stand-ins and compiled for sm_90 (ptxas: 76 registers for one pass, 122 for
-three, no spills; tests/test_tensor_cores.py), and its GPU tests (the TF32
-rounding of ``cvt.rna.tf32.f32`` against ``round_to_tf32`` on edge cases;
-tf32gemm against float64 at 256 x 256 x 512 and 1000 x 1030 x 777) and its
-rows in ``benchmarks/tensor_cores.py`` wait for one. Until then the TF32
-fragment places are the ISA's word, not hardware's.
+``tf32gemm``) ran on the H100 on 2026-11-26: all 27 tests of
+tests/test_tensor_cores.py passed there, among them the rounding of
+``cvt.rna.tf32.f32`` against ``round_to_tf32`` on edge cases and tf32gemm
+against float64 at 256 x 256 x 512 and 1000 x 1030 x 777, so the TF32
+fragment places are confirmed by hardware too. ``attention_tensor_cores``
+builds the attention forward pass on this instruction. tf32gemm's speed has
+not been measured yet (its rows in ``benchmarks/tensor_cores.py``).
 
 Under Numba's simulator, ``mma_m16n8k16`` is a stand-in that gathers the
 warp's fragments through a shared scratch area and a block-wide barrier (the
@@ -409,8 +409,8 @@ def hgemm(a, b, level=1):
 # fraction overflows, rounds subnormals correctly and sends values from the
 # half-way point between the largest TF32 number and 2^128 up to infinity (an
 # sm_90 GPU's rounding is checked against this by tests/test_tensor_cores.py,
-# not yet run on one); infinities stay as they are; a NaN is only truncated
-# (a quiet NaN stays a NaN). So a TF32 value here is a float32 whose low 13
+# which passed on an H100 on 2026-11-26); infinities stay as they are; a NaN
+# is only truncated (a quiet NaN stays a NaN). So a TF32 value here is a float32 whose low 13
 # bits are zero, which is how CUTLASS's tfloat32_t holds it too, and
 # ``x - tf32(x)`` is exact in fp32.
 #
