@@ -2,10 +2,11 @@
 
 ``attention.flash_attention`` runs FlashAttention-2's loop order on the CUDA
 cores: every multiply-add of S = Q K^T and of O += P V is one fp32 FMA. At
-head dim 128 that caps it near 36 TFLOP/s on an H100, while PyTorch's
-memory-efficient attention reaches 42-47 TFLOP/s in fp32 (results/
-attention-h100-2026-11-26.json), because its tile products run on the tensor
-cores in "3xTF32" (CUTLASS's OpMultiplyAddFastF32): each fp32 value is split
+head dim 128 that reached 36 TFLOP/s on an H100, while PyTorch's
+memory-efficient attention reached 42-47 TFLOP/s in fp32 from seq 1024 on
+(results/attention-h100-2026-11-26.json, flash_cuda_cores and
+sdpa_efficient), because its tile products run on the tensor cores in
+"3xTF32" (CUTLASS's OpMultiplyAddFastF32): each fp32 value is split
 into a big and a small TF32 part and each product is three TF32 products,
 a_big b_big + a_big b_small + a_small b_big, which is close to fp32's
 accuracy (see ``tensor_cores``, which holds the instruction and the split).
@@ -35,6 +36,10 @@ The output's columns are likewise permuted within each group of 32: the
 that lane (g, t) reads the B fragments of four tiles with one 128-bit load
 of V (columns 4g .. 4g + 3) and ends holding 8 neighbouring output columns,
 8t .. 8t + 7.
+
+Each value is split once: K and V as the block stores them to shared memory
+(``split_kv``), Q and P as a warp reads them. Under a causal mask the grid
+puts every head's heaviest query tile first (``TensorCoreConfig.grid``).
 
 The same kernel runs on Numba's simulator, where the instruction is the
 stand-in of ``tensor_cores`` (every thread of a block must then call it the
