@@ -59,8 +59,8 @@ Writes DIR/tensor_cores-<gpu-slug>-<YYYY-MM-DD>.json (CONVENTIONS.md's shape:
 rows of variant, m, n, k, ms, tflops, plus max_rel_err, max_abs_err, passed,
 vs_cublas_fp16 and vs_cublas_fp32; the validation, each kernel's registers and
 shared memory, what was skipped). --quick: 4096^3 only, written as
-...-quick.json. About a minute on an H100 (the first calls compile); the TF32
-rows, added on 2026-11-25, have not yet run on one.
+...-quick.json. About a minute on an H100 (the first calls compile; 39 s on
+2026-11-26, the first run with the TF32 rows).
 
     PYTHONPATH=src GPUCOURSE_DEVICE=sim python3 benchmarks/tensor_cores.py --dry-run
 
