@@ -11,7 +11,10 @@ Self-attention for one head is O = softmax(s Q K^T) V, with Q, K, V of shape
   value tiles through shared memory, keeps a running maximum and a running sum
   for each row (the online softmax of Milakov and Gimelshein 2018), rescales
   its output accumulator when the maximum grows, and divides by the sum once,
-  at the end. The score matrix never leaves the chip.
+  at the end. The score matrix never leaves the chip. Where the GPU has TF32
+  tensor cores, its two tile products run there in 3xTF32 (the kernel of
+  ``attention_tensor_cores``); ``tensor_cores=False`` keeps them on the CUDA
+  cores, one fp32 FMA each, the kernel described below.
 
 Inside a block, each thread owns ``tm`` query rows (one in every
 ``block_rows / tm``) and a slice of the columns: one key in every
