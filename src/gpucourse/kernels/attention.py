@@ -149,6 +149,11 @@ class FlashConfig:
         dynamic shared memory, which the launch sizes and opts in to."""
         return self.shared_bytes > STATIC_SHARED_LIMIT_BYTES
 
+    def grid(self, batch: int, heads: int, seq: int) -> tuple:
+        """Blocks of a launch: one per query tile along x, per head along y, per
+        batch along z."""
+        return ((seq + self.block_rows - 1) // self.block_rows, heads, batch)
+
 
 # Tile shapes that fit the 48 KiB of shared memory every CUDA GPU gives a
 # block: they run anywhere, and on the simulator. Small ones keep the
@@ -1184,18 +1189,13 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
     call, about 20 microseconds of Python that showed in the timings."""
     if on_gpu():
         device_id = _current_gpu() if device_id is None else device_id
-        launch, function, stream, threads, dynamic_bytes, tensor_cores, rows = _launch_plan(
+        launch, function, stream, threads, dynamic_bytes = _launch_plan(
             config, causal, fastmath, io, device_id)
-        tiles = (seq + rows - 1) // rows
-        grid = (batch * heads, tiles, 1) if tensor_cores else (tiles, heads, batch)
-        launch(stream, launch_config(grid, threads, dynamic_bytes), function, *buffers,
-               ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
-               ctypes.c_float(scale))
+        launch(stream, launch_config(config.grid(batch, heads, seq), threads, dynamic_bytes),
+               function, *buffers, ctypes.c_int32(seq), ctypes.c_int32(key_seq),
+               ctypes.c_int32(heads), ctypes.c_float(scale))
         return
-    if isinstance(config, TensorCoreConfig):
-        grid = config.grid(batch, heads, seq)
-    else:
-        grid = ((seq + config.block_rows - 1) // config.block_rows, heads, batch)
+    grid = config.grid(batch, heads, seq)
     kernel = _flash_kernel(config, causal, False, fastmath, io)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
     reset_simulator()
@@ -1206,15 +1206,12 @@ def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq,
 @lru_cache(maxsize=None)
 def _launch_plan(config, causal: bool, fastmath: bool, io: str, device_id: int) -> tuple:
     """What a launch of one tile shape needs on one GPU, found once: cuda.core's
-    launch, the compiled function and stream (_compiled_flash), threads and
-    dynamic shared bytes per block, whether it is the tensor-core kernel (its
-    grid is laid out (batch x heads, query tiles)) and the query rows a block
-    takes."""
+    launch, the compiled function and stream (_compiled_flash), and the
+    threads and dynamic shared bytes of a block."""
     kernel = _flash_kernel(config, causal, True, fastmath, io)
     dynamic_bytes = config.shared_bytes if config.dynamic_shared else 0
     function, stream = _compiled_flash(kernel, dynamic_bytes, device_id)
-    return (core_launch(), function, stream, config.threads, dynamic_bytes,
-            isinstance(config, TensorCoreConfig), config.block_rows)
+    return core_launch(), function, stream, config.threads, dynamic_bytes
 
 
 def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tensor_cores=None):
@@ -1275,11 +1272,14 @@ def _quick_torch_flash(q, k, v, causal: bool):
     path, of which 9.5 were the launch itself (benchmarks/NOTES.md)."""
     if not on_gpu():
         return None
-    tensor = _torch_tensor_type()
+    torch, io_names = _torch_for_quick_path()
+    if torch is None:
+        return None
+    tensor = torch.Tensor
     if not (q.__class__ is tensor and k.__class__ is tensor and v.__class__ is tensor):
         return None
     dtype = q.dtype
-    io = _QUICK_IO.get(dtype)
+    io = io_names.get(dtype)
     if io is None or k.dtype is not dtype or v.dtype is not dtype:
         return None
     shape, key_shape = q.shape, k.shape
@@ -1296,8 +1296,8 @@ def _quick_torch_flash(q, k, v, causal: bool):
     if not q.get_device() == k.get_device() == v.get_device() == device_id:
         return None
     config = _config_for(head_dim, device_id, causal=causal, seq=seq)
-    out = _torch_empty_like(q)
-    lse = _torch_empty((batch, heads, seq), dtype=_QUICK_F32[0], device=q.device)
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     _launch_flash(config, causal, FAST_MATH,
                   (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
                   batch, heads, seq, key_shape[2], _default_scale2(head_dim), device_id, io)
@@ -1310,27 +1310,16 @@ def _default_scale2(head_dim: int) -> float:
     return _check_scale(None, head_dim) * math.log2(math.e)
 
 
-_QUICK_IO: dict = {}  # torch dtype -> the kernel's element type name, filled on first use
-_QUICK_F32: list = []
-
-
 @lru_cache(maxsize=None)
-def _torch_tensor_type():
-    """torch.Tensor (imported on first use: this module does not import torch),
-    or a type no argument has where torch is missing."""
+def _torch_for_quick_path():
+    """(torch, {torch dtype: the kernel's element type name}), imported once (this
+    module does not import torch at import time); (None, {}) without torch."""
     try:
         import torch
     except ImportError:
-        return type("NoTorch", (), {})
-    global _torch_empty_like, _torch_empty
-    _torch_empty_like, _torch_empty = torch.empty_like, torch.empty
-    _QUICK_IO.update({torch.float32: "float32", torch.float16: "float16",
-                      torch.bfloat16: "bfloat16"})
-    _QUICK_F32.append(torch.float32)
-    return torch.Tensor
-
-
-_torch_empty_like = _torch_empty = None  # torch's, once _torch_tensor_type has run
+        return None, {}
+    return torch, {torch.float32: "float32", torch.float16: "float16",
+                   torch.bfloat16: "bfloat16"}
 
 
 def _run_flash(kind, q, k, v, config, causal, scale, fastmath, device_id=None, io="float32"):
@@ -1750,30 +1739,38 @@ def throughput(results, seq=None, ours="flash"):
             for d, by_seq in sorted(rates.items())}, seq
 
 
-def kernels_markdown(data, seqs=(512, 1024, 4096)) -> str:
-    """Markdown table for the chapter: our kernel on the tensor cores ("flash")
-    and on the CUDA cores ("flash_cuda_cores"), each as a multiple of SDPA
-    memory-efficient's time in the same run, per head dim, mask and sequence
-    length of `seqs` where all three ran; the issue's targets beside them
-    (at most 1.1 at N = 512, 1.0 from 1024 on)."""
-    results = data["results"]
+def kernel_ratios(results, seqs=(512, 1024, 4096)) -> dict:
+    """{(head_dim, causal, seq): (tensor cores, CUDA cores)}: our kernel on the
+    tensor cores ("flash") and on the CUDA cores ("flash_cuda_cores"), each as
+    a multiple of SDPA memory-efficient's time in the same run, from the rows
+    of an attention results file, at the sequence lengths of `seqs` where all
+    three ran; head dims ascending, no mask before causal."""
     times = {(r["variant"], r["head_dim"], r["causal"], r["seq"]): r["ms"] for r in results
              if r.get("ms")}
-    lines = ["| head dim | mask | N | tensor cores / SDPA | CUDA cores / SDPA | target |",
-             "|---|---|---|---|---|---|"]
+    found = {}
     for d in sorted({r["head_dim"] for r in results}):
         for causal in (False, True):
             for n in seqs:
                 peer = times.get(("sdpa_efficient", d, causal, n))
                 ours = times.get(("flash", d, causal, n))
                 cores = times.get(("flash_cuda_cores", d, causal, n))
-                if not (peer and ours and cores):
-                    continue
-                target = "≤ 1.1" if n < 1024 else "≤ 1.0"
-                lines.append(f"| {d} | {'causal' if causal else 'none'} | {n:,} | "
-                             f"{ours / peer:.2f} | {cores / peer:.2f} | {target} |")
-    if len(lines) == 2:
+                if peer and ours and cores:
+                    found[d, causal, n] = (ours / peer, cores / peer)
+    return found
+
+
+def kernels_markdown(data, seqs=(512, 1024, 4096)) -> str:
+    """Markdown table for the chapter: kernel_ratios at `seqs`, with the
+    issue's targets beside them (at most 1.1 at N = 512, 1.0 from 1024 on)."""
+    ratios = kernel_ratios(data["results"], seqs)
+    if not ratios:
         return "This results file has no rows of both kernels beside SDPA memory-efficient."
+    lines = ["| head dim | mask | N | tensor cores / SDPA | CUDA cores / SDPA | target |",
+             "|---|---|---|---|---|---|"]
+    for (d, causal, n), (ours, cores) in ratios.items():
+        target = "≤ 1.1" if n < 1024 else "≤ 1.0"
+        lines.append(f"| {d} | {'causal' if causal else 'none'} | {n:,} | "
+                     f"{ours:.2f} | {cores:.2f} | {target} |")
     return "\n".join(lines)
 
 
