@@ -215,3 +215,4 @@ def test_the_chapter_reads_both_kernels_against_the_peer():
     assert A.throughput(results[:6], ours="flash_cuda_cores") == ({128: (31.0, 40.0)}, 1024)
     assert A.throughput(results[:3]) == ({128: (42.0, 40.0)}, 1024)
     assert "no rows" in A.kernels_markdown({"results": results[6:]})
+    assert "ours must be" in _error(A.throughput, results, ours="sdpa_efficient")

@@ -1720,6 +1720,8 @@ def throughput(results, seq=None, ours="flash"):
     longest at which both ran at every head dimension measured), from the rows
     of an attention results file; with that seq. TFLOP/s as the benchmark
     records them: 4 B H N^2 d floating-point operations over the time."""
+    if ours not in ("flash", "flash_cuda_cores"):
+        raise ValueError(f"ours must be 'flash' or 'flash_cuda_cores', got {ours!r}")
     rates = {}
     for r in results:
         if not r["causal"] and r["variant"] in (ours, "sdpa_efficient") and r.get("tflops"):
