@@ -152,7 +152,7 @@ def test_the_tuned_tensor_core_shapes_compile_to_mma_for_an_h100():
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_on_a_gpu_the_default_kernel_is_the_tensor_cores_and_exact(head_dim, causal):
-    from gpucourse.kernels._launch import current_gpu
+    from gpucourse.kernels.launch import current_gpu
 
     if not A._has_tf32_tensor_cores(current_gpu()):
         pytest.skip("this GPU has no TF32 tensor cores")

@@ -55,8 +55,14 @@ import numpy as np
 
 from gpucourse import results as results_files
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels._launch import core_launch, launch_config
-from gpucourse.kernels._launch import current_gpu as _current_gpu
+from gpucourse.kernels.launch import core_launch, launch_config
+from gpucourse.kernels.launch import current_gpu as _current_gpu
+from gpucourse.kernels.launch import empty_like as _empty_like, from_kernel as _from_kernel
+from gpucourse.kernels.launch import has_tf32_tensor_cores as _has_tf32_tensor_cores
+from gpucourse.kernels.launch import is_device_array as _is_device_array
+from gpucourse.kernels.launch import launchable_with_shared as _compiled_flash
+from gpucourse.kernels.launch import max_shared_bytes_per_block as _max_shared_bytes_per_block
+from gpucourse.kernels.launch import to_kernel as _to_kernel, torch_float32 as _torch_float32
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention_tensor_cores import (TensorCoreConfig, check_tc_config,
                                                       flash_forward_tc, reset_simulator)
@@ -225,8 +231,6 @@ TENSOR_CORE_CONFIGS = {
 CAUSAL_TENSOR_CORE_CONFIGS = {
     64: ((512, TensorCoreConfig(64, warps=4, block_cols=64, prefetch=False, split_kv=True)),),
 }
-# Tensor cores with TF32: compute capability 8.0 (the A100) and later.
-TENSOR_CORE_CAPABILITY = (8, 0)
 # Let the compiler use approximate exp and division on the GPU (the simulator
 # ignores it). Chosen by the H100 runs in benchmarks/attention.py.
 FAST_MATH = False
@@ -295,13 +299,6 @@ def _kind(x) -> str:
                      f"tensors, got {type(x).__name__}")
 
 
-def _is_device_array(x) -> bool:
-    """A Numba device array (the simulator's stand-in has no CUDA array interface)."""
-    if on_gpu():
-        return cuda.is_cuda_array(x)
-    return type(x).__name__ == "FakeCUDAArray"
-
-
 def _is_c_contiguous(x, kind: str) -> bool:
     if kind == "numpy":
         return x.flags.c_contiguous
@@ -315,13 +312,6 @@ def _dtype_name(x, kind: str) -> str:
     if kind == "torch" and dtype is _torch_float32():
         return "float32"
     return str(dtype).replace("torch.", "")
-
-
-@lru_cache(maxsize=None)
-def _torch_float32():
-    import torch
-
-    return torch.float32
 
 
 def _check_qkv(q, k, v, *, head_dims=SUPPORTED_HEAD_DIMS, dtypes=("float32",)):
@@ -556,35 +546,6 @@ def tiled_attention(q, k, v, *, causal=False, scale=None, block_rows=64, block_c
             out[index][rows] = acc / row_sum[:, None]
             lse[index][rows] = row_max + np.log(row_sum)
     return (out, lse) if return_lse else out
-
-
-# -----------------------------------------------------------------------------
-# Moving arrays between the caller and the kernels
-
-
-def _to_kernel(x, kind):
-    """What a kernel launch takes: a device array (or a torch CUDA tensor as is)."""
-    if kind == "numpy":
-        return cuda.to_device(x)
-    if kind == "torch":
-        return cuda.as_cuda_array(x.detach())
-    return x
-
-
-def _empty_like(kind, like, shape, dtype="float32"):
-    """An output in the caller's kind, of element type dtype (a name: "float32"
-    or "float16"); returns (what the caller gets, what a kernel takes)."""
-    if kind == "torch":
-        import torch
-
-        out = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
-        return out, cuda.as_cuda_array(out)
-    out = cuda.device_array(shape, dtype=np.dtype(dtype))
-    return out, out
-
-
-def _from_kernel(out, kind):
-    return out.copy_to_host() if kind == "numpy" else out
 
 
 # -----------------------------------------------------------------------------
@@ -1091,29 +1052,6 @@ def _flash_signature(io: str):
                       float32)
 
 
-@lru_cache(maxsize=None)
-def _compiled_flash(kernel, dynamic_bytes, device_id):
-    """What a launch of the kernel needs on one GPU, found once: the compiled
-    kernel and the default stream, in the forms `cuda.core.launch` takes (the
-    forms Numba's own launch passes it). A kernel with more than 48 KiB of
-    dynamic shared memory must opt in to it, once: Numba has no API for that,
-    so this sets the function attribute the way Numba's own
-    `set_shared_memory_carveout` sets its attribute."""
-    compiled = next(iter(kernel.overloads.values()))
-    function = compiled._codelibrary.get_cufunc()
-    if dynamic_bytes > STATIC_SHARED_LIMIT_BYTES:
-        from numba.cuda.cudadrv.driver import binding, driver
-
-        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        try:
-            driver.cuKernelSetAttribute(attribute, int(dynamic_bytes), function.handle,
-                                        function.device.id)
-        except Exception as error:
-            raise ValueError(f"this GPU cannot give a block {dynamic_bytes} bytes of shared "
-                             f"memory ({error}); choose smaller tiles") from None
-    return function.kernel, kernel.configure((1,), (1,)).stream
-
-
 def _config_for(head_dim: int, device_id: int | None = None, *, causal: bool = False,
                 seq: int | None = None, tensor_cores: bool | None = None):
     """The tile shape for head_dim (and, for a causal mask, the sequence
@@ -1149,31 +1087,6 @@ def _fitting_config(config, device_id: int):
                    and not _has_tf32_tensor_cores(device_id)):
         return PORTABLE_FLASH_CONFIGS[config.head_dim]
     return config
-
-
-@lru_cache(maxsize=None)
-def _has_tf32_tensor_cores(device_id: int) -> bool:
-    """Whether this GPU runs mma.sync with TF32 (compute capability 8.0 on)."""
-    from cuda.bindings import driver as cu
-
-    found = []
-    for attribute in (cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                      cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
-        error, value = cu.cuDeviceGetAttribute(attribute, device_id)
-        if error != cu.CUresult.CUDA_SUCCESS:
-            return False
-        found.append(int(value))
-    return tuple(found) >= TENSOR_CORE_CAPABILITY
-
-
-@lru_cache(maxsize=None)
-def _max_shared_bytes_per_block(device_id: int) -> int:
-    """The most shared memory a block may opt in to on this GPU."""
-    from cuda.bindings import driver as cu
-
-    attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    error, value = cu.cuDeviceGetAttribute(attribute, device_id)
-    return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
 
 
 def _launch_flash(config, causal, fastmath, buffers, batch, heads, seq, key_seq, scale,

@@ -42,7 +42,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention as A
-from gpucourse.kernels._launch import (core_launch, flat_argument, launch_config, launchable,
+from gpucourse.kernels.launch import (core_launch, flat_argument, launch_config, launchable,
                                        matrix_argument)
 
 # Rows per block (one thread each) in both kernels.

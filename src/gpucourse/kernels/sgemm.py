@@ -56,8 +56,10 @@ from pathlib import Path
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels._launch import core_launch, launch_config, launchable, matrix_argument
-from gpucourse.kernels._launch import current_gpu as _current_gpu
+from gpucourse.kernels.launch import core_launch, launch_config, launchable, matrix_argument
+from gpucourse.kernels.launch import current_gpu as _current_gpu, gpu_name as _gpu_name
+from gpucourse.kernels.launch import is_torch_tensor as _is_torch_tensor
+from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 as _torch_float32
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4, load_float4_flat
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
 from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -1269,12 +1271,6 @@ def gpu_model() -> str:
     return _gpu_name(_current_gpu())
 
 
-@lru_cache(maxsize=None)
-def _gpu_name(device_id: int) -> str:
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
-
-
 def _read_tuned(path=None) -> dict:
     """The tuned table at `path`, read again only when the file changes (matmul asks
     for it on every call, and a file read would cost more than the launch)."""
@@ -1434,10 +1430,6 @@ def _tuned_here(gpu_name: str) -> TileConfig:
     return tuned_config(gpu_name)
 
 
-def _is_torch_tensor(x) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
-
-
 def _device_array_or_none(x):
     """x as a Numba device array if it is one or has __cuda_array_interface__, else None."""
     if not on_gpu():
@@ -1510,7 +1502,7 @@ def _launchable(kernel, device_id: int, signature=None):
 
 
 def _matrix_argument(pointer: int, rows: int, cols: int, row_stride: int | None = None) -> tuple:
-    """A float32 matrix as a compiled kernel takes it (see _launch.matrix_argument)."""
+    """A float32 matrix as a compiled kernel takes it (see launch.matrix_argument)."""
     return matrix_argument(pointer, rows, cols, 4, row_stride)
 
 
@@ -1740,13 +1732,6 @@ def _kind_of(x):
     return kind
 
 
-@lru_cache(maxsize=None)
-def _torch_float32():
-    import torch
-
-    return torch.float32
-
-
 def _quick_torch_matrix(x, float32_type, device_id):
     """(pointer, rows, cols) of a 2D C-contiguous float32 CUDA tensor on GPU device_id, or None."""
     if x.dtype is not float32_type or x.dim() != 2 or not x.is_cuda or not x.is_contiguous() \
@@ -1803,48 +1788,6 @@ def _torch_empty(like, m: int, n: int):
     import torch
 
     return torch.empty((m, n), dtype=torch.float32, device=like.device)
-
-
-def _numba_empty(m: int, n: int, device_id: int):
-    """An uninitialised m x n float32 Numba device array, its memory taken from
-    the GPU's stream-ordered pool and handed back to it asynchronously.
-
-    With `cuda.device_array`, a 1 x 1 x 1 call from Numba arrays took 39.4
-    microseconds on the H100 against 12.6 from torch tensors, and 50-55 more
-    at 512^3 and 1024^3 (the first sgemm_shapes run of 2026-11-26, in git at
-    commit 75a6878; with this function, 14.0 against 13.6 in the committed
-    file). `cuda.device_array` goes through Numba's memory manager (a
-    checked driver call, an allocation table, a weak-reference finaliser) and
-    frees with `cuMemFree`, ten at a time, which waits for the GPU. Here the
-    memory comes from `cuMemAllocAsync`'s pool (cuda.core's
-    DeviceMemoryResource) on the legacy default stream, the stream matmul's
-    kernels run on; the Numba array owns the buffer, and when the last array
-    or view of it goes the buffer is freed on that same stream, after the
-    work queued there. (Numba's external memory manager, if one is set, is
-    not asked: the result of matmul is the only array made this way.)"""
-    if not (m and n):
-        return cuda.device_array((m, n), np.float32)
-    allocate, stream, context, pointer_type, memory_type, array_type = _numba_allocator(device_id)
-    buffer = allocate(m * n * 4, stream=stream)
-    memory = memory_type(context, pointer_type(int(buffer.handle)), m * n * 4, owner=buffer)
-    return array_type((m, n), (n * 4, 4), _FLOAT32, stream=0, gpu_data=memory)
-
-
-_FLOAT32 = np.dtype(np.float32)
-
-
-@lru_cache(maxsize=None)
-def _numba_allocator(device_id: int) -> tuple:
-    """What _numba_empty needs, found once per GPU: the pool's allocate, the
-    legacy default stream, Numba's context, and the types of a device pointer,
-    of Numba's memory pointer and of its device array."""
-    from cuda.core import LEGACY_DEFAULT_STREAM, DeviceMemoryResource
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-    from numba.cuda.cudadrv.driver import MemoryPointer, binding
-
-    resource = DeviceMemoryResource(device_id)
-    return (resource.allocate, LEGACY_DEFAULT_STREAM, cuda.current_context(), binding.CUdeviceptr,
-            MemoryPointer, DeviceNDArray)
 
 
 def _resolved(key: str, m: int, n: int, k: int, config, splits, device_id: int) -> tuple:

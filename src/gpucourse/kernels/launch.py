@@ -1,0 +1,257 @@
+"""The launch machinery every kernel family shares: found once, then cheap.
+
+Numba's ``kernel[grid, block](...)`` re-checks every argument and looks up the
+context on each call: tens of microseconds of Python, which dominate a small
+product or a short sequence. The kernels' entry points (``sgemm.matmul``,
+``attention.flash_attention``, the attention backward) instead hand
+``cuda.core.launch`` the compiled function and the arguments in the form it
+takes, found once per GPU. This module holds what they share, so that a
+kernel module holds kernels and their entry points and nothing of the driver:
+
+* which GPU, and what it can do: ``current_gpu``, ``gpu_name``,
+  ``has_tf32_tensor_cores``, ``max_shared_bytes_per_block``;
+* a compiled kernel in cuda.core's forms: ``launchable``, and
+  ``launchable_with_shared`` for kernels that opt in to more than 48 KiB of
+  dynamic shared memory; ``core_launch`` and ``launch_config``;
+* arguments as a compiled kernel takes them: ``flat_argument``,
+  ``matrix_argument``;
+* the caller's arrays: ``is_torch_tensor``, ``torch_float32``,
+  ``is_device_array``, ``to_kernel``, ``empty_like``, ``from_kernel``, and
+  ``numba_empty``, a Numba device array from the GPU's stream-ordered pool.
+
+Nothing here runs on Numba's simulator but the array helpers; the rest needs
+the CUDA driver.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+
+
+def current_gpu() -> int:
+    """The GPU of the calling thread's current CUDA context: the one a launch
+    runs on, and the one Numba reports (it attaches to the current context).
+    Asked of the driver directly, since Numba's `get_current_device` costs
+    several microseconds of Python on every call (and so would importing the
+    driver's bindings on every call: they are looked up once, `_driver`)."""
+    get_device, success = _driver()
+    error, device = get_device()
+    if error != success:  # no context yet: Numba makes one
+        return cuda.get_current_device().id
+    return int(device)
+
+
+@lru_cache(maxsize=None)
+def _driver() -> tuple:
+    """(cuCtxGetDevice, CUDA_SUCCESS) from the CUDA driver's Python bindings."""
+    from cuda.bindings import driver
+
+    return driver.cuCtxGetDevice, driver.CUresult.CUDA_SUCCESS
+
+
+@lru_cache(maxsize=None)
+def core_launch():
+    """`cuda.core.launch`, imported once (an import statement on every call costs
+    a microsecond or two of Python)."""
+    from cuda.core import launch
+
+    return launch
+
+
+@lru_cache(maxsize=1024)
+def launch_config(grid, block, shared: int = 0):
+    """cuda.core's LaunchConfig for `grid` and `block` (ints, or tuples of up to
+    three) and `shared` bytes of dynamic shared memory, built once per
+    distinct launch shape (building one costs microseconds of Python)."""
+    from cuda.core import LaunchConfig
+
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    block = block if isinstance(block, tuple) else (block,)
+    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)),
+                        shmem_size=shared)
+
+
+def launchable(kernel, signature) -> tuple:
+    """(function, stream): `kernel` (a Numba dispatcher) compiled for `signature`
+    on the current GPU, and Numba's default stream, in the forms
+    `cuda.core.launch` takes."""
+    compiled = kernel.compile(signature)
+    return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
+
+
+def flat_argument(pointer: int, size: int, itemsize: int) -> tuple:
+    """A C-contiguous 1D array as a compiled kernel takes it (Numba's array
+    model: meminfo, parent, nitems, itemsize, data, shape, strides)."""
+    return (0, 0, size, itemsize, pointer, size, itemsize)
+
+
+def matrix_argument(pointer: int, rows: int, cols: int, itemsize: int = 4,
+                    row_stride: int | None = None) -> tuple:
+    """A 2D array as a compiled kernel takes it: C-contiguous, or with rows
+    `row_stride` elements apart (a slice of columns; the kernel must then be
+    compiled for layout "A")."""
+    return (0, 0, rows * cols, itemsize, pointer, rows, cols, (row_stride or cols) * itemsize,
+            itemsize)
+
+
+
+# -----------------------------------------------------------------------------
+# Which GPU, and what it can do
+
+
+@lru_cache(maxsize=None)
+def gpu_name(device_id: int) -> str:
+    """The name the driver gives GPU `device_id` (for example 'NVIDIA H100 80GB HBM3')."""
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+# TF32 mma.sync needs compute capability 8.0 (Ampere) or later.
+TENSOR_CORE_CAPABILITY = (8, 0)
+# The shared memory a block may declare statically, and have without opting in.
+STATIC_SHARED_LIMIT_BYTES = 48 * 1024
+
+
+@lru_cache(maxsize=None)
+def has_tf32_tensor_cores(device_id: int) -> bool:
+    """Whether this GPU runs mma.sync with TF32 (compute capability 8.0 on)."""
+    from cuda.bindings import driver as cu
+
+    found = []
+    for attribute in (cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                      cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
+        error, value = cu.cuDeviceGetAttribute(attribute, device_id)
+        if error != cu.CUresult.CUDA_SUCCESS:
+            return False
+        found.append(int(value))
+    return tuple(found) >= TENSOR_CORE_CAPABILITY
+
+
+@lru_cache(maxsize=None)
+def max_shared_bytes_per_block(device_id: int) -> int:
+    """The most shared memory a block may opt in to on this GPU."""
+    from cuda.bindings import driver as cu
+
+    attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    error, value = cu.cuDeviceGetAttribute(attribute, device_id)
+    return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
+
+
+@lru_cache(maxsize=None)
+def launchable_with_shared(kernel, dynamic_bytes, device_id):
+    """What a launch of an already compiled kernel needs on one GPU, found once:
+    the compiled function and the default stream, in the forms
+    `cuda.core.launch` takes (the forms Numba's own launch passes it). A
+    kernel with more than 48 KiB of dynamic shared memory must opt in to it,
+    once: Numba has no API for that, so this sets the function attribute the
+    way Numba's own `set_shared_memory_carveout` sets its attribute."""
+    compiled = next(iter(kernel.overloads.values()))
+    function = compiled._codelibrary.get_cufunc()
+    if dynamic_bytes > STATIC_SHARED_LIMIT_BYTES:
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        try:
+            driver.cuKernelSetAttribute(attribute, int(dynamic_bytes), function.handle,
+                                        function.device.id)
+        except Exception as error:
+            raise ValueError(f"this GPU cannot give a block {dynamic_bytes} bytes of shared "
+                             f"memory ({error}); choose smaller tiles") from None
+    return function.kernel, kernel.configure((1,), (1,)).stream
+
+
+# -----------------------------------------------------------------------------
+# The caller's arrays: numpy, Numba device arrays, CUDA torch tensors
+
+
+def is_torch_tensor(x) -> bool:
+    """True for a torch tensor (found by its type's module: torch is not imported)."""
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+@lru_cache(maxsize=None)
+def torch_float32():
+    """torch.float32, imported once (this package does not import torch at import time)."""
+    import torch
+
+    return torch.float32
+
+
+def is_device_array(x) -> bool:
+    """A Numba device array (the simulator's stand-in has no CUDA array interface)."""
+    if on_gpu():
+        return cuda.is_cuda_array(x)
+    return type(x).__name__ == "FakeCUDAArray"
+
+
+def to_kernel(x, kind):
+    """What a kernel launch takes: a device array (or a torch CUDA tensor as is).
+    `kind`: "numpy", "device" (a Numba device array) or "torch"."""
+    if kind == "numpy":
+        return cuda.to_device(x)
+    if kind == "torch":
+        return cuda.as_cuda_array(x.detach())
+    return x
+
+
+def empty_like(kind, like, shape, dtype="float32"):
+    """An output in the caller's kind, of element type dtype (a name: "float32"
+    or "float16"); returns (what the caller gets, what a kernel takes)."""
+    if kind == "torch":
+        import torch
+
+        out = torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
+        return out, cuda.as_cuda_array(out)
+    out = cuda.device_array(shape, dtype=np.dtype(dtype))
+    return out, out
+
+
+def from_kernel(out, kind):
+    """A kernel's output as the caller gets it: numpy copied back to the host."""
+    return out.copy_to_host() if kind == "numpy" else out
+
+
+_FLOAT32 = np.dtype(np.float32)
+
+
+def numba_empty(m: int, n: int, device_id: int):
+    """An uninitialised m x n float32 Numba device array, its memory taken from
+    the GPU's stream-ordered pool and handed back to it asynchronously.
+
+    With `cuda.device_array`, a 1 x 1 x 1 call of matmul from Numba arrays
+    took 39.4 microseconds on the H100 against 12.6 from torch tensors, and
+    50-55 more at 512^3 and 1024^3 (the first sgemm_shapes run of
+    2026-11-26, in git at commit 75a6878; with this function, 14.0 against
+    13.6 in the committed file). `cuda.device_array` goes through Numba's
+    memory manager (a checked driver call, an allocation table, a
+    weak-reference finaliser) and frees with `cuMemFree`, ten at a time,
+    which waits for the GPU. Here the memory comes from `cuMemAllocAsync`'s
+    pool (cuda.core's DeviceMemoryResource) on the legacy default stream, the
+    stream the kernels run on; the Numba array owns the buffer, and when the
+    last array or view of it goes the buffer is freed on that same stream,
+    after the work queued there. (Numba's external memory manager, if one is
+    set, is not asked: the result of matmul is the only array made this way.)"""
+    if not (m and n):
+        return cuda.device_array((m, n), np.float32)
+    allocate, stream, context, pointer_type, memory_type, array_type = _numba_allocator(device_id)
+    buffer = allocate(m * n * 4, stream=stream)
+    memory = memory_type(context, pointer_type(int(buffer.handle)), m * n * 4, owner=buffer)
+    return array_type((m, n), (n * 4, 4), _FLOAT32, stream=0, gpu_data=memory)
+
+
+@lru_cache(maxsize=None)
+def _numba_allocator(device_id: int) -> tuple:
+    """What numba_empty needs, found once per GPU: the pool's allocate, the
+    legacy default stream, Numba's context, and the types of a device pointer,
+    of Numba's memory pointer and of its device array."""
+    from cuda.core import LEGACY_DEFAULT_STREAM, DeviceMemoryResource
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.driver import MemoryPointer, binding
+
+    resource = DeviceMemoryResource(device_id)
+    return (resource.allocate, LEGACY_DEFAULT_STREAM, cuda.current_context(), binding.CUdeviceptr,
+            MemoryPointer, DeviceNDArray)
