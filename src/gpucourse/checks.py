@@ -72,6 +72,30 @@ def count(name, value) -> int:
     return int(x)
 
 
+def finite_array(name, value, ndim=None, *, min_ndim=None):
+    """value as a finite float64 array, with `ndim` dimensions if given."""
+    if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, str):
+        raise ValueError(f"{name} must be an array of numbers, got {value!r}")
+    array = np.asarray(value)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be an array of numbers, got an array of dtype {array.dtype}")
+    if ndim is not None and array.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
+    if min_ndim is not None and array.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions, got shape {array.shape}")
+    array = array.astype(np.float64)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite (no NaN or infinity)")
+    return array
+
+
+def whole_seed(seed) -> int:
+    """A random seed: a whole number >= 0 (bools refused)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+    return int(seed)
+
+
 def scalar_or_array(x):
     """Give back a plain float for scalar results, an ndarray otherwise."""
     return float(x) if np.ndim(x) == 0 else x
