@@ -72,6 +72,14 @@ def count(name, value) -> int:
     return int(x)
 
 
+def whole_at_least(name, value, minimum) -> int:
+    """A whole number >= `minimum` (a float such as 4096.0 is accepted)."""
+    x = real(name, value)
+    if x < minimum or not x.is_integer():
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(x)
+
+
 def finite_array(name, value, ndim=None, *, min_ndim=None):
     """value as a finite float64 array, with `ndim` dimensions if given."""
     if isinstance(value, (bool, np.bool_)) or value is None or isinstance(value, str):
