@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucourse.grading import exercise_listing, format_listing
+from gpucourse.chapters.exercises import exercise_listing, format_listing
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,11 +19,13 @@ import torch
 import torch.distributed as dist
 
 from gpucourse import collectives
-from gpucourse.exercise_processes import (EXAMPLE_BANDWIDTH_BYTES_PER_S, EXAMPLE_LATENCY_S,
-                                          check_collective, check_point_to_point_only,
-                                          example_timings, expect_alpha_beta_fit,
-                                          expected_messages, least_squares_alpha_beta,
-                                          run_forked, time_all_reduce)
+from gpucourse.grader.collective_exercises import (EXAMPLE_BANDWIDTH_BYTES_PER_S,
+                                                   EXAMPLE_LATENCY_S, check_collective,
+                                                   example_timings, expect_alpha_beta_fit,
+                                                   expected_messages, least_squares_alpha_beta,
+                                                   time_all_reduce)
+from gpucourse.grader.forked_ranks import run_forked
+from gpucourse.grader.ring_rules import check_point_to_point_only
 
 # A hang is stopped after this long; the tests allow a few seconds more for the
 # stacks to be printed and the processes reaped.

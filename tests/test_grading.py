@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gpucourse.grading import (chapters, format_scores, nbgrader_command, release_in_course,
-                               score_notebook)
+from gpucourse.grader.release import chapters, nbgrader_command, release_in_course
+from gpucourse.grader.self_check import format_scores, score_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = chapters(ROOT)

@@ -44,9 +44,11 @@ from test_book import browser  # noqa: F401 (the headless Chromium fixture, skip
 from test_grading import (exercises_of, filled_in, nbgrader_meta, release_notebook,
                           source_notebook, written_answers)
 
-from gpucourse.grading import chapters, nbgrader_command
-from gpucourse.instructor import (InstructorGradebook, _stale_tests, chapter_cell_ids,
-                                  find_submissions, main, opened_submissions, recognise_chapter)
+from gpucourse.grader.commands import instructor_main as main
+from gpucourse.grader.instructor import InstructorGradebook, _stale_tests
+from gpucourse.grader.release import chapters, nbgrader_command
+from gpucourse.grader.submissions import (chapter_cell_ids, find_submissions, opened_submissions,
+                                          recognise_chapter)
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "01_hpc_foundations"  # the cheapest chapter to execute

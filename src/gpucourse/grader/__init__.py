@@ -1,0 +1,27 @@
+"""The grader: everything that decides whether a student's answer earns its points.
+
+The course is graded by nbgrader; this package is what the course adds around
+it. Its modules run in three different places, and that is why they are apart:
+
+* **In a student's notebook**, under a graded test cell:
+  ``expect`` (the value checks, ``expect_float``, ``expect_array``, ...,
+  written so that a submission cannot fake them) and ``own_work`` (reading
+  which names a function's code refers to, to fail an answer that calls the
+  course's own implementation). The test cells import both as
+  ``gpucourse.verify``.
+* **In processes the grader starts**, for week 4's collectives:
+  ``ring_rules`` (what a ring may call, and the guards that refuse the rest),
+  ``forked_ranks`` (starting N gloo processes by fork and always stopping
+  them) and ``collective_exercises`` (the checks of the results, of the
+  messages and of the alpha-beta fit; the test cells import it as
+  ``gpucourse.exercise_processes``).
+* **On a command line**: ``release`` (nbgrader's command line, and
+  ``exercises/`` generated from ``solutions/``), ``self_check`` (the
+  students' self-check), ``submissions`` and ``instructor`` (the instructor's
+  ``grade`` command: find the submissions, grade them with nbgrader, report)
+  and ``commands`` (the arguments of both command lines, which keep their
+  old names: ``python -m gpucourse.grading`` and ``python -m gpucourse.instructor``).
+
+This file imports none of them, so that a test cell that imports the checks
+loads nothing of the instructor's tools.
+"""
