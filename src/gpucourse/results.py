@@ -79,12 +79,14 @@ def load_ncu_summary(name: str, path=None) -> dict:
     return record
 
 
-def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
+def newest_by(benchmark: str, key, directory=None, keep=None, what=None) -> dict:
     """The newest results file of `benchmark` for each value of key(path,
     record), as {value: record} sorted by value: for instance one run per
     number of GPUs. Files oldest first, so that a newer one replaces an older
     one with the same key; `keep(record)` False leaves a file out. `key` may
-    raise ValueError for a file it cannot place."""
+    raise ValueError for a file it cannot place. Where `what` names the files
+    a chapter needs ("collectives-<gpu>-<date>.json results files"), finding
+    none raises ValueError saying so instead of returning {}."""
     if not callable(key) or (keep is not None and not callable(keep)):
         raise ValueError("key must be a function of (path, record), and keep None or a "
                          f"function of record; got key={key!r}, keep={keep!r}")
@@ -93,6 +95,9 @@ def newest_by(benchmark: str, key, directory=None, keep=None) -> dict:
         record = load_results(benchmark, path)
         if keep is None or keep(record):
             runs[key(path, record)] = record
+    if not runs and what is not None:
+        where = results_dir() if directory is None else directory
+        raise ValueError(f"directory must hold {what}, found none in {where}")
     return dict(sorted(runs.items()))
 
 

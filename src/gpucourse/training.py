@@ -407,6 +407,17 @@ def plot_timeline(record: StepRecord, ax=None, title=None):
     return ax
 
 
+def _finish_bar_chart(ax, xlabel, title):
+    """The finish both horizontal bar charts share: labels, a legend at the
+    lower right, and no frame on the top and right."""
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="lower right")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return ax
+
+
 def plot_techniques(records: dict, ax=None):
     """Peak saved activations and peak total of each technique, side by side."""
     import matplotlib.pyplot as plt
@@ -423,12 +434,7 @@ def plot_techniques(records: dict, ax=None):
         ax.text(a, r + 0.2, f" {a:.0f}", va="center", fontsize=8)
     ax.set_yticks(rows, names)
     ax.invert_yaxis()
-    ax.set_xlabel("KiB")
-    ax.set_title("What each technique does to the memory of a step")
-    ax.legend(fontsize=8, loc="lower right")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    return ax
+    return _finish_bar_chart(ax, "KiB", "What each technique does to the memory of a step")
 
 
 # -----------------------------------------------------------------------------
@@ -728,9 +734,5 @@ def plot_pipelines(runs, step_s, batch_size, ax=None):
     ax.set_yticks(rows, [r.name for r in runs], fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, ceiling * 1.35)
-    ax.set_xlabel("samples per second (measured)")
-    ax.set_title("Who is the bottleneck: the input pipeline or the accelerator?")
-    ax.legend(fontsize=8, loc="lower right")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    return ax
+    return _finish_bar_chart(ax, "samples per second (measured)",
+                             "Who is the bottleneck: the input pipeline or the accelerator?")

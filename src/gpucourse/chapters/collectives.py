@@ -425,12 +425,8 @@ def measured_runs(directory=None) -> dict[int, dict]:
                              f"rows ({ranks}), got gpu_count={count!r}")
         return ranks
 
-    runs = results.newest_by("collectives", world_size, directory)
-    if not runs:
-        where = results.results_dir() if directory is None else directory
-        raise ValueError(f"directory must hold collectives-<gpu>-<date>.json results files, "
-                         f"found none in {where}")
-    return runs
+    return results.newest_by("collectives", world_size, directory,
+                             what="collectives-<gpu>-<date>.json results files")
 
 
 def _check_runs(runs) -> dict:

@@ -62,9 +62,10 @@ def _plain_log2_ticks(ax):
     ax.yaxis.set_major_formatter(plain)
 
 
-def plot_amdahl(parallel_fractions=(0.5, 0.9, 0.95, 0.99, 0.999), max_workers=65536, ax=None):
-    """Amdahl speed-up against workers (log-log), one curve per parallel fraction,
-    each with its ceiling 1 / (1 - p) dotted."""
+def _speedup_figure(parallel_fractions, max_workers, ax):
+    """What both speed-up figures start from: the checked fractions and
+    worker count, 200 worker counts spaced evenly on a log scale from 1 to
+    `max_workers`, and the axes to draw on (a new figure if `ax` is None)."""
     import matplotlib.pyplot as plt
 
     max_workers = _at_least("max_workers", max_workers, 2)
@@ -72,18 +73,30 @@ def plot_amdahl(parallel_fractions=(0.5, 0.9, 0.95, 0.99, 0.999), max_workers=65
     if ax is None:
         _, ax = plt.subplots(figsize=(7.5, 4.5))
     workers = np.logspace(0, np.log10(max_workers), 200)
-    for p in fractions:
-        line, = ax.plot(workers, amdahl_speedup(p, workers), lw=2, label=f"p = {p:g}")
-        if p < 1:
-            ax.axhline(amdahl_limit(p), color=line.get_color(), lw=1, ls=":")
-    ax.plot(workers, workers, color="0.5", lw=1, ls="--", label="ideal (p = 1)")
+    return fractions, max_workers, workers, ax
+
+
+def _workers_axes(ax, max_workers, ylabel):
+    """Both axes in powers of two from 1 to `max_workers`, written plainly."""
     ax.set_xscale("log", base=2)
     ax.set_yscale("log", base=2)
     ax.set_xlim(1, max_workers)
     ax.set_ylim(1, max_workers)
     ax.set_xlabel("workers n")
-    ax.set_ylabel("speed-up S(n)")
+    ax.set_ylabel(ylabel)
     _plain_log2_ticks(ax)
+
+
+def plot_amdahl(parallel_fractions=(0.5, 0.9, 0.95, 0.99, 0.999), max_workers=65536, ax=None):
+    """Amdahl speed-up against workers (log-log), one curve per parallel fraction,
+    each with its ceiling 1 / (1 - p) dotted."""
+    fractions, max_workers, workers, ax = _speedup_figure(parallel_fractions, max_workers, ax)
+    for p in fractions:
+        line, = ax.plot(workers, amdahl_speedup(p, workers), lw=2, label=f"p = {p:g}")
+        if p < 1:
+            ax.axhline(amdahl_limit(p), color=line.get_color(), lw=1, ls=":")
+    ax.plot(workers, workers, color="0.5", lw=1, ls="--", label="ideal (p = 1)")
+    _workers_axes(ax, max_workers, "speed-up S(n)")
     ax.set_title("Amdahl's law: a fixed job, more workers")
     ax.legend(title="parallel fraction", loc="upper left", fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
@@ -92,26 +105,14 @@ def plot_amdahl(parallel_fractions=(0.5, 0.9, 0.95, 0.99, 0.999), max_workers=65
 
 def plot_gustafson(parallel_fractions=(0.5, 0.9, 0.99), max_workers=1024, ax=None):
     """Gustafson (solid) against Amdahl (dashed) for the same parallel fractions."""
-    import matplotlib.pyplot as plt
-
-    max_workers = _at_least("max_workers", max_workers, 2)
-    fractions = [_fraction("parallel_fractions", p) for p in parallel_fractions]
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.5, 4.5))
-    workers = np.logspace(0, np.log10(max_workers), 200)
+    fractions, max_workers, workers, ax = _speedup_figure(parallel_fractions, max_workers, ax)
     for i, p in enumerate(fractions):
         ax.plot(workers, gustafson_speedup(p, workers), lw=2, color=f"C{i}",
                 label=f"Gustafson, p = {p:g}")
     for i, p in enumerate(fractions):
         ax.plot(workers, amdahl_speedup(p, workers), lw=2, ls="--", color=f"C{i}",
                 label=f"Amdahl, p = {p:g}")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
-    ax.set_xlim(1, max_workers)
-    ax.set_ylim(1, max_workers)
-    ax.set_xlabel("workers n")
-    ax.set_ylabel("speed-up")
-    _plain_log2_ticks(ax)
+    _workers_axes(ax, max_workers, "speed-up")
     ax.set_title("Scaled (Gustafson) versus fixed-size (Amdahl) speed-up")
     ax.legend(loc="upper left", fontsize=9, ncol=2)
     ax.grid(True, which="major", alpha=0.3)

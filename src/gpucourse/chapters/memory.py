@@ -149,13 +149,10 @@ def gpu_runs(directory=None) -> dict:
                              f"{sizes}")
         return count
 
-    runs = results.newest_by("memory", gpu_count, directory,
-                             keep=lambda record: record.get("backend") == "nccl")
-    if not runs:
-        where = results.results_dir() if directory is None else directory
-        raise ValueError(f"directory must hold memory-<gpu>x<N>-<date>.json results of a GPU run "
-                         f"(backend nccl), found none in {where}")
-    return runs
+    return results.newest_by("memory", gpu_count, directory,
+                             keep=lambda record: record.get("backend") == "nccl",
+                             what="memory-<gpu>x<N>-<date>.json results of a GPU run "
+                                  "(backend nccl)")
 
 
 def _checked_runs(runs) -> dict:
@@ -272,6 +269,22 @@ def plot_breakdown(model="GPT-3 6.7B", dp=8, precision="mixed", seq_len=2048, mi
     return ax
 
 
+def _log_lines_axes(ax, xlabel, ylabel, title):
+    """The axes both line figures share: x in powers of two written plainly,
+    y logarithmic, a small legend and a light grid."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
 def plot_zero_scaling(n_params=7.5e9, dps=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
                       precision="mixed", gpu_memory_bytes=32e9, ax=None):
     """Model states per GPU against the data-parallel degree, one line per stage."""
@@ -288,16 +301,8 @@ def plot_zero_scaling(n_params=7.5e9, dps=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512
     if gpu_memory_bytes:
         ax.axhline(gpu_memory_bytes / GB, color="k", ls="--", lw=1,
                    label=f"{gpu_memory_bytes / GB:g} GB GPU")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("data-parallel degree N_d (GPUs)")
-    ax.set_ylabel("model states per GPU (GB)")
-    ax.set_title(f"Ψ = {psi / 1e9:g}B parameters, {PRECISIONS[precision].name}", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return _log_lines_axes(ax, "data-parallel degree N_d (GPUs)", "model states per GPU (GB)",
+                           f"Ψ = {psi / 1e9:g}B parameters, {PRECISIONS[precision].name}")
 
 
 def plot_activations(model="GPT-3 175B", tp=8, micro_batch=1,
@@ -319,16 +324,8 @@ def plot_activations(model="GPT-3 175B", tp=8, micro_batch=1,
     for label, kw in forms:
         ax.plot(seq_lens, [activation_bytes_per_layer(s, micro_batch, h, a, **kw) / GB
                            for s in seq_lens], "o-", ms=3, lw=2, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_xlabel("sequence length s")
-    ax.set_ylabel("activations per layer per GPU (GB)")
-    ax.set_title(f"{model} (h = {h}, a = {a}), micro-batch {micro_batch}", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return _log_lines_axes(ax, "sequence length s", "activations per layer per GPU (GB)",
+                           f"{model} (h = {h}, a = {a}), micro-batch {micro_batch}")
 
 
 def plot_measured(rows, ax=None):
