@@ -119,6 +119,17 @@ def plot_gustafson(parallel_fractions=(0.5, 0.9, 0.99), max_workers=1024, ax=Non
     return ax
 
 
+def _label_axes(ax, xlabel, ylabel, title):
+    """The finish the roofline and the TOP500 figures share: labels, a legend
+    at the lower right and a light grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
+    return ax
+
+
 def plot_roofline(gpus=None, workloads=None, placed_on="H100", ax=None):
     """Rooflines of the datasheet GPUs (log-log), with the example workloads
     marked on the roof of `placed_on`."""
@@ -169,12 +180,9 @@ def plot_roofline(gpus=None, workloads=None, placed_on="H100", ax=None):
     ax.set_yscale("log")
     ax.set_xlim(intensity[0], intensity[-1])
     ax.set_ylim(1e11, 2e14)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of DRAM traffic)")
-    ax.set_ylabel("attainable FP32 FLOP/s")
-    ax.set_title("Roofline: FP32 (no tensor cores) from the datasheets")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return _label_axes(ax, "arithmetic intensity (FLOP per byte of DRAM traffic)",
+                       "attainable FP32 FLOP/s",
+                       "Roofline: FP32 (no tensor cores) from the datasheets")
 
 
 def plot_top500(systems=TOP500_NUMBER_ONE, until_year=2040, ax=None):
@@ -213,12 +221,8 @@ def plot_top500(systems=TOP500_NUMBER_ONE, until_year=2040, ax=None):
     ax.set_yscale("log")
     ax.set_xlim(CRAY_1_YEAR - 2, until_year)
     ax.set_ylim(1e7, 1e22)
-    ax.set_xlabel("year")
-    ax.set_ylabel("FLOP/s (64-bit)")
-    ax.set_title("The fastest computers, 1976 to today, and where the trend goes")
-    ax.legend(loc="lower right", fontsize=8)
-    ax.grid(True, which="major", alpha=0.3)
-    return ax
+    return _label_axes(ax, "year", "FLOP/s (64-bit)",
+                       "The fastest computers, 1976 to today, and where the trend goes")
 
 
 def plot_energy(table=None, ax=None):
