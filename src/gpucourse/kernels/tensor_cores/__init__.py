@@ -1,4 +1,4 @@
-"""Tensor cores from Numba: warp-wide matrix instructions written by hand, and the GEMMs built on them.
+"""Tensor cores from Numba: warp-wide matrix instructions by hand, and the GEMMs built on them.
 
 numba-cuda has no tensor-core functions, so this package emits the PTX
 instructions itself and builds matrix products on them. A warp of 32 threads
@@ -40,7 +40,8 @@ from gpucourse.kernels.tensor_cores.hgemm import (  # noqa: F401
     BLOCK_K, BLOCK_M, BLOCK_N, LEVELS, SHARED_ROW, THREADS_2, TILES_M, TILES_N, WARPS_M, WARPS_N,
     WARPS_PER_BLOCK, _device_places, _hgemm_kernel, _hgemm_shared_kernel, _launch, hgemm)
 from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
-    TF32_MASK, cvt_rna_tf32, mma_m16n8k8_tf32, mma_m16n8k16, round_to_tf32)
+    TF32_MASK, cvt_rna_tf32, forget_earlier_calls, mma_m16n8k8_tf32, mma_m16n8k16,
+    round_to_tf32)
 from gpucourse.kernels.tensor_cores.tf32gemm import (  # noqa: F401
     PASSES, TF32_A_ROW, TF32_B_ROW, TF32_BLOCK_K, TF32_BLOCK_M, TF32_BLOCK_N, TF32_THREADS,
     TF32_TILES_M, TF32_TILES_N, TF32_WARPS_M, TF32_WARPS_N, _TF32GEMM_KERNELS, _launch_tf32,

@@ -23,13 +23,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucourse.device import cuda, on_gpu
+from gpucourse.device import cuda
 from numba.types import float16, float32  # noqa: E402 (after gpucourse.device)
-from gpucourse.kernels.tensor_cores import intrinsics
-from gpucourse.kernels.tensor_cores.block_tiles import _check_operands
-from gpucourse.kernels.tensor_cores.fragments import A_FRAGMENT, B_FRAGMENT, C_FRAGMENT, WARP, K, M, N
-from gpucourse.kernels.tensor_cores.intrinsics import mma_m16n8k16
+from gpucourse.kernels.tensor_cores.block_tiles import (_check_operands, element_or_zero,
+                                                       make_block_tile)
+from gpucourse.kernels.tensor_cores.fragments import (A_FRAGMENT, B_FRAGMENT, C_FRAGMENT, WARP, K,
+                                                     M, N)
+from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls, mma_m16n8k16
 
+
+# Level 1: the instruction and nothing else. One warp per block and per 16 x 8
+# tile of C; each lane loads its fragments straight from global memory at the
+# places A_FRAGMENT, B_FRAGMENT and C_FRAGMENT list, no shared memory. Measured
+# on an H100, the kernel alone at 4096^3: 11.9 TFLOP/s
+# (benchmarks/results/tensor_cores-h100-2026-11-25-quick.json; 12.0 in
+# tensor_cores-h100-2026-11-26.json), against cuBLAS fp16's 656.
 @cuda.jit
 def _hgemm_kernel(a, b, c, a_places, b_places, c_places):
     """C = A B for fp16 A (M x K) and B (K x N), fp32 C, M, N, K multiples of
@@ -58,6 +66,14 @@ def _hgemm_kernel(a, b, c, a_places, b_places, c_places):
 WARPS_PER_BLOCK = 1  # a warp per block: every warp of a block has a tile (the simulator's
 # stand-in needs every thread of a block to call the instruction)
 
+# Level 2 adds over level 1: warps share their operands. Where level 1 read
+# every element of A and B from global memory once per warp that needs it,
+# here the 4 warps of a block read them from a tile in shared memory, copied
+# from global memory once per block; and any M, N and K work. Measured on an
+# H100, the kernel alone at 4096^3: 15.4 TFLOP/s
+# (benchmarks/results/tensor_cores-h100-2026-11-25-quick.json; 15.5 in
+# tensor_cores-h100-2026-11-26.json).
+#
 # Level 2: a block of 2 x 2 warps computes a 64 x 64 tile of C. Per step of 32
 # along K the block copies a 64 x 32 tile of A and a 32 x 64 tile of B into
 # shared memory (zeros beyond the matrices' edges, so any M, N and K work);
@@ -77,6 +93,9 @@ _A_PARTS = TILES_M * 8  # a lane's fragments of A for one step of 16
 _B_PARTS = TILES_N * 4
 _A_LOADS = BLOCK_M * BLOCK_K // THREADS_2  # elements each thread copies per tile
 _B_LOADS = BLOCK_K * BLOCK_N // THREADS_2
+# Which part of C a thread works on, how a lane writes its sums, and the grid:
+# the structure tf32gemm shares (block_tiles).
+_thread_places, _store_c, _grid = make_block_tile(BLOCK_M, BLOCK_N, WARPS_N, TILES_M, TILES_N)
 
 
 @cuda.jit
@@ -84,14 +103,8 @@ def _hgemm_shared_kernel(a, b, c):
     """C = A B for fp16 A (M x K) and B (K x N), fp32 C, any sizes: level 2
     (see the constants above). Fragment places as in A_FRAGMENT, B_FRAGMENT
     and C_FRAGMENT, written out with g = lane // 4 and t = lane % 4."""
-    m, depth = a.shape
-    n = b.shape[1]
-    thread = cuda.threadIdx.x
-    warp, lane = thread // WARP, thread % WARP
-    g, t = lane // 4, lane % 4
-    row0, col0 = cuda.blockIdx.y * BLOCK_M, cuda.blockIdx.x * BLOCK_N
-    warp_row = (warp // WARPS_N) * (TILES_M * M)  # the warp's part, within the block's tile
-    warp_col = (warp % WARPS_N) * (TILES_N * N)
+    depth = a.shape[1]
+    thread, g, t, row0, col0, warp_row, warp_col = _thread_places()
     a_tile = cuda.shared.array((BLOCK_M, SHARED_ROW), float16)  # a_tile[row, k]
     b_tile = cuda.shared.array((BLOCK_N, SHARED_ROW), float16)  # b_tile[column, k]: transposed
     acc = cuda.local.array(_ACCUMULATORS, float32)
@@ -103,17 +116,11 @@ def _hgemm_shared_kernel(a, b, c):
         for i in range(_A_LOADS):  # neighbouring threads read neighbouring elements of a row
             index = i * THREADS_2 + thread
             row, kk = index // BLOCK_K, index % BLOCK_K
-            if row0 + row < m and k0 + kk < depth:
-                a_tile[row, kk] = a[row0 + row, k0 + kk]
-            else:
-                a_tile[row, kk] = float16(0.0)
+            a_tile[row, kk] = element_or_zero(a, row0 + row, k0 + kk, float16(0.0))
         for i in range(_B_LOADS):
             index = i * THREADS_2 + thread
             kk, col = index // BLOCK_N, index % BLOCK_N
-            if k0 + kk < depth and col0 + col < n:
-                b_tile[col, kk] = b[k0 + kk, col0 + col]
-            else:
-                b_tile[col, kk] = float16(0.0)
+            b_tile[col, kk] = element_or_zero(b, k0 + kk, col0 + col, float16(0.0))
         cuda.syncthreads()
         for ks in range(0, BLOCK_K, K):
             for tm in range(TILES_M):
@@ -136,13 +143,7 @@ def _hgemm_shared_kernel(a, b, c):
                     for i in range(4):
                         acc[j + i] = d[i]
         cuda.syncthreads()  # all warps have read the tiles before they are overwritten
-    for tm in range(TILES_M):
-        for tn in range(TILES_N):
-            for i in range(4):  # C_FRAGMENT: row g (+8), column 2t (+1)
-                row = row0 + warp_row + tm * M + g + 8 * (i // 2)
-                col = col0 + warp_col + tn * N + 2 * t + i % 2
-                if row < m and col < n:
-                    c[row, col] = acc[(tm * TILES_N + tn) * 4 + i]
+    _store_c(c, acc, row0, col0, warp_row, warp_col, g, t)
 
 
 LEVELS = (1, 2)
@@ -158,15 +159,13 @@ def _launch(a, b, c, level, places=None):
     fp16) and c (M x N fp32), unchecked (hgemm checks; benchmarks/tensor_cores.py
     times the kernel alone with this). Level 1 needs `places` (_device_places())."""
     m, n = c.shape
-    if not on_gpu():
-        intrinsics._SCRATCH.clear()
+    forget_earlier_calls()
     if level == 1:
         tiles = (m // M) * (n // N)
         blocks = (tiles + WARPS_PER_BLOCK - 1) // WARPS_PER_BLOCK
         _hgemm_kernel[blocks, WARPS_PER_BLOCK * WARP](a, b, c, *places)
     else:
-        grid = ((n + BLOCK_N - 1) // BLOCK_N, (m + BLOCK_M - 1) // BLOCK_M)
-        _hgemm_shared_kernel[grid, THREADS_2](a, b, c)
+        _hgemm_shared_kernel[_grid(m, n), THREADS_2](a, b, c)
 
 
 

@@ -95,13 +95,19 @@ else:
     _C_ROWS, _C_COLS = C_FRAGMENT[..., 0], C_FRAGMENT[..., 1]
 
     @cuda.jit(device=True)
-    def mma_m16n8k16(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, c0, c1, c2, c3):
-        """D = A B + C for this lane's fragments (see the module's docstring)."""
+    def _warp_and_lane():
+        """(key, lane): the calling thread's warp, named by its block and its
+        number in the block (block x, y, z, warp), and its lane in the warp."""
         block = (cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z)
         flat = (cuda.threadIdx.z * cuda.blockDim.y + cuda.threadIdx.y) * cuda.blockDim.x \
             + cuda.threadIdx.x
         warp, lane = flat // WARP, flat % WARP
-        key = block + (warp,)
+        return block + (warp,), lane
+
+    @cuda.jit(device=True)
+    def mma_m16n8k16(a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, c0, c1, c2, c3):
+        """D = A B + C for this lane's fragments (see the module's docstring)."""
+        key, lane = _warp_and_lane()
         scratch = _SCRATCH.setdefault(key, {})
         scratch[lane] = (a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, c0, c1, c2, c3)
         cuda.syncthreads()
@@ -246,11 +252,7 @@ else:
     @cuda.jit(device=True)
     def mma_m16n8k8_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """D = A B + C for this lane's fragments (see the notes above)."""
-        block = (cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z)
-        flat = (cuda.threadIdx.z * cuda.blockDim.y + cuda.threadIdx.y) * cuda.blockDim.x \
-            + cuda.threadIdx.x
-        warp, lane = flat // WARP, flat % WARP
-        key = block + (warp,)
+        key, lane = _warp_and_lane()
         call = _TF32_CALLS.get(key + (lane,), 0) + 1  # this lane's count of calls
         _TF32_CALLS[key + (lane,)] = call
         scratch = _SCRATCH_TF32.setdefault(key + (call % 2,), {})  # two areas, in turn
@@ -263,3 +265,13 @@ else:
                 _TF32_RESULTS.pop(key + (call - 2,), None)  # read by all lanes by now
         d = d[lane]
         return (np.float32(d[0]), np.float32(d[1]), np.float32(d[2]), np.float32(d[3]))
+
+
+def forget_earlier_calls():
+    """Forget the simulator stand-ins' record of earlier calls (their scratch
+    areas, counts of calls and results), before a launch; on a GPU there is
+    nothing to forget. Every kernel that calls the stand-ins launches after
+    this."""
+    if not on_gpu():
+        for state in (_SCRATCH, _SCRATCH_TF32, _TF32_CALLS, _TF32_RESULTS):
+            state.clear()

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucourse.device import cuda, on_gpu
+from gpucourse.device import cuda
 from numba.types import float32  # noqa: E402 (after gpucourse.device)
-from gpucourse.kernels.tensor_cores import intrinsics
-from gpucourse.kernels.tensor_cores.block_tiles import _check_operands
+from gpucourse.kernels.tensor_cores.block_tiles import (_check_operands, element_or_zero,
+                                                       make_block_tile)
 from gpucourse.kernels.tensor_cores.fragments import WARP, TF32_K, TF32_M, TF32_N
-from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
+from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, forget_earlier_calls,
+                                                      mma_m16n8k8_tf32)
+
 
 # ---------------------------------------------------------------------------
 # 3xTF32: fp32-like accuracy from three TF32 products
@@ -66,7 +68,10 @@ from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_
 # row: the 8 rows x 4 columns a warp's fragment reads fall in 32 different
 # banks), B's row by row (along K, as B is stored) with 8 floats of padding (72
 # per row: the 4 rows x 8 columns of a fragment fall in 32 banks, and a warp's
-# copy of one row of B writes 32 banks).
+# copy of one row of B writes 32 banks). Where this kernel differs from level
+# 2 (the tiles it copies, rounded and split, B's kept along K, and its
+# fragment reads) is deliberate, for its instruction; what is the same (the
+# threads' places, the store of C, the grid) comes from block_tiles.
 TF32_BLOCK_M, TF32_BLOCK_N, TF32_BLOCK_K = 64, 64, 32
 TF32_WARPS_M, TF32_WARPS_N = 2, 2  # the block's warps, each computing a 32 x 32 part of C
 TF32_TILES_M, TF32_TILES_N = 2, 4  # a warp's 16 x 8 tiles of C: 2 down, 4 across
@@ -79,6 +84,11 @@ _TF32_B_PARTS = TF32_TILES_N * 2
 _TF32_A_LOADS = TF32_BLOCK_M * TF32_BLOCK_K // TF32_THREADS  # elements each thread copies
 _TF32_B_LOADS = TF32_BLOCK_K * TF32_BLOCK_N // TF32_THREADS
 PASSES = (1, 3)
+# Which part of C a thread works on, how a lane writes its sums, and the grid:
+# hgemm level 2's, for these constants (block_tiles; the TF32 instruction's C
+# is 16 x 8 at C_FRAGMENT's places, like the fp16 one's).
+_thread_places, _store_c, _grid = make_block_tile(TF32_BLOCK_M, TF32_BLOCK_N, TF32_WARPS_N,
+                                                  TF32_TILES_M, TF32_TILES_N)
 
 
 def _make_tf32gemm_kernel(passes):
@@ -86,20 +96,24 @@ def _make_tf32gemm_kernel(passes):
     `passes` fixed when it compiles."""
     split = passes == 3
 
+    @cuda.jit(device=True)
+    def store_rounded(big_tile, small_tile, row, col, x):
+        """x rounded once on its way into shared memory: big = tf32(x) into
+        big_tile[row, col] and, for 3 passes, small = tf32(x - big) into
+        small_tile[row, col]."""
+        big = cvt_rna_tf32(x)
+        big_tile[row, col] = big
+        if split:
+            small_tile[row, col] = cvt_rna_tf32(x - big)
+
     @cuda.jit
     def kernel(a, b, c):
         """C = A B for fp32 A (M x K) and B (K x N), fp32 C, any sizes (see the
         constants above). Fragment places as in A_FRAGMENT_TF32,
         B_FRAGMENT_TF32 and C_FRAGMENT_TF32, written out with g = lane // 4 and
         t = lane % 4."""
-        m, depth = a.shape
-        n = b.shape[1]
-        thread = cuda.threadIdx.x
-        warp, lane = thread // WARP, thread % WARP
-        g, t = lane // 4, lane % 4
-        row0, col0 = cuda.blockIdx.y * TF32_BLOCK_M, cuda.blockIdx.x * TF32_BLOCK_N
-        warp_row = (warp // TF32_WARPS_N) * (TF32_TILES_M * TF32_M)
-        warp_col = (warp % TF32_WARPS_N) * (TF32_TILES_N * TF32_N)
+        depth = a.shape[1]
+        thread, g, t, row0, col0, warp_row, warp_col = _thread_places()
         a_big = cuda.shared.array((TF32_BLOCK_M, TF32_A_ROW), float32)  # a_big[row, k]
         a_small = cuda.shared.array((TF32_BLOCK_M, TF32_A_ROW), float32)
         b_big = cuda.shared.array((TF32_BLOCK_K, TF32_B_ROW), float32)  # b_big[k, column]
@@ -117,23 +131,13 @@ def _make_tf32gemm_kernel(passes):
             for i in range(_TF32_A_LOADS):  # neighbouring threads read neighbouring elements
                 index = i * TF32_THREADS + thread
                 row, kk = index // TF32_BLOCK_K, index % TF32_BLOCK_K
-                x = float32(0.0)
-                if row0 + row < m and k0 + kk < depth:
-                    x = a[row0 + row, k0 + kk]
-                big = cvt_rna_tf32(x)
-                a_big[row, kk] = big
-                if split:
-                    a_small[row, kk] = cvt_rna_tf32(x - big)
+                x = element_or_zero(a, row0 + row, k0 + kk, float32(0.0))
+                store_rounded(a_big, a_small, row, kk, x)
             for i in range(_TF32_B_LOADS):
                 index = i * TF32_THREADS + thread
                 kk, col = index // TF32_BLOCK_N, index % TF32_BLOCK_N
-                x = float32(0.0)
-                if k0 + kk < depth and col0 + col < n:
-                    x = b[k0 + kk, col0 + col]
-                big = cvt_rna_tf32(x)
-                b_big[kk, col] = big
-                if split:
-                    b_small[kk, col] = cvt_rna_tf32(x - big)
+                x = element_or_zero(b, k0 + kk, col0 + col, float32(0.0))
+                store_rounded(b_big, b_small, kk, col, x)
             cuda.syncthreads()
             for ks in range(0, min(TF32_BLOCK_K, depth - k0), TF32_K):  # not the zeros past K
                 for tm in range(TF32_TILES_M):
@@ -165,14 +169,9 @@ def _make_tf32gemm_kernel(passes):
                         for i in range(4):
                             acc[j + i] = d[i]
             cuda.syncthreads()  # all warps have read the tiles before they are overwritten
-        for tm in range(TF32_TILES_M):
-            for tn in range(TF32_TILES_N):
-                for i in range(4):  # C_FRAGMENT_TF32: row g (+8), column 2t (+1)
-                    row = row0 + warp_row + tm * TF32_M + g + 8 * (i // 2)
-                    col = col0 + warp_col + tn * TF32_N + 2 * t + i % 2
-                    if row < m and col < n:
-                        j = (tm * TF32_TILES_N + tn) * 4 + i
-                        c[row, col] = acc[j] + corr[j]
+        for i in range(_TF32_ACC):  # the small products join the big ones once, at the end
+            acc[i] += corr[i]
+        _store_c(c, acc, row0, col0, warp_row, warp_col, g, t)  # C_FRAGMENT_TF32 = C_FRAGMENT
 
     return kernel
 
@@ -185,11 +184,8 @@ def _launch_tf32(a, b, c, passes):
     b (K x N fp32) and c (M x N fp32), unchecked (tf32gemm checks;
     benchmarks/tensor_cores.py times the kernel alone with this)."""
     m, n = c.shape
-    if not on_gpu():
-        for state in (intrinsics._SCRATCH_TF32, intrinsics._TF32_CALLS, intrinsics._TF32_RESULTS):
-            state.clear()
-    grid = ((n + TF32_BLOCK_N - 1) // TF32_BLOCK_N, (m + TF32_BLOCK_M - 1) // TF32_BLOCK_M)
-    _TF32GEMM_KERNELS[passes][grid, TF32_THREADS](a, b, c)
+    forget_earlier_calls()
+    _TF32GEMM_KERNELS[passes][_grid(m, n), TF32_THREADS](a, b, c)
 
 
 def tf32gemm(a, b, passes=3):
