@@ -13,7 +13,7 @@ overhead does not count. It writes
 
 in the shape of CONVENTIONS.md (plus each kernel's registers, shared and
 local memory from Numba's compile reports). With --autotune it first runs
-sgemm.autotune at 4096^3, which updates src/gpucourse/kernels/sgemm_tuned.json
+sgemm.autotune at 4096^3, which updates src/gpucourse/kernels/sgemm/sgemm_tuned.json
 (a copy goes to DIR too), and level 6 then uses the result. Before that, it
 times level 6 in each loop variant, in turns: its dot-product loop written
 out 1, 2 or 4 steps per pass or whole (sgemm.DOT_UNROLL), with one or two copies of
@@ -44,6 +44,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from gpucourse.device import cuda  # noqa: E402
 from gpucourse.kernels import sgemm  # noqa: E402
+from gpucourse.kernels.sgemm import building_blocks, vectorized  # noqa: E402 (the loop's knobs)
 from gpucourse.results import gpu_slug  # noqa: E402
 
 SQUARE = [512, 1024, 2048, 4096, 8192]
@@ -188,7 +189,9 @@ def pick_loop_variant(config, size=4096, rounds=3) -> tuple[list[dict], tuple[in
     if not passed:
         raise RuntimeError("no loop variant of level 6 gave a correct result")
     best = min(passed, key=lambda r: r["ms"])
-    sgemm.DOT_UNROLL, sgemm.DOUBLE_BUFFER = best["unroll"], best["double_buffer"]
+    # Set where the kernels' factories read them (sgemm.DOT_UNROLL and
+    # sgemm.DOUBLE_BUFFER then report the new values).
+    building_blocks.DOT_UNROLL, vectorized.DOUBLE_BUFFER = best["unroll"], best["double_buffer"]
     return rows, (best["unroll"], best["double_buffer"])
 
 

@@ -14,7 +14,7 @@
    larger) with every number of slices, and the three configurations fastest
    at one slice join the finals as well: a tile too large to fill the GPU
    alone may win once K is cut. The fastest per shape goes into the GPU's
-   "by_shape" list in src/gpucourse/kernels/sgemm_tuned.json, which
+   "by_shape" list in src/gpucourse/kernels/sgemm/sgemm_tuned.json, which
    sgemm.auto_config reads (a copy goes to DIR). Small products want small
    tiles: 1024^3 in level 6's 128 x 256 tiles is 32 blocks for the H100's
    132 SMs.

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
-from gpucourse.kernels.sgemm import TileConfig
+from gpucourse.kernels.sgemm import TileConfig, building_blocks
 
 # float32 products of K terms of size ~1: rounding error grows like sqrt(K) * 6e-8.
 RTOL, ATOL = 1e-5, 1e-5
@@ -87,7 +87,7 @@ def test_dot_loop_written_out_2_4_or_all_8_steps_per_pass_gives_the_same_product
     # Levels 5 and 6 can write 2, 4 or all of a tile's steps of their
     # dot-product loop out per pass (sgemm.DOT_UNROLL); each must compute the
     # product (bk = 8: with 8 no loop is left).
-    monkeypatch.setattr(sgemm, "DOT_UNROLL", unroll)
+    monkeypatch.setattr(building_blocks, "DOT_UNROLL", unroll)
     config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
     a, b = _random((33, 24), 5), _random((24, 36), 6)
     kernel = sgemm._make_vectorized_kernel(config, True)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
-from gpucourse.kernels.sgemm import TileConfig
+from gpucourse.kernels.sgemm import TileConfig, entry_point
 from ptx_helpers import compile_without_a_gpu, ptxas_report
 from test_sgemm import ATOL, RTOL, SMALL_TILES, _random, _reference
 from test_sgemm_level7 import ONE_PATCH
@@ -46,7 +46,7 @@ def _no_partials(*args, **kwargs):
 def test_one_launch_split_k_is_exact_on_ragged_shapes(level, config, monkeypatch):
     from gpucourse.device import cuda
 
-    monkeypatch.setattr(sgemm, "sum_splits", _no_partials)  # one launch, no buffer
+    monkeypatch.setattr(entry_point, "sum_splits", _no_partials)  # one launch, no buffer
     for index, ((m, n, k), splits) in enumerate(CASES):
         a, b = _integers((m, k), index), _integers((k, n), 30 + index)
         kernel, grid, block, chunk = sgemm.split_kernel_for(level, (m, n, k), splits,
@@ -75,8 +75,8 @@ def test_the_split_kernel_adds_into_c_and_splits_1_stores_as_before(monkeypatch)
     # splits=1 is the one-launch kernel that stores C: no zeroing, no partials,
     # the same bits as without splits (and a K too short to split, likewise).
     one = sgemm.matmul(a, b, 6, config=SMALL_TILES)
-    monkeypatch.setattr(sgemm, "zero_matrix", _no_partials)
-    monkeypatch.setattr(sgemm, "sum_splits", _no_partials)
+    monkeypatch.setattr(entry_point, "zero_matrix", _no_partials)
+    monkeypatch.setattr(entry_point, "sum_splits", _no_partials)
     for splits, k in ((1, 40), (4, 10)):
         for split_sum in sgemm.SPLIT_SUMS:
             c = sgemm.matmul(a[:, :k], b[:k], 6, config=SMALL_TILES, splits=splits,

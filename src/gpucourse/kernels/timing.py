@@ -4,10 +4,13 @@
 :func:`time_sgemm` times SGEMM kernels (a student's, the library's levels of
 :mod:`gpucourse.kernels.sgemm`, and cuBLAS through PyTorch when it is there)
 on square products and checks each result against NumPy in float64 first: a
-broken kernel can look fast. Without a GPU, :func:`committed_rows` reads the
-same kind of rows from the benchmark's committed results file, so that a
-chapter can show measured figures anywhere. :func:`format_table` and
-:func:`plot_tflops` show either.
+broken kernel can look fast. This module measures and nothing else: the
+chapter's readers of the committed rows and its tables and plots of either
+(``committed_rows``, ``format_table``, ``plot_tflops``) live in
+:mod:`gpucourse.chapters.sgemm`, and are still importable from here for old
+code. It imports :mod:`gpucourse.kernels.sgemm` only inside ``time_sgemm``,
+and the kernels import only :func:`median_time_s` from here, so the two
+modules never need each other to load.
 
 A row is a dict with ``variant``, ``m``, ``n``, ``k``, ``ms``, ``tflops``,
 ``vs_cublas`` (cuBLAS's time over this one's, None without cuBLAS) and
@@ -168,81 +171,15 @@ def _launcher(kernel, grid, block, a, b, c):
     return run
 
 
-def committed_rows(sizes=DEFAULT_SIZES, path=None) -> tuple[dict, list[dict]]:
-    """(record, rows): the newest committed sgemm results file (``path``: a file or a
-    folder; default benchmarks/results) and its rows at the square ``sizes``, in
-    the shape :func:`time_sgemm` returns."""
-    from gpucourse import results
-
-    if not isinstance(sizes, (list, tuple)) or not sizes:
-        raise ValueError(f"sizes must be a non-empty list of matrix sizes, got {sizes!r}")
-    wanted = {_whole("sizes", s, 1) for s in sizes}
-    record = results.load_results("sgemm", path)
-    fields = ("variant", "m", "n", "k", "ms", "tflops", "vs_cublas", "max_rel_err")
-    rows = [{f: r.get(f) for f in fields} for r in record["results"]
-            if r["m"] == r["n"] == r["k"] and r["m"] in wanted]
-    if not rows:
-        measured = sorted({r["m"] for r in record["results"] if r["m"] == r["n"] == r["k"]})
-        raise ValueError(f"sizes must include a measured square size, one of {measured}; "
-                         f"got {sorted(wanted)}")
-    return record, rows
+# The chapter's readers and views of the rows moved to gpucourse.chapters.sgemm;
+# these names are kept here for old imports (`timing.format_table(rows)`),
+# looked up when first asked for, since that module imports this one.
+_MOVED_TO_CHAPTERS = ("committed_rows", "format_table", "plot_tflops", "_check_rows", "_variants")
 
 
-def _check_rows(rows) -> list[dict]:
-    if not isinstance(rows, list) or not rows or not all(
-            isinstance(r, dict) and {"variant", "m", "tflops"} <= set(r) for r in rows):
-        raise ValueError("rows must be a non-empty list of rows from time_sgemm or "
-                         "committed_rows")
-    return rows
+def __getattr__(name):
+    if name in _MOVED_TO_CHAPTERS:
+        from gpucourse.chapters import sgemm as chapter
 
-
-def _variants(rows) -> list[str]:
-    return list(dict.fromkeys(r["variant"] for r in rows))
-
-
-def format_table(rows) -> str:
-    """A text table: TFLOP/s of each variant (rows) at each size (columns), and its share
-    of cuBLAS at the largest size; "wrong" where a result failed its check."""
-    rows = _check_rows(rows)
-    sizes = sorted({r["m"] for r in rows})
-    by = {(r["variant"], r["m"]): r for r in rows}
-    width = max(len(v) for v in _variants(rows)) + 2
-    lines = [f"{'TFLOP/s':<{width}}" + "".join(f"{s:>10}" for s in sizes)
-             + f"{'share of cuBLAS at ' + str(sizes[-1]):>28}"]
-    for variant in _variants(rows):
-        cells = []
-        for size in sizes:
-            row = by.get((variant, size))
-            cells.append(f"{'':>10}" if row is None else
-                         f"{'wrong':>10}" if row["tflops"] is None else f"{row['tflops']:10.2f}")
-        last = by.get((variant, sizes[-1]))
-        share = last.get("vs_cublas") if last else None
-        lines.append(f"{variant:<{width}}" + "".join(cells)
-                     + (f"{share:28.1%}" if share else f"{'':>28}"))
-    return "\n".join(lines)
-
-
-def plot_tflops(rows, ax=None, title: str | None = None):
-    """TFLOP/s against matrix size, one line per variant (cuBLAS dashed); returns the axes."""
-    import matplotlib.pyplot as plt
-
-    rows = _check_rows(rows)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
-    for variant in _variants(rows):
-        points = sorted((r["m"], r["tflops"]) for r in rows
-                        if r["variant"] == variant and r["tflops"] is not None)
-        if points:
-            ax.plot(*zip(*points), marker="o", label=variant,
-                    linestyle="--" if variant == "cublas" else "-")
-    ax.set_xscale("log", base=2)
-    sizes = sorted({r["m"] for r in rows})
-    ax.set_xticks(sizes, [str(size) for size in sizes])
-    ax.minorticks_off()
-    ax.set_xlabel("M = N = K")
-    ax.set_ylabel("TFLOP/s")
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(alpha=0.3)
-    return ax
+        return getattr(chapter, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,413 @@
+"""Chapter 8's SGEMM ladder as data: readers of the committed benchmark results,
+the reference ladders the chapter compares against, occupancy, and the plots
+and tables the chapter draws from them.
+
+Nothing here runs a kernel. These functions read the benchmark results files
+(``benchmarks/results/sgemm-*.json``, the level-by-level run, and
+``sgemm_cuda_cpp-*.json``, the worklog's own CUDA C++ kernels on the same
+GPU), hold the worklog's own table, and compute occupancy from the resource
+numbers those files record. ``committed_rows``, ``format_table`` and
+``plot_tflops`` show the rows ``gpucourse.kernels.timing.time_sgemm`` measures,
+or the committed ones where there is no GPU. What the chapter shows of level 7,
+of the instruction counts and of every shape is in ``sgemm_gap``. Only the
+tile shapes' own arithmetic is borrowed from ``gpucourse.kernels.sgemm``,
+imported inside the functions that need it. Plots take ``ax=None`` and return
+the axes; matplotlib is imported inside them. They are kept apart from the
+kernels so that a student reads a kernel without the code that draws its
+figures.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpucourse import results
+from gpucourse.kernels.timing import DEFAULT_SIZES, _whole
+
+# The worklog's own table: Simon Boehm, "How to Optimize a CUDA Matmul Kernel
+# for cuBLAS-like Performance: a Worklog" (2022), and the README of its
+# repository (siboehm/SGEMM_CUDA): CUDA C++ on an NVIDIA RTX A6000, fp32, at
+# matrix size 4092 (the README's words). Every kernel of the article's table,
+# by the worklog's own kernel number: (kernel, name, GFLOP/s, share of cuBLAS).
+# The article's kernels 7, 8 and 11 (bank-conflict and double-buffering
+# experiments) are in the README only and are left out here.
+BOEHM_A6000 = [
+    (1, "naive", 309.0, 0.013),
+    (2, "GMEM coalescing", 1986.5, 0.085),
+    (3, "SMEM caching", 2980.3, 0.128),
+    (4, "1D blocktiling", 8474.7, 0.365),
+    (5, "2D blocktiling", 15971.7, 0.687),
+    (6, "vectorized mem access", 18237.3, 0.784),
+    (9, "autotuning", 19721.0, 0.848),
+    (10, "warptiling", 21779.3, 0.937),
+]
+BOEHM_A6000_CUBLAS_GFLOPS = 23249.6
+
+# The course's levels against the worklog's kernels they follow (level 6 is
+# autotuned like kernel 9). Level 7 follows kernel 10, warp tiling, but was
+# measured in a run of its own (`load_level7_results`), so the ladder's
+# figures, which read one sgemm run, stop at level 6.
+WORKLOG_KERNEL_OF_LEVEL = {"1": 1, "2": 2, "3": 3, "4a": 4, "4b": 5, "5": 6, "6": 9}
+
+
+def load_cuda_cpp_results(path=None) -> dict:
+    """The H100 run of the worklog's own CUDA C++ kernels
+    (benchmarks/results/sgemm_cuda_cpp-*.json): device, versions, date, method
+    and one row per kernel plus cuBLAS."""
+    return results.load_results("sgemm_cuda_cpp", path)
+
+
+def cuda_cpp_rows(record: dict) -> list[dict]:
+    """The CUDA C++ kernels of a `load_cuda_cpp_results` record, cuBLAS last."""
+    rows = record.get("results") if isinstance(record, dict) else None
+    if not rows or not any(r.get("variant") == "cublas" for r in rows):
+        raise ValueError("record must be an sgemm_cuda_cpp results record with a cublas row")
+    return [r for r in rows if r["variant"] != "cublas"] + [r for r in rows if r["variant"] == "cublas"]
+
+
+# Per-SM limits of compute capability 9.0 (H100), from the CUDA C++
+# Programming Guide's table of technical specifications per compute capability.
+H100_SM = {
+    "registers": 65536,
+    "threads": 2048,
+    "blocks": 32,
+    "shared_bytes": 228 * 1024,  # per SM; a block may use up to 227 KiB
+    "shared_reserved_per_block_bytes": 1024,  # set aside by the system for each block
+    "register_unit": 256,  # registers are allocated per warp in units of 256
+    "sms": 132,  # H100 SXM5
+}
+
+# The levels the chapter's ladder shows, from the committed sgemm results.
+# Level 7 (warp tiling) has a label but no place in the ladder: its timings
+# come from benchmarks/sgemm_level7.py, another run that times matmul calls
+# rather than kernel launches (`level7_sweep`, `level7_against_level6`);
+# tables that go through sgemm.LEVELS label it.
+LEVEL_ORDER = ("1", "2", "3", "4a", "4b", "5", "6")
+LEVEL_LABELS = {"1": "1 naive", "2": "2 coalesced", "3": "3 shared mem", "4a": "4a 1D tiling",
+                "4b": "4b 2D tiling", "5": "5 vectorized", "6": "6 autotuned", "7": "7 warp tiling"}
+
+
+def load_results(path=None) -> dict:
+    """The newest full sgemm results file in `path` (a folder or a file; default
+    benchmarks/results). Raises ValueError naming the folder when it holds none."""
+    return results.load_results("sgemm", path)
+
+
+def ladder(record: dict, m=4096, n=None, k=None) -> list[dict]:
+    """Rows of one shape (default 4096^3) in level order, cuBLAS last: each a dict
+    with variant, level, label, tflops, vs_cublas, ms."""
+    n = m if n is None else n
+    k = m if k is None else k
+    rows = {r["variant"]: r for r in record["results"] if (r["m"], r["n"], r["k"]) == (m, n, k)}
+    if "cublas" not in rows:
+        shapes = sorted({(r["m"], r["n"], r["k"]) for r in record["results"]})
+        raise ValueError(f"m, n, k must be a measured shape, one of {shapes}; got {(m, n, k)}")
+    out = []
+    for level in LEVEL_ORDER:
+        row = rows.get(f"level{level}")
+        if row is not None:
+            out.append({**row, "level": level, "label": LEVEL_LABELS[level]})
+    out.append({**rows["cublas"], "level": "cublas", "label": "cuBLAS"})
+    return out
+
+
+def shapes(record: dict) -> list[tuple[int, int, int]]:
+    """Every (m, n, k) the record measured, in its order."""
+    seen = []
+    for r in record["results"]:
+        shape = (r["m"], r["n"], r["k"])
+        if shape not in seen:
+            seen.append(shape)
+    return seen
+
+
+def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, sm=None) -> dict:
+    """Resident blocks and warps per SM, and what limits them.
+
+    The smallest of four limits: registers (allocated per warp, rounded up to
+    `register_unit`), shared memory (plus the per-block reservation), threads and
+    blocks. Returns blocks_per_sm, warps_per_sm, occupancy (resident warps over
+    the SM's maximum) and limiter.
+    """
+    sm = H100_SM if sm is None else sm
+    for name, value in (("registers_per_thread", registers_per_thread),
+                        ("shared_bytes_per_block", shared_bytes_per_block),
+                        ("threads_per_block", threads_per_block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+    if not 1 <= threads_per_block <= 1024:
+        raise ValueError(f"threads_per_block must be in [1, 1024], got {threads_per_block}")
+    warps = math.ceil(threads_per_block / 32)
+    unit = sm["register_unit"]
+    registers_per_warp = math.ceil(registers_per_thread * 32 / unit) * unit
+    limits = {
+        "threads": sm["threads"] // (warps * 32),
+        "blocks": sm["blocks"],
+        "registers": sm["registers"] // (registers_per_warp * warps) if registers_per_thread else sm["blocks"],
+        "shared memory": (sm["shared_bytes"] // (shared_bytes_per_block + sm["shared_reserved_per_block_bytes"])
+                          if shared_bytes_per_block else sm["blocks"]),
+    }
+    limiter = min(limits, key=lambda name: limits[name])
+    blocks = limits[limiter]
+    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
+            "occupancy": blocks * warps / (sm["threads"] // 32), "limiter": limiter}
+
+
+def loop_variant_probe(record: dict) -> list[dict]:
+    """The benchmark's timing of the level-6 kernel in each loop variant: its
+    dot loop written out 1, 2 or 4 steps per pass or the whole tile ("tile",
+    runs since 2026-11-25; `sgemm.DOT_UNROLL`), with one
+    or two copies of the shared tiles (`sgemm.DOUBLE_BUFFER`). Rows (unroll,
+    double_buffer, tflops, registers_per_thread, shared_bytes_per_block) of
+    the correct variants, one copy first, then by unroll. Raises ValueError if
+    the record has none (runs before the probe existed)."""
+    rows = record.get("loop_variant_probe") if isinstance(record, dict) else None
+    if not rows:
+        raise ValueError("record must be an sgemm results record with a loop_variant_probe "
+                         "(benchmarks/sgemm.py records one)")
+    fields = ("unroll", "double_buffer", "tflops", "registers_per_thread",
+              "shared_bytes_per_block")
+    return sorted(({f: r[f] for f in fields} for r in rows if r.get("passed")),
+                  key=lambda r: (r["double_buffer"], r["unroll"] == "tile",
+                                 0 if r["unroll"] == "tile" else r["unroll"]))
+
+
+# -----------------------------------------------------------------------------
+# Timing tables: the rows of timing.time_sgemm, measured now or committed
+
+def committed_rows(sizes=DEFAULT_SIZES, path=None) -> tuple[dict, list[dict]]:
+    """(record, rows): the newest committed sgemm results file (``path``: a file or a
+    folder; default benchmarks/results) and its rows at the square ``sizes``, in
+    the shape :func:`time_sgemm` returns."""
+    from gpucourse import results
+
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise ValueError(f"sizes must be a non-empty list of matrix sizes, got {sizes!r}")
+    wanted = {_whole("sizes", s, 1) for s in sizes}
+    record = results.load_results("sgemm", path)
+    fields = ("variant", "m", "n", "k", "ms", "tflops", "vs_cublas", "max_rel_err")
+    rows = [{f: r.get(f) for f in fields} for r in record["results"]
+            if r["m"] == r["n"] == r["k"] and r["m"] in wanted]
+    if not rows:
+        measured = sorted({r["m"] for r in record["results"] if r["m"] == r["n"] == r["k"]})
+        raise ValueError(f"sizes must include a measured square size, one of {measured}; "
+                         f"got {sorted(wanted)}")
+    return record, rows
+
+
+def _check_rows(rows) -> list[dict]:
+    if not isinstance(rows, list) or not rows or not all(
+            isinstance(r, dict) and {"variant", "m", "tflops"} <= set(r) for r in rows):
+        raise ValueError("rows must be a non-empty list of rows from time_sgemm or "
+                         "committed_rows")
+    return rows
+
+
+def _variants(rows) -> list[str]:
+    return list(dict.fromkeys(r["variant"] for r in rows))
+
+
+def format_table(rows) -> str:
+    """A text table: TFLOP/s of each variant (rows) at each size (columns), and its share
+    of cuBLAS at the largest size; "wrong" where a result failed its check."""
+    rows = _check_rows(rows)
+    sizes = sorted({r["m"] for r in rows})
+    by = {(r["variant"], r["m"]): r for r in rows}
+    width = max(len(v) for v in _variants(rows)) + 2
+    lines = [f"{'TFLOP/s':<{width}}" + "".join(f"{s:>10}" for s in sizes)
+             + f"{'share of cuBLAS at ' + str(sizes[-1]):>28}"]
+    for variant in _variants(rows):
+        cells = []
+        for size in sizes:
+            row = by.get((variant, size))
+            cells.append(f"{'':>10}" if row is None else
+                         f"{'wrong':>10}" if row["tflops"] is None else f"{row['tflops']:10.2f}")
+        last = by.get((variant, sizes[-1]))
+        share = last.get("vs_cublas") if last else None
+        lines.append(f"{variant:<{width}}" + "".join(cells)
+                     + (f"{share:28.1%}" if share else f"{'':>28}"))
+    return "\n".join(lines)
+
+
+def plot_tflops(rows, ax=None, title: str | None = None):
+    """TFLOP/s against matrix size, one line per variant (cuBLAS dashed); returns the axes."""
+    import matplotlib.pyplot as plt
+
+    rows = _check_rows(rows)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for variant in _variants(rows):
+        points = sorted((r["m"], r["tflops"]) for r in rows
+                        if r["variant"] == variant and r["tflops"] is not None)
+        if points:
+            ax.plot(*zip(*points), marker="o", label=variant,
+                    linestyle="--" if variant == "cublas" else "-")
+    ax.set_xscale("log", base=2)
+    sizes = sorted({r["m"] for r in rows})
+    ax.set_xticks(sizes, [str(size) for size in sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("M = N = K")
+    ax.set_ylabel("TFLOP/s")
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+# -----------------------------------------------------------------------------
+# Plots
+
+
+def plot_ladder(record: dict, m=4096, ax=None):
+    """Bars of TFLOP/s per level at m^3 with each bar's share of cuBLAS written on it,
+    cuBLAS as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    rows = ladder(record, m)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.8))
+    levels = [r for r in rows if r["level"] != "cublas"]
+    cublas = rows[-1]
+    bars = ax.bar([r["label"] for r in levels], [r["tflops"] for r in levels], color="tab:blue")
+    for bar, r in zip(bars, levels):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{r['vs_cublas']:.1%}",
+                ha="center", va="bottom", fontsize=9)
+    ax.axhline(cublas["tflops"], color="tab:red", ls="--",
+               label=f"cuBLAS {cublas['tflops']:.1f} TFLOP/s")
+    ax.set_ylabel("TFLOP/s (fp32)")
+    ax.set_title(f"Numba SGEMM on {record['gpu']}, {m}x{m}x{m}")
+    ax.tick_params(axis="x", labelrotation=30)
+    ax.legend(loc="upper left")
+    return ax
+
+
+def plot_share_comparison(record: dict, m=4096, ax=None):
+    """Share of cuBLAS per level: this course's Numba kernels on the measured GPU
+    beside the worklog's CUDA C++ kernel that each level follows, on an A6000
+    (`WORKLOG_KERNEL_OF_LEVEL`); the worklog's warp tiling (kernel 10) stands
+    alone at the end: level 7 follows it, but was timed in a run of its own
+    (`plot_level7`), not in `record`."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = {r["level"]: r for r in ladder(record, m)}
+    worklog = {kernel: share for kernel, _, _, share in BOEHM_A6000}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 3.8))
+    levels = [level for level in LEVEL_ORDER if level in rows]
+    labels = [f"level {level}\n(kernel {WORKLOG_KERNEL_OF_LEVEL[level]})" for level in levels]
+    labels.append("level 7\n(kernel 10)")
+    x = np.arange(len(labels))
+    a6000 = [worklog[WORKLOG_KERNEL_OF_LEVEL[level]] * 100 for level in levels] + [worklog[10] * 100]
+    numba = [rows[level]["vs_cublas"] * 100 for level in levels]
+    ax.bar(x - 0.2, a6000, 0.4, label="worklog, CUDA C++, A6000", color="tab:gray")
+    ax.bar(x[:-1] + 0.2, numba, 0.4, label=f"this course, Numba, {record['gpu']}", color="tab:blue")
+    ax.text(x[-1] + 0.2, 2, "its own run", rotation=90, ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("share of cuBLAS (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="upper left")
+    ax.set_title(f"Each level as a share of cuBLAS fp32, {m}x{m}x{m}")
+    return ax
+
+
+def plot_sizes(record: dict, ax=None):
+    """TFLOP/s against square size for every level and cuBLAS (log-log)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    square = [s for s in shapes(record) if s[0] == s[1] == s[2]]
+    for level in list(LEVEL_ORDER) + ["cublas"]:
+        variant = "cublas" if level == "cublas" else f"level{level}"
+        points = [(r["m"], r["tflops"]) for r in record["results"]
+                  if r["variant"] == variant and (r["m"], r["n"], r["k"]) in square]
+        if points:
+            xs, ys = zip(*points)
+            style = dict(color="black", ls="--") if level == "cublas" else {}
+            ax.plot(xs, ys, marker="o", label=LEVEL_LABELS.get(level, "cuBLAS"), **style)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("m = n = k")
+    ax.set_ylabel("TFLOP/s (fp32)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.set_title("Speed against size")
+    return ax
+
+
+def plot_mappings(axes=None):
+    """Four small diagrams: which elements of C the 32 threads of one warp
+    compute at levels 1 and 2, a shared-memory tile (level 3), and one thread's
+    register patch inside a block tile (level 4b)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    if axes is None:
+        _, axes = plt.subplots(1, 4, figsize=(12, 3.2))
+    grid = 8  # draw an 8 x 8 corner of C
+
+    def frame(ax, title):
+        ax.set_xlim(0, grid)
+        ax.set_ylim(grid, 0)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for i in range(grid + 1):
+            ax.axhline(i, color="0.85", lw=0.5)
+            ax.axvline(i, color="0.85", lw=0.5)
+        ax.set_title(title, fontsize=10)
+
+    ax = axes[0]
+    frame(ax, "level 1: a warp goes down\na column of C (x = row)")
+    for t in range(grid):
+        ax.add_patch(Rectangle((0, t), 1, 1, color="tab:red", alpha=0.3 + 0.08 * t))
+        ax.text(0.5, t + 0.5, str(t), ha="center", va="center", fontsize=7)
+    ax = axes[1]
+    frame(ax, "level 2: a warp goes along\na row of C (x = column)")
+    for t in range(grid):
+        ax.add_patch(Rectangle((t, 0), 1, 1, color="tab:green", alpha=0.3 + 0.08 * t))
+        ax.text(t + 0.5, 0.5, str(t), ha="center", va="center", fontsize=7)
+    ax = axes[2]
+    frame(ax, "level 3: a block stages\ntiles of A and B")
+    ax.add_patch(Rectangle((0, 0), 4, 4, fill=False, ec="tab:blue", lw=2))
+    ax.add_patch(Rectangle((4, 0), 4, 4, fill=False, ec="tab:blue", lw=1, ls="--"))
+    ax.text(2, 2, "one block:\na tile of C", ha="center", va="center", fontsize=8)
+    ax = axes[3]
+    frame(ax, "level 4b: a thread owns\na TM x TN patch")
+    ax.add_patch(Rectangle((0, 0), 8, 8, fill=False, ec="tab:blue", lw=2))
+    ax.add_patch(Rectangle((2, 2), 2, 2, color="tab:orange", alpha=0.7))
+    ax.text(3, 3, "1\nthread", ha="center", va="center", fontsize=7)
+    return axes
+
+
+def plot_roofline(record: dict, intensities: dict, m=4096, peak_flops_per_s=None,
+                  bandwidth_bytes_per_s=None, ax=None):
+    """Each level at its arithmetic intensity (intensities: level -> FLOP/byte,
+    from sgemm.traffic_model) and measured rate, under the roofline of the
+    given peak and bandwidth (default: hpc.GPUS["H100"])."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from gpucourse import hpc
+
+    h100 = hpc.GPUS["H100"]
+    peak = h100.fp32_flops_per_s if peak_flops_per_s is None else peak_flops_per_s
+    bandwidth = h100.bandwidth_bytes_per_s if bandwidth_bytes_per_s is None else bandwidth_bytes_per_s
+    rows = {r["level"]: r for r in ladder(record, m)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    x = np.logspace(-1, 3, 200)
+    ax.plot(x, hpc.roofline(peak, bandwidth, x) / 1e12, color="black", lw=1.5,
+            label=f"roofline ({peak / 1e12:.0f} TFLOP/s, {bandwidth / 1e12:.2f} TB/s)")
+    for level in LEVEL_ORDER:
+        if level in rows and level in intensities:
+            ax.plot(intensities[level], rows[level]["tflops"], "o", ms=7, label=LEVEL_LABELS[level])
+    ax.axhline(rows["cublas"]["tflops"], color="tab:red", ls="--", label="cuBLAS (measured)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of global-memory traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(f"Each level on the roofline, {m}x{m}x{m}")
+    return ax

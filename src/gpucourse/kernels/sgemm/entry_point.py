@@ -1,0 +1,448 @@
+"""``matmul``, the entry point: it checks its arguments, picks the level's
+kernel (``kernel_for``) and launches it, for numpy arrays, Numba device arrays
+and CUDA torch tensors alike.
+
+Three paths, from the quickest: on a GPU, two C-contiguous float32 device
+matrices with the default options take ``_quick_matmul``, which works out
+everything that depends only on the level, the shape and the GPU once
+(``_quick_plan``) and then costs a launch; other GPU matrices take
+``_fast_matmul``, which still launches through ``cuda.core`` without Numba's
+argument handling; everything else (numpy arrays, the simulator, unusual
+strides) takes Numba's own launch, after the checks that explain what is
+wrong. The kernels themselves live in the level modules; the launch
+machinery every kernel family shares lives in ``gpucourse.kernels.launch``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels.launch import core_launch, launch_config, launchable, matrix_argument
+from gpucourse.kernels.launch import current_gpu as _current_gpu, gpu_name as _gpu_name
+from gpucourse.kernels.launch import is_torch_tensor as _is_torch_tensor
+from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 as _torch_float32
+from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
+                                            check_warp_config)
+from gpucourse.kernels.sgemm.kernel_choice import kernel_for
+from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
+                                             SUM_BLOCK, _check_split_sum, _check_splits, _split_kernel,
+                                             _sum_grid, split_ranges, sum_splits, zero_matrix)
+from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan
+
+
+def _device_array_or_none(x):
+    """x as a Numba device array if it is one or has __cuda_array_interface__, else None."""
+    if not on_gpu():
+        # The simulator's device arrays (FakeCUDAArray) have no __cuda_array_interface__.
+        return x if type(x).__name__ == "FakeCUDAArray" else None
+    if not hasattr(x, "__cuda_array_interface__"):
+        return None
+    try:
+        return cuda.as_cuda_array(x)
+    except Exception as error:  # e.g. a torch tensor that requires grad
+        raise ValueError(f"a CUDA array could not be read through __cuda_array_interface__: "
+                         f"{error}") from None
+
+
+def _device_view(name, x):
+    """A Numba device array viewing x (numpy arrays are copied to the device)."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float32:
+            raise ValueError(f"{name} must have dtype float32, got {x.dtype}")
+        if x.ndim != 2:
+            raise ValueError(f"{name} must be a 2D matrix, got {x.ndim} dimensions (shape {x.shape})")
+        return cuda.to_device(np.ascontiguousarray(x))
+    view = _device_array_or_none(x)
+    if view is not None:
+        if view.dtype != np.float32:
+            raise ValueError(f"{name} must have dtype float32, got {view.dtype}")
+        if view.ndim != 2:
+            raise ValueError(f"{name} must be a 2D matrix, got {view.ndim} dimensions (shape {view.shape})")
+        return view
+    raise ValueError(f"{name} must be a numpy array, a Numba device array or a CUDA torch tensor "
+                     f"(anything with __cuda_array_interface__), got {type(x).__name__}"
+                     + (" on the CPU: use .numpy() or .cuda()" if _is_torch_tensor(x) else ""))
+
+
+def _aligned_rows(x) -> bool:
+    """True if 128-bit loads along x's rows are legal: C-contiguous, 16-byte aligned
+    data and rows a multiple of 4 floats long."""
+    if x.shape[1] % 4 or not x.is_c_contiguous():
+        return False
+    if not on_gpu():
+        return True  # the simulator's fallback loads have no alignment to respect
+    try:
+        pointer = x.__cuda_array_interface__["data"][0]
+    except (AttributeError, KeyError, TypeError):
+        return False
+    return pointer is not None and pointer % 16 == 0
+
+
+# -----------------------------------------------------------------------------
+# Launching on a GPU at the cost of a launch.
+# `kernel[grid, block](a, b, c)` costs 30-45 us of Python on the H100, and
+# wrapping each torch tensor in a Numba device array (`cuda.as_cuda_array`)
+# another 18 us each; with a fresh output array a call of level 5 on a 1 x 1 x 1
+# product took 270 us, where cuBLAS takes 21 (benchmarks/results). A matrix
+# argument of a compiled kernel is nine numbers (meminfo, parent, element count,
+# item size, data pointer, two extents, two strides in bytes), which is what
+# Numba's own launch hands to `cuda.core.launch` at the end. For C-contiguous
+# float32 matrices already on the GPU, matmul builds those numbers itself from
+# the data pointers and launches directly; anything else takes Numba's path.
+
+
+@lru_cache(maxsize=None)
+def _launchable(kernel, device_id: int, signature=None):
+    """The kernel compiled for `signature` (default: three C-contiguous float32
+    matrices) on one GPU, and the default stream, in the forms
+    `cuda.core.launch` takes."""
+    return launchable(kernel, signature or (C_MATRIX, C_MATRIX, C_MATRIX))
+
+
+def _matrix_argument(pointer: int, rows: int, cols: int, row_stride: int | None = None) -> tuple:
+    """A float32 matrix as a compiled kernel takes it (see launch.matrix_argument)."""
+    return matrix_argument(pointer, rows, cols, 4, row_stride)
+
+
+def _on_gpu_matrix(x, device_id: int):
+    """(data pointer, rows, cols) of a C-contiguous float32 matrix on GPU `device_id`, or
+    None when x is anything else (it then takes Numba's own path)."""
+    if _is_torch_tensor(x):
+        if str(x.dtype) == "torch.float32" and x.is_cuda and x.dim() == 2 \
+                and x.is_contiguous() and x.get_device() == device_id:
+            return x.data_ptr(), int(x.shape[0]), int(x.shape[1])
+        return None
+    interface = getattr(x, "__cuda_array_interface__", None)
+    if interface is None or interface.get("typestr") != "<f4" or len(interface["shape"]) != 2:
+        return None
+    rows, cols = interface["shape"]
+    strides = interface.get("strides")
+    if strides is not None and tuple(strides) != (cols * 4, 4) and rows > 1:
+        return None
+    # A Numba device array lives on Numba's GPU; other producers must say theirs.
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    if not isinstance(x, DeviceNDArray):
+        return None
+    return interface["data"][0], int(rows), int(cols)
+
+
+def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
+    """matmul on GPU matrices without Numba's argument handling; None if not possible."""
+    device_id = _current_gpu()
+    a_matrix, b_matrix = _on_gpu_matrix(a, device_id), _on_gpu_matrix(b, device_id)
+    if a_matrix is None or b_matrix is None:
+        return None
+    (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
+    if k != k_b:
+        return None  # matmul's own checks explain the mismatch
+    torch_out = _is_torch_tensor(a) and _is_torch_tensor(b)
+    if torch_out:
+        import torch
+
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        c_ptr = out.data_ptr()
+    else:
+        if out is None:
+            out = cuda.device_array((m, n), dtype=np.float32)
+        c_ptr = out.__cuda_array_interface__["data"][0]
+    if not (m and n):
+        return out
+    vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+    key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
+    ranges = split_ranges(k, splits) if k else [(0, 0)]
+    if len(ranges) == 1 or split_sum == "atomic":
+        _quick_plan(key, m, n, k, vectorized, device_id, config, splits)(a_ptr, b_ptr, c_ptr)
+        return out
+    launch = core_launch()
+    if torch_out:
+        partial = torch.empty((len(ranges), m, n), dtype=torch.float32, device=a.device)
+        p_ptr = partial.data_ptr()
+    else:
+        partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+        p_ptr = partial.__cuda_array_interface__["data"][0]
+    for s, (k0, k1) in enumerate(ranges):
+        kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+        function, stream = _launchable(kernel, device_id, (A_MATRIX, C_MATRIX, C_MATRIX))
+        launch(stream, launch_config(grid, block), function,
+               *_matrix_argument(a_ptr + 4 * k0, m, k1 - k0, row_stride=k),
+               *_matrix_argument(b_ptr + 4 * k0 * n, k1 - k0, n),
+               *_matrix_argument(p_ptr + 4 * s * m * n, m, n))
+    function, stream = _launchable(sum_splits, device_id, (C_BLOCK, C_MATRIX))
+    launch(stream, launch_config(_sum_grid(m, n), SUM_BLOCK), function,
+           0, 0, len(ranges) * m * n, 4, p_ptr, len(ranges), m, n, m * n * 4, n * 4, 4,
+           *_matrix_argument(c_ptr, m, n))
+    return out
+
+
+# The common call, matmul(a, b) or matmul(a, b, level, out=c) on two CUDA torch
+# tensors or two Numba device arrays, in as little Python as it can be: a
+# product of 1 x 1 x 1 costs what its Python costs (issue 16 asked for under
+# 30 microseconds a call). Everything that depends only on the level, the
+# shape, the GPU and the alignment (the kernel, its grid, its tiles, auto's
+# plan, the compiled function) is worked out once per such key
+# (`_quick_plan`); each call checks its arguments' types, dtype, layout and
+# device, and launches. Any call it is unsure of (other dtypes, strides,
+# devices, config= or splits=, bad arguments) goes the long way, through the
+# checks that explain what is wrong.
+_ON_GPU = on_gpu()  # decided when gpucourse.device loaded Numba, fixed from then on
+_QUICK_LEVELS = {"auto": "auto", 6: "6", "6": "6", 5: "5", "5": "5", 7: "7", "7": "7"}
+_QUICK_LEVEL_TYPES = (str, int)
+_KIND_OF_TYPE: dict = {}  # type -> "torch", "numba" or None, found once per type
+
+
+def _kind_of(x):
+    kind = _KIND_OF_TYPE.get(type(x), False)
+    if kind is False:
+        kind = "torch" if _is_torch_tensor(x) else None
+        if kind is None and _ON_GPU:
+            from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+            kind = "numba" if isinstance(x, DeviceNDArray) else None
+        _KIND_OF_TYPE[type(x)] = kind
+    return kind
+
+
+def _quick_torch_matrix(x, float32_type, device_id):
+    """(pointer, rows, cols) of a 2D C-contiguous float32 CUDA tensor on GPU device_id, or None."""
+    if x.dtype is not float32_type or x.dim() != 2 or not x.is_cuda or not x.is_contiguous() \
+            or x.get_device() != device_id:
+        return None
+    rows, cols = x.shape
+    return x.data_ptr(), rows, cols
+
+
+def _quick_numba_matrix(x):
+    """(pointer, rows, cols) of a 2D C-contiguous float32 Numba device array, or None."""
+    if x.dtype != np.float32 or x.ndim != 2 or not x.is_c_contiguous():
+        return None
+    rows, cols = x.shape
+    return x.device_ctypes_pointer.value or 0, rows, cols
+
+
+def _quick_matmul(a, b, level, out):
+    """matmul's common case (see above), or None to take the long way."""
+    kind = _kind_of(a)
+    if kind is None or _kind_of(b) != kind or level.__class__ not in _QUICK_LEVEL_TYPES:
+        return None  # bools, floats (6.0 == 6) and the rest: the long way says what it takes
+    key = _QUICK_LEVELS.get(level)
+    if key is None:
+        return None
+    device_id = _current_gpu()
+    if kind == "torch":
+        f32 = _torch_float32()
+        a_matrix = _quick_torch_matrix(a, f32, device_id)
+        b_matrix = _quick_torch_matrix(b, f32, device_id)
+    else:  # Numba's arrays live on Numba's GPU, the current one
+        a_matrix, b_matrix = _quick_numba_matrix(a), _quick_numba_matrix(b)
+    if a_matrix is None or b_matrix is None:
+        return None
+    (a_ptr, m, k), (b_ptr, k_b, n) = a_matrix, b_matrix
+    if k != k_b:
+        return None  # the long way explains the mismatch
+    if out is None:
+        out = _torch_empty(a, m, n) if kind == "torch" else _numba_empty(m, n, device_id)
+    elif _kind_of(out) != kind:
+        return None
+    c_matrix = (_quick_torch_matrix(out, f32, device_id) if kind == "torch"
+                else _quick_numba_matrix(out))
+    if c_matrix is None or c_matrix[1] != m or c_matrix[2] != n:
+        return None
+    if m and n:
+        aligned = not (k % 4 or n % 4 or a_ptr % 16 or b_ptr % 16)
+        _quick_plan(key, m, n, k, aligned, device_id)(a_ptr, b_ptr, c_matrix[0])
+    return out
+
+
+def _torch_empty(like, m: int, n: int):
+    """An uninitialised m x n float32 tensor on `like`'s device."""
+    import torch
+
+    return torch.empty((m, n), dtype=torch.float32, device=like.device)
+
+
+def _resolved(key: str, m: int, n: int, k: int, config, splits, device_id: int) -> tuple:
+    """(key, config, splits) that matmul runs for `key` at this shape: auto is
+    level 6 with the tiles and slices measured nearest the shape (each where
+    not given), level 6 takes this GPU's tuned tiles where none are given,
+    and splits default to 1."""
+    if key == "auto":
+        planned, planned_splits = auto_plan((m, n, k), _gpu_name(device_id))
+        return "6", config or planned, splits or planned_splits
+    if config is None and key == "6":
+        config = _tuned_here(_gpu_name(device_id))
+    return key, config, splits or 1
+
+
+@lru_cache(maxsize=1024)
+def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: int,
+                config=None, splits=None):
+    """go(a_ptr, b_ptr, c_ptr): the launches matmul makes for `key` (with `config`
+    and `splits` of K where given; see _resolved) at this shape on this GPU,
+    one kernel or split-K in one launch, everything but the three pointers
+    worked out once."""
+    launch = core_launch()
+    key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
+    a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
+    b_head, b_tail = (0, 0, k * n, 4), (k, n, n * 4, 4)
+    c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
+    if k == 0 or len(split_ranges(k, splits)) == 1:
+        kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+        function, stream = _launchable(kernel, device_id)
+        shape = launch_config(grid, block)
+
+        def go(a_ptr, b_ptr, c_ptr):
+            launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
+                   *c_head, c_ptr, *c_tail)
+        return go
+    # Split-K in one launch: C zeroed, then one launch whose blocks add their
+    # slices into it; both on Numba's default stream, in that order. (Not
+    # torch's zero_: it would run on torch's current stream, which need not be
+    # this one.)
+    kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+    zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
+    function, _ = _launchable(kernel, device_id, SPLIT_SIGNATURE)
+    zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
+
+    def go_split(a_ptr, b_ptr, c_ptr):
+        launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
+        launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
+               *c_head, c_ptr, *c_tail, chunk)
+    return go_split
+
+
+def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
+           splits: int | None = None, split_sum: str = "atomic", out=None):
+    """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
+    "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
+
+    a: M x K, b: K x N, both float32 and both of one kind: numpy arrays (the
+    result is a numpy array), or device arrays with __cuda_array_interface__
+    (a Numba device array gives a Numba device array, a CUDA torch tensor a
+    CUDA torch tensor on the same device). Any M, N, K >= 0.
+    config: tile sizes for levels 4a-6, a TileConfig (default: each level's
+    own; level 6 reads sgemm_tuned.json), or for level 7, a WarpTileConfig
+    (default WARP_TILE_DEFAULT).
+    splits: cut K into this many slices, each multiplied by its own blocks,
+    and add their products (split-K: more blocks for a product with few tiles
+    of C and a deep K; levels 5, 6, 7 and auto; default 1, or what auto
+    measured best near this shape). Slices are multiples of 16 columns, so
+    a short K gets fewer.
+    split_sum: how the slices are added when there are several. "atomic"
+    (default): one launch whose blocks take their slice from blockIdx.z and
+    add their outputs into C, zeroed first, with float32 atomic adds. The
+    additions then run in an order that can change from call to call, so
+    the last bits of C may differ between two calls on the same inputs.
+    "partials": one launch per slice writing a buffer of partial products,
+    then a kernel adding them in order (deterministic; more memory traffic
+    and launches). With splits=1, the default for most shapes, neither
+    runs: each output is summed by one thread and stored once, exact to
+    float32 rounding and the same on every call.
+    out: where to write C (returned): an M x N C-contiguous float32 array of
+    the inputs' kind. A call that allocates C each time pays for the
+    allocation; a loop can pass the same `out` instead.
+
+    Raises ValueError naming what is accepted for a non-float32 dtype, a
+    non-2D array, mismatched inner dimensions, an unknown level, a tile
+    configuration that breaks a constraint, or an unfit `out`.
+    """
+    if config is None and splits is None and split_sum == "atomic" and _ON_GPU:
+        result = _quick_matmul(a, b, level, out)
+        if result is not None:
+            return result
+    key = _level(level, auto_ok=True)
+    for name, x in (("a", a), ("b", b)):
+        if not isinstance(x, np.ndarray) and not hasattr(x, "shape"):
+            raise ValueError(f"{name} must be a numpy array, a Numba device array or a CUDA torch "
+                             f"tensor (anything with __cuda_array_interface__), got "
+                             f"{type(x).__name__}")
+    a_is_numpy, b_is_numpy = isinstance(a, np.ndarray), isinstance(b, np.ndarray)
+    if a_is_numpy != b_is_numpy:
+        raise ValueError("a and b must be of one kind: both numpy arrays or both device arrays, "
+                         f"got {type(a).__name__} and {type(b).__name__}")
+    for name, x in (("a", a), ("b", b)):  # shape checks before any copy to the device
+        shape = getattr(x, "shape", None)
+        if shape is not None and len(shape) != 2:
+            raise ValueError(f"{name} must be a 2D matrix, got {len(shape)} dimensions (shape {tuple(shape)})")
+    if getattr(a, "shape", None) is not None and getattr(b, "shape", None) is not None:
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(f"inner dimensions must match: a is {a.shape[0]} x {a.shape[1]} so b "
+                             f"must have {a.shape[1]} rows, got b of shape {tuple(b.shape)}")
+    if config is not None:
+        if key not in ("4a", "4b", "5", "6", "7", "auto"):
+            raise ValueError(f"config applies to levels 4a, 4b, 5 and 6 (and auto; a TileConfig) "
+                             f"and 7 (a WarpTileConfig) only, got level {level!r}")
+        if key == "7":
+            check_warp_config(config)
+        else:
+            check_config(config, vectorized=key in ("5", "6", "auto"))
+    splits = _check_splits(splits, key)
+    split_sum = _check_split_sum(split_sum)
+    if out is not None:
+        _check_out(out, a, (int(a.shape[0]), int(b.shape[1])))
+    if on_gpu() and not a_is_numpy:
+        result = _fast_matmul(a, b, key, config, splits, out, split_sum)
+        if result is not None:
+            return result
+    a_dev, b_dev = _device_view("a", a), _device_view("b", b)
+    m, k = a_dev.shape
+    n = b_dev.shape[1]
+
+    torch_out = _is_torch_tensor(a) and _is_torch_tensor(b)
+    if torch_out:
+        import torch
+
+        if out is None:
+            out = torch.empty((m, n), dtype=torch.float32, device=a.device)
+        c_dev = cuda.as_cuda_array(out)
+    elif out is not None and not a_is_numpy:
+        c_dev = out
+    else:
+        c_dev = cuda.device_array((m, n), dtype=np.float32)
+
+    if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
+        vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
+        if key == "auto":
+            planned, planned_splits = auto_plan((m, n, k))
+            key, config, splits = "6", config or planned, splits or planned_splits
+        ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
+        if len(ranges) == 1:
+            kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
+            kernel[grid, block](a_dev, b_dev, c_dev)
+        elif split_sum == "atomic":
+            kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+            zero_matrix[_sum_grid(m, n), SUM_BLOCK](c_dev)
+            kernel[grid, block](a_dev, b_dev, c_dev, np.uint64(chunk))
+        else:
+            partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)
+            for s, (k0, k1) in enumerate(ranges):
+                kernel, grid, block = kernel_for(key, (m, n, k1 - k0), vectorized, config)
+                kernel[grid, block](a_dev[:, k0:k1], b_dev[k0:k1, :], partial[s])
+            sum_splits[_sum_grid(m, n), SUM_BLOCK](partial, c_dev)
+    if torch_out:
+        return out
+    if a_is_numpy:
+        return c_dev.copy_to_host() if out is None else c_dev.copy_to_host(out)
+    return c_dev
+
+
+def _check_out(out, a, shape) -> None:
+    """`out` must be an M x N C-contiguous float32 array of a's kind."""
+    if isinstance(a, np.ndarray):
+        kind, fits = "a numpy array", isinstance(out, np.ndarray) and out.dtype == np.float32 \
+            and out.flags.c_contiguous
+    elif _is_torch_tensor(a):
+        kind = "a CUDA torch tensor on the inputs' GPU"
+        fits = _is_torch_tensor(out) and str(out.dtype) == "torch.float32" and \
+            out.device == a.device and out.is_contiguous()
+    else:
+        kind = "a Numba device array"
+        fits = type(out) is type(a) and out.dtype == np.float32 and out.is_c_contiguous()
+    if not fits or tuple(out.shape) != shape:
+        raise ValueError(f"out must be {kind} of shape {shape}, C-contiguous float32, like the "
+                         f"inputs; got {type(out).__name__} of shape "
+                         f"{tuple(getattr(out, 'shape', ()))}")

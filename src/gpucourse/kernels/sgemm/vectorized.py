@@ -1,0 +1,168 @@
+"""Levels 5 and 6: 128-bit loads, A's tile stored transposed, B read without
+bank conflicts, the next tile prefetched into registers while the current
+one is multiplied.
+
+What level 5 adds over level 4b is listed, (1) to (8), in
+``building_blocks``, whose factories do most of it; this module holds what is
+level 5's own: the layout of a block's threads over its tile of C (each
+thread TN/4 groups of four columns, so that a quarter warp reads 32 distinct
+banks), its multiply step, and its stores of C. Level 6 is the same kernel
+with the tile sizes ``autotune`` measured best on the GPU at hand.
+
+Measured on the H100 at 4096^3: in the first full run
+(benchmarks/results/sgemm-h100-2026-11-22.json, two steps of the dot loop
+per pass) level 5 39.59 TFLOP/s (76.5% of cuBLAS) and level 6 41.25 (79.7%),
+against level 4b's 23.91 (46.2%); with the whole tile written out, the
+register cap and the kernel without edge checks, level 6 (128 x 256 x 16
+tiles, 16 x 8 per thread) ran at 47.46 TFLOP/s, 91.9% of cuBLAS
+(benchmarks/results/sgemm_level7-h100-2026-11-26.json).
+"""
+
+from __future__ import annotations
+
+from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_tile,
+                                                     _make_tile_loaders, _register_cap,
+                                                     _steps_per_pass)
+from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO, _INLINE,
+                                            TileConfig, _u)
+from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
+from gpucourse.kernels._vector_store import store_float4
+from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+
+
+# Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
+# copies fit in the 48 KiB a block may declare statically; False keeps one.
+DOUBLE_BUFFER = True
+
+
+def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
+                            double_buffer: bool = None, split: bool = False,
+                            max_registers="auto", interior: bool = False):
+    """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
+    `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
+    "Split-K" in split_k): block z of the grid multiplies columns z*chunk ...
+    (z+1)*chunk of A by those rows of B and adds its outputs into C."""
+    unroll = _steps_per_pass(unroll, config.bk)
+    cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
+                        config.tm + config.tn)
+    threads = config.threads
+    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
+    double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
+    double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
+    a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
+    tm, tn, patch = config.tm, config.tn, config.tm * config.tn
+    BM, BN, TM, TN = _u(config.bm, config.bn, config.tm, config.tn)
+    THREADS_PER_ROW = _u(config.bn // config.tn)
+    GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
+    TWO, THREE, FOUR = _u(2, 3, 4)
+    ATOMIC = bool(split)
+    shared_alignment = SHARED_ALIGNMENT
+    fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
+        config.bm, config.bn, config.bk, threads, vectorized, interior)
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
+                      a_base, b_base):
+        # The TM values of A and the TN values of B (TN/4 groups of four) this
+        # thread needs at step `dot`, from the copy of the tiles at a_base and
+        # b_base: four at a time; then the TM x TN FMAs.
+        for i in range(ZERO, TM, FOUR):
+            x0, x1, x2, x3 = load_float4_flat(a_tile, a_base + dot * BM + thread_row * TM + i)
+            a_frag[i] = x0
+            a_frag[i + ONE] = x1
+            a_frag[i + TWO] = x2
+            a_frag[i + THREE] = x3
+        for g in range(GROUPS):
+            x0, x1, x2, x3 = load_float4_flat(b_tile, b_base + dot * BN + g * GROUP_STRIDE
+                                              + thread_col * FOUR)
+            b_frag[g * FOUR] = x0
+            b_frag[g * FOUR + ONE] = x1
+            b_frag[g * FOUR + TWO] = x2
+            b_frag[g * FOUR + THREE] = x3
+        for i in range(TM):
+            for j in range(TN):
+                acc[i * TN + j] += a_frag[i] * b_frag[j]
+
+    walk_k = _make_k_loop(fetch_tiles, store_tiles,
+                          _make_multiply_tile(multiply_step, config.bk, unroll),
+                          config.bk, a_elements, b_elements, double)
+
+    @cuda.jit(device=True, **_INLINE)
+    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n):
+        # The thread's TM x TN outputs into C, the parts inside it: stored
+        # (four floats per 128-bit store where rows allow), or, for split-K
+        # (ATOMIC), added with float32 atomic adds into a C zeroed before the
+        # launch, since every slice's block adds to the same outputs.
+        for i in range(TM):
+            row = row0 + thread_row * TM + i
+            if row < m:
+                for g in range(GROUPS):
+                    col = col0 + g * GROUP_STRIDE + thread_col * FOUR
+                    base = i * TN + g * FOUR
+                    if ATOMIC:
+                        for q in range(FOUR):
+                            if col + q < n:
+                                cuda.atomic.add(c, (row, col + q), acc[base + q])
+                    elif vectorized:
+                        if col < n:  # n % 4 == 0: the four are all in or all out
+                            store_float4(c, row, col, acc[base], acc[base + ONE],
+                                         acc[base + TWO], acc[base + THREE])
+                    else:
+                        for q in range(FOUR):
+                            if col + q < n:
+                                c[row, col + q] = acc[base + q]
+
+    @cuda.jit(**cap)
+    def sgemm_vectorized(a, b, c):
+        # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
+        # 16-byte aligned so that four neighbours can be read in one 128-bit load.
+        # With double buffering, two copies of each, one after the other.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
+        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM
+        col0 = uint64(cuda.blockIdx.x) * BN
+        thread_row = tid // THREADS_PER_ROW  # rows thread_row*TM + 0..TM-1 of the tile
+        thread_col = tid % THREADS_PER_ROW  # columns g*GROUP_STRIDE + thread_col*4 + 0..3
+        acc = cuda.local.array(patch, float32)
+        a_frag = cuda.local.array(tm, float32)
+        b_frag = cuda.local.array(tn, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(patch):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, ZERO, k, thread_row, thread_col)
+        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
+
+    @cuda.jit(**cap)
+    def sgemm_vectorized_split(a, b, c, chunk):
+        # The same block, over one slice of K: columns z*chunk ... of A for
+        # blockIdx.z = z (chunk a multiple of 16, the last slice ragged); its
+        # outputs are added into C (zeroed first) with atomic adds.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
+        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
+        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
+        k_end = min(k, k_start + uint64(chunk))
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM
+        col0 = uint64(cuda.blockIdx.x) * BN
+        thread_row = tid // THREADS_PER_ROW
+        thread_col = tid % THREADS_PER_ROW
+        acc = cuda.local.array(patch, float32)
+        a_frag = cuda.local.array(tm, float32)
+        b_frag = cuda.local.array(tn, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(patch):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k_start, k_end, thread_row, thread_col)
+        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
+
+    if split:
+        return sgemm_vectorized_split
+    return sgemm_vectorized
