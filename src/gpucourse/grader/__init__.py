@@ -8,7 +8,8 @@ it. Its modules run in three different places, and that is why they are apart:
   written so that a submission cannot fake them) and ``own_work`` (reading
   which names a function's code refers to, to fail an answer that calls the
   course's own implementation). The test cells import both as
-  ``gpucourse.verify``.
+  ``gpucourse.verify``. ``captured`` holds the built-ins and NumPy
+  functions they compare with, taken before any student code runs.
 * **In processes the grader starts**, for week 4's collectives:
   ``ring_rules`` (what a ring may call, and the guards that refuse the rest),
   ``forked_ranks`` (starting N gloo processes by fork and always stopping

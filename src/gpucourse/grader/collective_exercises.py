@@ -29,29 +29,24 @@ student's cell cannot replace, and compares with ``gpucourse.verify``.
 
 from __future__ import annotations
 
-import builtins
 import statistics
 import time
 
 import numpy as np
 
 from gpucourse import collectives as _collectives
+from gpucourse.grader.captured import (_float, _isinstance, _len, _lstsq, _np_array,
+                                       _np_float64, _type)
 from gpucourse.grader.expect import _plain_float, expect_array, expect_float
 from gpucourse.grader.forked_ranks import run_forked
 from gpucourse.grader.ring_rules import _Rank, _student_code, check_point_to_point_only
 
-# Captured at import, before any student code runs in the notebook (as in
-# gpucourse.verify): the grader's references use these, not whatever
-# numpy.linalg.lstsq or gpucourse.collectives.chunk_bounds are by then.
-_lstsq = np.linalg.lstsq
-_np_array = np.array
-_float64 = np.float64
+# Captured at import, before any student code runs in the notebook (as the
+# built-ins and numpy.linalg.lstsq are in gpucourse.grader.captured): the
+# grader's references use these, not whatever gpucourse.collectives.chunk_bounds
+# is by then.
 _chunk_bounds = _collectives.chunk_bounds
 _alpha_beta_terms = _collectives.alpha_beta_terms
-_isinstance = builtins.isinstance
-_float = builtins.float
-_type = builtins.type
-_len = builtins.len
 
 COLLECTIVES = ("reduce_scatter", "all_gather", "all_reduce")
 DTYPES = ("float64", "float32")
@@ -172,14 +167,14 @@ def _check_result(collective, inputs, result, length, world_size, rank, dtype, w
     bounds = _chunk_bounds(length, world_size)
     if collective == "all_gather":
         # Chunk c comes from rank c's input, exactly.
-        expected = _np_array([np.nan] * length, dtype=_float64)
+        expected = _np_array([np.nan] * length, dtype=_np_float64)
         for owner, (start, stop) in enumerate(bounds):
             expected[start:stop] = inputs[owner][start:stop]
         rel = abs_ = 0.0
     else:
-        expected = inputs[0].astype(_float64)  # ndarray arithmetic: C methods, not patchable
+        expected = inputs[0].astype(_np_float64)  # ndarray arithmetic: C methods, not patchable
         for other in inputs[1:]:
-            expected += other.astype(_float64)
+            expected += other.astype(_np_float64)
         rel = abs_ = 1e-12 if dtype == "float64" else 1e-5
     start, stop = bounds[rank] if collective == "reduce_scatter" else (0, length)
     if _isinstance(result, np.ndarray) and result.shape == (length,):
@@ -308,8 +303,8 @@ def least_squares_alpha_beta(message_bytes, times_s, world_sizes) -> tuple[float
         latency_terms, byte_fraction = _alpha_beta_terms("ring_all_reduce", n)
         rows.append([latency_terms / seconds, byte_fraction * size / seconds])
         target.append(1.0)
-    (alpha, inverse_beta), *_ = _lstsq(_np_array(rows, dtype=_float64),
-                                       _np_array(target, dtype=_float64), rcond=None)
+    (alpha, inverse_beta), *_ = _lstsq(_np_array(rows, dtype=_np_float64),
+                                       _np_array(target, dtype=_np_float64), rcond=None)
     return _float(alpha), 1.0 / _float(inverse_beta)
 
 

@@ -28,29 +28,13 @@ a failed test. The checks themselves reject bad arguments with ``ValueError``.
 
 from __future__ import annotations
 
-import builtins
-import tracemalloc
-
 import numpy as np
 
 # Captured at import, before any student code runs in the notebook.
-_float = builtins.float
-_int = builtins.int
-_isinstance = builtins.isinstance
-_type = builtins.type
-_len = builtins.len
-_ndarray = np.ndarray
-_np_array = np.array
-_np_dtype = np.dtype
-_np_float64 = np.float64
-_unravel_index = np.unravel_index
-_FLOAT_SCALARS = (np.float64, np.float32, np.float16)
-_INT_SCALARS = (np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8)
-_trace_start = tracemalloc.start
-_trace_stop = tracemalloc.stop
-_trace_memory = tracemalloc.get_traced_memory
-_trace_reset_peak = tracemalloc.reset_peak
-_tracing = tracemalloc.is_tracing
+from gpucourse.grader.captured import (_FLOAT_SCALARS, _INT_SCALARS, _float, _int, _isinstance,
+                                       _len, _ndarray, _np_array, _np_dtype, _np_float64,
+                                       _trace_memory, _trace_reset_peak, _trace_start,
+                                       _trace_stop, _tracing, _type, _unravel_index)
 
 
 def _check_tolerance(name, value):

@@ -18,12 +18,11 @@ code (with :mod:`dis`), not values.
 
 from __future__ import annotations
 
-import builtins
 import dis
 import types
 
 # Captured at import, before any student code runs in the notebook.
-_isinstance = builtins.isinstance
+from gpucourse.grader.captured import _isinstance
 
 # The modules a student's answer may not call in place of doing the work.
 FORBIDDEN_MODULES = ("gpucourse", "torch")
@@ -75,9 +74,10 @@ def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]
 
     The function's own code is read (names it uses, ``import`` statements
     inside it) and so is every function of the notebook it calls, however
-    deep (functions defined beside it, in the same module). ``allowed``: names of modules or objects (``"gpucourse.kernels.vector"``)
-    that are fine to use. A simulator or GPU kernel is read through its
-    Python function.
+    deep (functions defined beside it, in the same module). ``allowed``:
+    names of modules or objects (``"gpucourse.kernels.vector"``) that are
+    fine to use. A simulator or GPU kernel is read through its Python
+    function.
     """
     if _isinstance(forbidden, str) or _isinstance(allowed, str):
         raise ValueError("forbidden and allowed must be sequences of module names, not strings")
@@ -127,7 +127,12 @@ def expect_own_work(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> None:
 
 
 # -----------------------------------------------------------------------------
-# Reading what a function refers to
+# The stricter reading, for week 4's collectives. A deliberate variant of
+# library_uses above: it walks the same notebook functions, but keeps every
+# name the code holds (attributes and string constants too, not only the
+# globals it loads), because a ring may not even name a collective, however
+# it reaches it; library_uses must not, or `cuda.blockIdx.x` would read as
+# the notebook's global `x`.
 
 
 def referenced_names(function) -> set[str]:
