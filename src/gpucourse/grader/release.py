@@ -30,6 +30,14 @@ def chapters(root: Path) -> list[str]:
     return sorted(p.name for p in solutions.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
+def refuse_unknown_chapters(only, names) -> None:
+    """Raise ValueError unless every chapter in ``only`` is one of ``names``."""
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(f"only must name chapters in solutions/ ({', '.join(names)}), "
+                         f"got {', '.join(unknown)}")
+
+
 def nbgrader_command(args: list[str], cwd: Path, timeout_s: float | None = None):
     """Run ``nbgrader ARGS`` from this environment in ``cwd``.
 
@@ -77,10 +85,7 @@ def generate_exercises(root: Path, into: Path | None = None,
     root = Path(root).resolve()
     names = chapters(root)
     if only:
-        unknown = sorted(set(only) - set(names))
-        if unknown:
-            raise ValueError(f"only must name chapters in solutions/ ({', '.join(names)}), "
-                             f"got {', '.join(unknown)}")
+        refuse_unknown_chapters(only, names)
         names = [name for name in names if name in only]
     target = (root / "exercises") if into is None else Path(into).resolve()
     with tempfile.TemporaryDirectory(prefix="gpucourse-release-") as scratch:

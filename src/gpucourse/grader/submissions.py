@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucourse.grader.release import chapters
+from gpucourse.grader.release import chapters, refuse_unknown_chapters
 
 
 @dataclass(frozen=True)
@@ -141,10 +141,7 @@ def find_submissions(folder: Path, root: Path, only: list[str] | None = None
         raise ValueError(f"folder must be an existing folder of submissions, got {folder}")
     cell_ids = chapter_cell_ids(root)
     if only:
-        unknown = sorted(set(only) - set(cell_ids))
-        if unknown:
-            raise ValueError(f"only must name chapters in solutions/ ({', '.join(cell_ids)}), "
-                             f"got {', '.join(unknown)}")
+        refuse_unknown_chapters(only, list(cell_ids))
 
     candidates = []  # (student, notebook, name, chapter the folder names, companions)
     skipped = []
