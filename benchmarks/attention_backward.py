@@ -38,9 +38,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention_backward import (DEFAULT_VERSION, VERSIONS,
-                                                  flash_attention_autograd,
-                                                  flash_attention_backward)
+from gpucourse.kernels.attention import (DEFAULT_VERSION, VERSIONS, flash_attention_autograd,
+                                         flash_attention_backward)
 from gpucourse.results import gpu_slug
 
 ROUNDS = 5
@@ -124,9 +123,9 @@ def sdpa_backward(q, k, v, dout, causal):
 
 
 def long_way_v4(q, k, v, out, lse, dout, causal):
-    """Version 4 called with attention_backward.QUICK_TORCH_PATH off: Numba's
+    """Version 4 called with attention.backward.QUICK_TORCH_PATH off: Numba's
     own launches (the default, on CUDA tensors, is the quick path)."""
-    import gpucourse.kernels.attention_backward as AB
+    import gpucourse.kernels.attention.backward as AB  # the module that reads the flag
 
     before, AB.QUICK_TORCH_PATH = AB.QUICK_TORCH_PATH, False
     try:
@@ -172,7 +171,7 @@ def sweep(version=3):
     fit version 4's shared memory for version 4): each checked against float64
     autograd on a ragged causal shape, then timed in turns with SDPA
     memory-efficient's backward at B4 H16, N 1024 and 4096, causal and not."""
-    from gpucourse.kernels.attention_backward import V3_SWEEP, check_tiled_config_v3
+    from gpucourse.kernels.attention.backward_v34 import V3_SWEEP, check_tiled_config_v3
 
     def fits(d, config):
         try:

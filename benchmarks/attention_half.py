@@ -42,7 +42,7 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 from gpucourse.kernels import attention as A  # noqa: E402
-from gpucourse.kernels.attention_backward import DEFAULT_VERSION  # noqa: E402
+from gpucourse.kernels.attention import DEFAULT_VERSION  # noqa: E402
 from gpucourse.results import gpu_slug  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def backward_rows(bench, q, k, v, causal, seq, d):
     from torch.nn.attention import sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
-    from gpucourse.kernels.attention_backward import flash_attention_backward
+    from gpucourse.kernels.attention import flash_attention_backward
 
     g = torch.Generator(device="cuda").manual_seed(seq + d)
     dout = torch.randn(q.shape, device="cuda", generator=g).to(q.dtype)

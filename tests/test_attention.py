@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention as A
+from gpucourse.kernels.attention import flash as launch_path  # where the GPU queries are read
 
 ATOL = 2e-5  # float32 kernels against float64, for O(1) inputs and head_dim <= 128
 RTOL = 1e-4
@@ -207,7 +208,7 @@ def test_flash_refuses_tensors_on_another_gpu(monkeypatch):
     # launch runs on must be refused, not read at another GPU's addresses.
     torch = _torch_cuda()
     q = torch.zeros((1, 1, 8, 64), device="cuda")
-    monkeypatch.setattr(A, "_current_gpu", lambda: q.get_device() + 1)
+    monkeypatch.setattr(launch_path, "_current_gpu", lambda: q.get_device() + 1)
     message = _error(A.flash_attention, q, q, q)
     assert "GPU Numba launches on" in message and "select_device" in message
 
@@ -216,7 +217,7 @@ def test_flash_refuses_tensors_on_another_gpu(monkeypatch):
 def test_flash_falls_back_to_the_portable_shape_on_gpu(monkeypatch):
     # A GPU that cannot give a block the tuned shape's shared memory runs the
     # portable one, and still gets the right answer.
-    monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: 64 * 1024)
+    monkeypatch.setattr(launch_path, "_max_shared_bytes_per_block", lambda device: 64 * 1024)
     assert A._config_for(64) == A.PORTABLE_FLASH_CONFIGS[64]
     q, k, v = qkv((1, 2, 150, 64), seed=13)
     np.testing.assert_allclose(A.flash_attention(q, k, v, causal=True),
@@ -458,15 +459,15 @@ def test_causal_tile_shapes_compute_attention(config):
 
 
 def test_a_gpu_without_the_shared_memory_gets_the_portable_shape(monkeypatch):
-    monkeypatch.setattr(A, "on_gpu", lambda: True)
-    monkeypatch.setattr(A, "_current_gpu", lambda: 0)
+    monkeypatch.setattr(launch_path, "on_gpu", lambda: True)
+    monkeypatch.setattr(launch_path, "_current_gpu", lambda: 0)
     # The CUDA-core kernel's shapes (test_attention_tensor_cores.py: the tensor cores').
-    monkeypatch.setattr(A, "_has_tf32_tensor_cores", lambda device: False)
+    monkeypatch.setattr(launch_path, "_has_tf32_tensor_cores", lambda device: False)
     tuned = A.FLASH_CONFIGS[64]
     assert tuned.dynamic_shared  # the case this test is about
     for max_bytes, expected in ((64 * 1024, A.PORTABLE_FLASH_CONFIGS[64]),
                                 (227 * 1024, tuned)):
-        monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: max_bytes)
+        monkeypatch.setattr(launch_path, "_max_shared_bytes_per_block", lambda device: max_bytes)
         assert A._config_for(64) == expected
     assert A._config_for(32) == A.FLASH_CONFIGS[32]  # static shapes never fall back
 
@@ -565,7 +566,8 @@ def test_steps_per_pass_is_checked():
 FORWARD_PTX_SCRIPT = """
 import json
 from gpucourse.kernels import attention as A
-A.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
+from gpucourse.kernels.attention import forward
+forward.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
 shapes = [A.FLASH_CONFIGS[64], A.FLASH_CONFIGS[128]]
 shapes += [shape for _, shape in A.CAUSAL_FLASH_CONFIGS[64]]
 texts = [numba.cuda.compile_ptx(A._flash_kernel(c, True, True).py_func,

@@ -339,7 +339,7 @@ def test_the_quick_torch_path_gives_what_the_long_way_gives(dtype, monkeypatch):
     # way and float64 autograd; ragged, causal and not, cross-attention, d64
     # and d128. A GPU only: the simulator has no such path.
     from gpucourse.device import on_gpu
-    from gpucourse.kernels import attention_backward as AB
+    from gpucourse.kernels.attention import backward as AB  # the module that reads QUICK_TORCH_PATH
 
     if not (torch.cuda.is_available() and on_gpu()):
         pytest.skip("needs a CUDA GPU")

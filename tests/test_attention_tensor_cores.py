@@ -17,6 +17,7 @@ import pytest
 
 from gpucourse.device import on_gpu
 from gpucourse.kernels import attention as A
+from gpucourse.kernels.attention import flash as launch_path  # where the GPU queries are read
 from gpucourse.kernels.attention_tensor_cores import TensorCoreConfig, check_tc_config
 
 # 3xTF32 keeps about fp32's accuracy: the same bounds as the CUDA-core kernel's tests.
@@ -74,10 +75,10 @@ def test_flash_attention_takes_the_tensor_cores_when_asked(monkeypatch):
 
 
 def test_a_gpu_gets_the_tensor_cores_where_it_has_them(monkeypatch):
-    monkeypatch.setattr(A, "on_gpu", lambda: True)
-    monkeypatch.setattr(A, "_current_gpu", lambda: 0)
-    monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: 227 * 1024)
-    monkeypatch.setattr(A, "_has_tf32_tensor_cores", lambda device: True)
+    monkeypatch.setattr(launch_path, "on_gpu", lambda: True)
+    monkeypatch.setattr(launch_path, "_current_gpu", lambda: 0)
+    monkeypatch.setattr(launch_path, "_max_shared_bytes_per_block", lambda device: 227 * 1024)
+    monkeypatch.setattr(launch_path, "_has_tf32_tensor_cores", lambda device: True)
     for d in (64, 128):
         assert A._config_for(d) == A.TENSOR_CORE_CONFIGS[d]
         assert A._config_for(d, tensor_cores=False) == A.FLASH_CONFIGS[d]
@@ -87,11 +88,11 @@ def test_a_gpu_gets_the_tensor_cores_where_it_has_them(monkeypatch):
     assert A._config_for(32) == A.FLASH_CONFIGS[32]  # no tensor-core shape: CUDA cores
     # No TF32 tensor cores (before compute capability 8.0), or too little shared
     # memory: the portable CUDA-core shape, even when asked for tensor cores.
-    monkeypatch.setattr(A, "_has_tf32_tensor_cores", lambda device: False)
+    monkeypatch.setattr(launch_path, "_has_tf32_tensor_cores", lambda device: False)
     assert A._config_for(128) == A.FLASH_CONFIGS[128]
     assert A._config_for(128, tensor_cores=True) == A.PORTABLE_FLASH_CONFIGS[128]
-    monkeypatch.setattr(A, "_has_tf32_tensor_cores", lambda device: True)
-    monkeypatch.setattr(A, "_max_shared_bytes_per_block", lambda device: 99 * 1024)
+    monkeypatch.setattr(launch_path, "_has_tf32_tensor_cores", lambda device: True)
+    monkeypatch.setattr(launch_path, "_max_shared_bytes_per_block", lambda device: 99 * 1024)
     assert A._config_for(128) == A.PORTABLE_FLASH_CONFIGS[128]
 
 
@@ -117,7 +118,8 @@ def test_tensor_core_shapes_are_checked():
 TC_PTX_SCRIPT = """
 import json
 from gpucourse.kernels import attention as A
-A.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
+from gpucourse.kernels.attention import forward
+forward.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
 shapes = list(A.TENSOR_CORE_CONFIGS.values())
 shapes += [c for s in A.CAUSAL_TENSOR_CORE_CONFIGS.values() for _, c in s]
 texts = [[c.max_registers,

@@ -154,7 +154,7 @@ def _classes():
     from torch.nn import functional as F
 
     from gpucourse.kernels import sgemm
-    from gpucourse.kernels.attention_backward import flash_attention_autograd
+    from gpucourse.kernels.attention import flash_attention_autograd
 
     def course_matmul(a, b):
         """a @ b on the course's SGEMM: CUDA tensors directly, CPU tensors
