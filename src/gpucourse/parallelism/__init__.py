@@ -53,11 +53,14 @@ from gpucourse.parallelism.experts import (  # noqa: F401 (re-exported)
 from gpucourse.parallelism.zero import (  # noqa: F401 (re-exported)
     TRAINING_STATES, ZERO_SHARDED, ZERO_FIGURE_BYTES_PER_PARAM, zero_sharded_states,
 )
+from gpucourse.moved import publish, served_from
+
+# The functions answer to the package's name (gpucourse.parallelism.NAME), the address
+# students call them by and the one the grader names in its messages.
+publish(__name__, globals())
 
 # The figures live with chapters 2 and 3 (gpucourse.chapters.parallelism), which
 # imports the models above; they are served from here for old imports.
-from gpucourse.moved import served_from
-
 __getattr__ = served_from(__name__, "gpucourse.chapters.parallelism", (
     'plot_megatron_mlp', 'plot_pipeline', 'plot_bubble_fraction', 'plot_in_flight',
     'plot_tokens_per_expert', 'plot_capacity_sweep', 'plot_zero_stages',
