@@ -20,6 +20,7 @@ class Week:
 PARTS = ("Foundations", "Memory and networks", "Kernels")
 ROMAN = ("I", "II", "III")
 
+# A table of data, one row per block of weeks: its rows look alike by design.
 JOURNEY: tuple[Week, ...] = (
     Week((1, 1), "Foundations", "HPC and parallelism",
          "Amdahl, Gustafson, roofline, the compute bill of large models, exascale"),

@@ -34,6 +34,7 @@ def pcie_x16_bytes_per_s(gigatransfers_per_s, lanes=16) -> float:
     return lanes * rate * 1e9 * 128 / 130 / 8
 
 
+# A table of data, one entry per link: its rows look alike by design.
 INTERCONNECTS = {
     "NVLink 4 (H100)": Interconnect(
         "NVLink 4 (H100 SXM)", "NVLink", 450e9, "nvidia_h100_datasheet",
