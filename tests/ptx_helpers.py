@@ -22,7 +22,7 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 import numba.cuda
-from gpucourse.kernels._ptx_compiler import _compile_without_a_gpu
+from gpucourse.grader.ptx_compiler import _compile_without_a_gpu
 _compile_without_a_gpu()
 """
 

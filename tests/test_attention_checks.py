@@ -1,4 +1,4 @@
-"""gpucourse.kernels.attention_checks: the checks behind chapter 9's kernel exercises.
+"""gpucourse.grader.attention: the checks behind chapter 9's kernel exercises.
 
 A correct tiled kernel of the exercises' contract (written here, independently
 of the checks) passes every check, causal and not, on ragged lengths, head
@@ -16,8 +16,10 @@ import pytest
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import attention
-from gpucourse.kernels import attention_checks as check
-from gpucourse.kernels.attention_checks import BLOCK_K, BLOCK_Q, HEAD_DIM_MAX
+from gpucourse.chapters import attention_timing
+from gpucourse.grader import attention as check
+from gpucourse.grader.attention import BLOCK_K, BLOCK_Q, HEAD_DIM_MAX
+from gpucourse.kernels import timing_attention
 from numba import float32
 
 # The longest sequence the score-buffer cheat below can hold.
@@ -364,15 +366,15 @@ def test_launch_shape_and_key_tiles_follow_the_contract():
 
 
 def test_timing_rows_format_and_plot_without_a_gpu():
-    record, rows = check.committed_rows()
+    record, rows = attention_timing.committed_rows()
     assert record["gpu"].startswith("NVIDIA") and rows
-    assert {r["variant"] for r in rows} <= set(check.COMMITTED_VARIANTS)
-    table = check.format_table(rows)
+    assert {r["variant"] for r in rows} <= set(attention_timing.COMMITTED_VARIANTS)
+    table = attention_timing.format_table(rows)
     assert "flash (causal)" in table and "seq 1024" in table
     import matplotlib
 
     matplotlib.use("Agg")
-    assert check.plot_rows(rows).get_xlabel() == "sequence length N"
+    assert attention_timing.plot_rows(rows).get_xlabel() == "sequence length N"
 
 
 @pytest.mark.parametrize("call, message", [
@@ -387,8 +389,8 @@ def test_timing_rows_format_and_plot_without_a_gpu():
      "logit_scale must be"),
     (lambda: check.expect_attention(lambda q: q, 1, 8, 16), "kernel must be a @cuda.jit"),
     (lambda: check.attention_traffic_bytes(1, 8, 24), "head_dim must be one of"),
-    (lambda: check.format_table([]), "rows must be a non-empty list"),
-    (lambda: check.time_attention({"mine": flash_forward}), "kernels must be a dict"),
+    (lambda: attention_timing.format_table([]), "rows must be a non-empty list"),
+    (lambda: timing_attention.time_attention({"mine": flash_forward}), "kernels must be a dict"),
 ])
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(ValueError, match=message):
@@ -414,12 +416,13 @@ def test_time_attention_checks_each_result_before_timing_it():
                 out[cuda.blockIdx.y, row, c] = 0.0
 
     timed = []
-    rows = check.time_attention({"right": (flash_forward, False), "wrong": (writes_zeros, False)},
-                                seqs=(20,), batch=1, heads=2, head_dim=16, library=False,
-                                sdpa=False, time_s=lambda run: timed.append(run) or 2e-3)
+    rows = timing_attention.time_attention(
+        {"right": (flash_forward, False), "wrong": (writes_zeros, False)},
+        seqs=(20,), batch=1, heads=2, head_dim=16, library=False,
+        sdpa=False, time_s=lambda run: timed.append(run) or 2e-3)
     by = {row["variant"]: row for row in rows}
     assert len(timed) == 1 and by["right"]["ms"] == 2.0 and by["right"]["max_abs_err"] < 1e-5
     assert by["right"]["tflops"] == pytest.approx(
         attention.attention_flops(1, 2, 20, 16) / 2e-3 / 1e12)
-    assert by["wrong"]["ms"] is None and by["wrong"]["max_abs_err"] > check.WRONG_ABOVE
-    assert "wrong" in check.format_table(rows)
+    assert by["wrong"]["ms"] is None and by["wrong"]["max_abs_err"] > timing_attention.WRONG_ABOVE
+    assert "wrong" in attention_timing.format_table(rows)

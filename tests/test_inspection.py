@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels import inspection
+from gpucourse.grader import ptx, tracing
 from gpucourse.kernels.vector import load_float4
 from numba import float32
 
@@ -90,7 +90,7 @@ def numbers(n):
 
 def test_trace_counts_each_thread_and_writes_results_back():
     a, out = numbers(10), np.zeros(10, np.float32)
-    run = inspection.trace(add_one, 3, 4, a, out)  # 12 threads for 10 elements
+    run = tracing.trace(add_one, 3, 4, a, out)  # 12 threads for 10 elements
     assert np.array_equal(out, a + 1)
     assert len(run.threads) == 12
     assert run.counts("a")[((0, 0, 0), (2, 0, 0))] == 1
@@ -102,7 +102,7 @@ def test_trace_counts_each_thread_and_writes_results_back():
 
 def test_a_thread_doing_the_whole_job_is_named():
     a, out = numbers(8), np.zeros(8, np.float32)
-    run = inspection.trace(whole_job_in_thread_zero, 2, 4, a, out)
+    run = tracing.trace(whole_job_in_thread_zero, 2, 4, a, out)
     assert np.array_equal(out, a + 1)  # the values alone would pass
     with pytest.raises(AssertionError, match=r"block \(0, 0, 0\), thread \(0, 0, 0\) read 8 "
                                              r"elements of a \(a\[0\], a\[1\]"):
@@ -111,7 +111,7 @@ def test_a_thread_doing_the_whole_job_is_named():
 
 def test_rereading_neighbours_is_counted():
     a, out = numbers(6), np.zeros(6, np.float32)
-    run = inspection.trace(neighbours_sum, 1, 6, a, out)
+    run = tracing.trace(neighbours_sum, 1, 6, a, out)
     assert run.most("a") == (3, ((0, 0, 0), (1, 0, 0)))
     with pytest.raises(AssertionError, match="read 3 elements of a .*at most 1 element of a"):
         run.expect(reads={"a": 1})
@@ -121,9 +121,9 @@ def test_out_of_range_and_negative_indices_name_the_thread():
     # 12 threads for 11 elements: only the last thread is out of range.
     with pytest.raises(IndexError, match=r"block \(2, 0, 0\), thread \(3, 0, 0\) used index "
                                          r"\(11,\) of a, whose shape is \(11,\)"):
-        inspection.trace(unguarded, 3, 4, numbers(11), np.zeros(11, np.float32))
+        tracing.trace(unguarded, 3, 4, numbers(11), np.zeros(11, np.float32))
     with pytest.raises(IndexError, match="axis 0 must be in"):
-        inspection.trace(cuda.jit(_negative), 1, 2, numbers(4), np.zeros(4, np.float32))
+        tracing.trace(cuda.jit(_negative), 1, 2, numbers(4), np.zeros(4, np.float32))
 
 
 def _negative(a, out):
@@ -132,7 +132,7 @@ def _negative(a, out):
 
 def test_shared_arrays_are_counted_under_their_names():
     a, out = numbers(BLOCK), np.zeros(BLOCK, np.float32)
-    run = inspection.trace(reverse_block, 1, BLOCK, a, out)
+    run = tracing.trace(reverse_block, 1, BLOCK, a, out)
     assert np.array_equal(out, a[::-1])
     assert run.shared_names() == ["shared tile"]
     run.expect(reads={"a": 1}, writes={"out": 1}, shared_reads=1, shared_writes=1,
@@ -148,12 +148,12 @@ def test_shared_arrays_are_counted_under_their_names():
 def test_trace_rejects_bad_launches():
     a, out = numbers(4), np.zeros(4, np.float32)
     with pytest.raises(ValueError, match="grid must be a whole number"):
-        inspection.trace(add_one, 0, 4, a, out)
+        tracing.trace(add_one, 0, 4, a, out)
     with pytest.raises(ValueError, match="takes 2 arguments"):
-        inspection.trace(add_one, 1, 4, a)
+        tracing.trace(add_one, 1, 4, a)
     with pytest.raises(ValueError, match="kernel must be a @cuda.jit function"):
-        inspection.trace(len, 1, 4, a, out)
-    run = inspection.trace(add_one, 1, 4, a, out)
+        tracing.trace(len, 1, 4, a, out)
+    run = tracing.trace(add_one, 1, 4, a, out)
     with pytest.raises(ValueError, match="name must be one of"):
         run.counts("b")
     with pytest.raises(ValueError, match="not an argument of the launch"):
@@ -161,33 +161,33 @@ def test_trace_rejects_bad_launches():
 
 
 def test_ptx_shows_shared_memory_and_barriers():
-    found = inspection.expect_structure(reverse_block, numbers(BLOCK), numbers(BLOCK),
-                                        shared=True, barriers=True, max_shared_bytes=64)
+    found = ptx.expect_structure(reverse_block, numbers(BLOCK), numbers(BLOCK),
+                                 shared=True, barriers=True, max_shared_bytes=64)
     assert found.shared_bytes == 4 * BLOCK and found.barriers == 1
     assert ".target sm_90" in found.text
     with pytest.raises(AssertionError, match="must stage tiles in shared memory"):
-        inspection.expect_structure(add_one, numbers(4), numbers(4), shared=True)
+        ptx.expect_structure(add_one, numbers(4), numbers(4), shared=True)
     with pytest.raises(AssertionError, match="must synchronise its block"):
-        inspection.expect_structure(add_one, numbers(4), numbers(4), barriers=True)
+        ptx.expect_structure(add_one, numbers(4), numbers(4), barriers=True)
 
 
 def test_ptx_counts_accumulators_and_vector_loads():
     a, b, c = (np.ones(s, np.float32) for s in ((4, 8), (8, 4), (4, 4)))
-    found = inspection.expect_structure(column_of_four, a, b, c, min_fma=TM, max_local_bytes=0)
+    found = ptx.expect_structure(column_of_four, a, b, c, min_fma=TM, max_local_bytes=0)
     assert found.fma >= TM and found.local_bytes == 0
     with pytest.raises(AssertionError, match="at least 64 accumulators"):
-        inspection.expect_structure(column_of_four, a, b, c, min_fma=64)
-    vector = inspection.expect_structure(vector_rows, a, np.zeros(4, np.float32),
-                                         vector_global_loads=True)
+        ptx.expect_structure(column_of_four, a, b, c, min_fma=64)
+    vector = ptx.expect_structure(vector_rows, a, np.zeros(4, np.float32),
+                                  vector_global_loads=True)
     assert vector.vector_global_loads == 1
     with pytest.raises(AssertionError, match="must load A and B 128 bits at a time"):
-        inspection.expect_structure(add_one, numbers(4), numbers(4), vector_global_loads=True)
-    assert inspection.facts(reverse_block, numbers(4), numbers(4), cc=(8, 0)).shared_bytes == 16
+        ptx.expect_structure(add_one, numbers(4), numbers(4), vector_global_loads=True)
+    assert ptx.facts(reverse_block, numbers(4), numbers(4), cc=(8, 0)).shared_bytes == 16
 
 
 def test_a_kernel_that_cannot_run_on_a_gpu_fails_with_the_compilers_message():
     with pytest.raises(AssertionError, match="does not compile for a GPU"):
-        inspection.ptx(whole_job_in_thread_zero, numbers(4), numbers(4))
+        ptx.ptx(whole_job_in_thread_zero, numbers(4), numbers(4))
 
 
 @pytest.mark.skipif(on_gpu(), reason="on a GPU Numba compiles the kernel itself and names "
@@ -199,27 +199,27 @@ def test_objects_a_gpu_cannot_use_are_named():
     def uses_a_dict(a, out):
         out[0] = lookup[1]
 
-    with pytest.raises(inspection.KernelSourceError, match="lookup, a dict"):
-        inspection.ptx(uses_a_dict, numbers(4), numbers(4))
+    with pytest.raises(ptx.KernelSourceError, match="lookup, a dict"):
+        ptx.ptx(uses_a_dict, numbers(4), numbers(4))
     globals()["LOOKUP_TABLE"] = lookup
     try:
         @cuda.jit
         def uses_a_global_dict(a, out):
             out[0] = LOOKUP_TABLE[1]  # noqa: F821
 
-        with pytest.raises(inspection.KernelSourceError, match="LOOKUP_TABLE, a dict"):
-            inspection.ptx(uses_a_global_dict, numbers(4), numbers(4))
+        with pytest.raises(ptx.KernelSourceError, match="LOOKUP_TABLE, a dict"):
+            ptx.ptx(uses_a_global_dict, numbers(4), numbers(4))
     finally:
         del globals()["LOOKUP_TABLE"]
 
 
 def test_ptx_rejects_bad_arguments():
     with pytest.raises(ValueError, match="cc must be a compute capability"):
-        inspection.ptx(add_one, numbers(4), numbers(4), cc="9.0")
+        ptx.ptx(add_one, numbers(4), numbers(4), cc="9.0")
     with pytest.raises(ValueError, match="argument 1 must be a numpy array or a number"):
-        inspection.ptx(add_one, numbers(4), [1.0])
+        ptx.ptx(add_one, numbers(4), [1.0])
     with pytest.raises(ValueError, match="text must be the PTX of a kernel"):
-        inspection.ptx_facts("not ptx")
+        ptx.ptx_facts("not ptx")
 
 
 @pytest.mark.skipif(on_gpu(), reason="on a GPU kernels compile in the notebook's own process")
@@ -228,8 +228,8 @@ def test_the_compiler_outlives_an_interrupted_cell():
     # serves the later cells, so it runs in a group of its own and still answers.
     import os
 
-    inspection.start_compiler()
-    process = inspection._compiler._process
+    ptx.start_compiler()
+    process = ptx._compiler._process
     assert os.getpgid(process.pid) != os.getpgid(0)
-    assert inspection.facts(add_one, numbers(4), numbers(4)).barriers == 0
-    assert inspection._compiler._process is process
+    assert ptx.facts(add_one, numbers(4), numbers(4)).barriers == 0
+    assert ptx._compiler._process is process

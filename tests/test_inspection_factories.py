@@ -1,4 +1,4 @@
-"""gpucourse.kernels.inspection with kernel factories, decorators and vector-only loads.
+"""gpucourse.grader.tracing and .ptx with kernel factories, decorators and vector-only loads.
 
 A kernel whose tile sizes are captured from an enclosing function (how the
 simulator lets shared-array sizes vary) compiles to PTX with those values as
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels import inspection, vector
+from gpucourse.grader import ptx, tracing
+from gpucourse.kernels import vector
 from gpucourse.kernels.vector import load_float4
 from numba import float32
 
@@ -42,17 +43,17 @@ def make_scaled_copy(width, factor):
 
 def test_a_factory_kernel_compiles_with_its_captured_values_as_constants():
     kernel = make_scaled_copy(8, 3.0)
-    source, name = inspection.kernel_module_source(kernel)
+    source, name = ptx.kernel_module_source(kernel)
     assert name == "scaled_copy"
     assert re.search(r"^elements = 16$", source, re.M) and re.search(r"^factor = 3.0$", source, re.M)
     assert "OPTIONS" not in source  # the decorator line is not carried over
-    facts = inspection.facts(kernel, np.zeros(8, np.float32), np.zeros(8, np.float32))
+    facts = ptx.facts(kernel, np.zeros(8, np.float32), np.zeros(8, np.float32))
     assert facts.shared_bytes == 16 * 4 and facts.barriers == 1
 
 
 def test_a_factory_kernel_runs_and_is_traced_on_the_simulator():
     a, out = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
-    run = inspection.trace(make_scaled_copy(8, 2.0), 1, 8, a, out)
+    run = tracing.trace(make_scaled_copy(8, 2.0), 1, 8, a, out)
     np.testing.assert_array_equal(out, np.full(8, 14.0))
     run.expect(reads={"a": 1}, writes={"out": 8}, shared_reads=8)
 
@@ -71,8 +72,8 @@ def test_one_name_with_two_values_is_refused():
 
         return kernel
 
-    with pytest.raises(inspection.KernelSourceError, match="sees width as"):
-        inspection.kernel_module_source(make(8))
+    with pytest.raises(ptx.KernelSourceError, match="sees width as"):
+        ptx.kernel_module_source(make(8))
 
 
 @cuda.jit
@@ -89,18 +90,18 @@ def vector_loads_only(a, out):
 
 def test_every_global_load_can_be_required_to_be_128_bits():
     example = (np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32))
-    inspection.expect_structure(vector_loads_only, *example, vector_global_loads=True,
-                                max_scalar_global_loads=0)
+    ptx.expect_structure(vector_loads_only, *example, vector_global_loads=True,
+                         max_scalar_global_loads=0)
     with pytest.raises(AssertionError, match="1 narrower loads from global memory beside 1"):
-        inspection.expect_structure(vector_and_scalar_loads, *example, what="level 5",
-                                    vector_global_loads=True, max_scalar_global_loads=0)
+        ptx.expect_structure(vector_and_scalar_loads, *example, what="level 5",
+                             vector_global_loads=True, max_scalar_global_loads=0)
 
 
 def test_the_compiler_can_be_started_ahead():
-    inspection.start_compiler()
-    inspection.start_compiler()  # a second call keeps the running process
-    assert inspection.facts(vector_loads_only, np.zeros((4, 4), np.float32),
-                            np.zeros((4, 4), np.float32)).vector_global_loads == 1
+    ptx.start_compiler()
+    ptx.start_compiler()  # a second call keeps the running process
+    assert ptx.facts(vector_loads_only, np.zeros((4, 4), np.float32),
+                     np.zeros((4, 4), np.float32)).vector_global_loads == 1
 
 
 @cuda.jit(device=True)
@@ -120,7 +121,7 @@ def make_summing(col):
 
 def test_tracing_runs_the_vector_helpers_as_python_and_puts_them_back():
     a, out = np.arange(8, dtype=np.float32).reshape(1, 8), np.zeros(1, np.float32)
-    run = inspection.trace(make_summing(4), 1, 1, a, out)
+    run = tracing.trace(make_summing(4), 1, 1, a, out)
     assert out[0] == (4 + 5 + 6 + 7) + (0 + 1 + 2 + 3)
     run.expect(reads={"a": 8})
     assert run.counts("a")[((0, 0, 0), (0, 0, 0))] == 8
@@ -158,7 +159,7 @@ def test_an_interrupted_launch_leaves_no_simulated_thread_running():
     timer = threading.Timer(0.5, _thread.interrupt_main)  # as a cell's time limit does
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        with inspection.stopping_simulated_threads():
+        with tracing.stopping_simulated_threads():
             spins[1, 8](np.zeros(1, np.float32))
     assert not _still_running()
 
@@ -168,6 +169,6 @@ def test_an_interrupted_launch_leaves_no_simulated_thread_running():
 @pytest.mark.skipif(on_gpu(), reason="a spinning kernel on a GPU cannot be stopped this way")
 def test_a_failing_thread_takes_its_spinning_neighbours_down_with_it():
     with pytest.raises(IndexError):
-        with inspection.stopping_simulated_threads():
+        with tracing.stopping_simulated_threads():
             one_fails_the_others_spin[1, 8](np.zeros(1, np.float32))
     assert not _still_running()

@@ -1,4 +1,4 @@
-"""The GPU puzzles' grading helpers (gpucourse.kernels.puzzles).
+"""The GPU puzzles' grading helpers (gpucourse.grader.puzzles).
 
 Each helper runs on small kernels written here, right and wrong, on Numba's
 CUDA simulator: a right kernel passes, and each wrong one fails with a message
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels import inspection, puzzles
+from gpucourse.chapters import puzzles as pictures
+from gpucourse.grader import ptx, puzzles, tracing
 from numba import float32
 
 matplotlib.use("Agg")
@@ -194,7 +195,7 @@ def test_a_right_kernel_passes_and_its_trace_comes_back():
     out = puzzles.blank(20)
     run = puzzles.check_puzzle(add_one, puzzles.blocks(20, 8), 8, (a, out), _plus_one(a),
                                reads={"a": 1}, writes={"out": 1})
-    assert isinstance(run, inspection.Trace)
+    assert isinstance(run, tracing.Trace)
     assert run.total("a") == 20 and run.most("out", "write")[0] == 1
     np.testing.assert_allclose(out, _plus_one(a), rtol=1e-6)
 
@@ -331,7 +332,7 @@ def test_the_output_must_be_an_array():
 
 def test_kernel_source_ignores_globals_named_like_attributes():
     # `cuda.threadIdx.x` names the attribute x, not this module's global x.
-    source, name = inspection.kernel_module_source(copy_rows)
+    source, name = ptx.kernel_module_source(copy_rows)
     assert name == "copy_rows" and "x = " not in source.split("def copy_rows")[0]
 
 
@@ -362,7 +363,7 @@ def test_check_compiles_refuses_a_kernel_that_only_the_simulator_runs():
 # --------------------------------------------------------------------------
 
 def test_listing_reads_the_puzzles_and_their_points():
-    found = puzzles.listing(SOLUTIONS)
+    found = pictures.listing(SOLUTIONS)
     assert [p["number"] for p in found] == list(range(1, len(found) + 1))
     assert len(found) >= 12
     assert all(p["function"] and p["points"] >= 2 for p in found)
@@ -378,20 +379,20 @@ def test_listing_refuses_a_heading_with_other_points(tmp_path):
     wrong = tmp_path / "wrong.ipynb"
     wrong.write_text(json.dumps(cells))
     with pytest.raises(ValueError, match="puzzle 1 states other points"):
-        puzzles.listing(wrong)
+        pictures.listing(wrong)
     with pytest.raises(ValueError, match="notebook must be an existing .ipynb"):
-        puzzles.listing(tmp_path / "missing.ipynb")
+        pictures.listing(tmp_path / "missing.ipynb")
 
 
 @pytest.mark.parametrize("draw", [
-    lambda: puzzles.draw_launch(20, 8, blocks=3),
-    lambda: puzzles.draw_grid((7, 7), (4, 4), (2, 2), mask="causal"),
-    lambda: puzzles.draw_broadcast(3, 6),
-    lambda: puzzles.draw_window(20, 8, 4),
-    lambda: puzzles.draw_tree(16, op="max"),
-    lambda: puzzles.draw_scan(8),
-    lambda: puzzles.draw_tile_product(8),
-    lambda: puzzles.draw_transpose((6, 10), 4),
+    lambda: pictures.draw_launch(20, 8, blocks=3),
+    lambda: pictures.draw_grid((7, 7), (4, 4), (2, 2), mask="causal"),
+    lambda: pictures.draw_broadcast(3, 6),
+    lambda: pictures.draw_window(20, 8, 4),
+    lambda: pictures.draw_tree(16, op="max"),
+    lambda: pictures.draw_scan(8),
+    lambda: pictures.draw_tile_product(8),
+    lambda: pictures.draw_transpose((6, 10), 4),
 ])
 def test_every_picture_draws(draw):
     import matplotlib.pyplot as plt
@@ -404,21 +405,21 @@ def test_every_picture_draws(draw):
 def test_the_launch_picture_crosses_out_idle_threads():
     import matplotlib.pyplot as plt
 
-    ax = puzzles.draw_launch(20, 8, blocks=3)
+    ax = pictures.draw_launch(20, 8, blocks=3)
     assert "4 threads idle" in ax.get_title()
     assert len(ax.lines) - 3 == 4  # one cross per idle thread, beside the three block bars
     plt.close(ax.figure)
 
 
 @pytest.mark.parametrize("call, naming", [
-    (lambda: puzzles.draw_launch(100, 8), "at most 64"),
-    (lambda: puzzles.draw_grid((4, 4), (4, 4), mask="upper"), "mask must"),
-    (lambda: puzzles.draw_window(20, 4, 8), "window must be at most block"),
-    (lambda: puzzles.draw_tree(12), "power of two"),
-    (lambda: puzzles.draw_tree(8, op="min"), "op must"),
-    (lambda: puzzles.draw_scan(1), "n must"),
-    (lambda: puzzles.draw_tile_product(4, thread=(4, 0)), "thread must"),
-    (lambda: puzzles.draw_transpose((6, 10), 8), "tile that fits"),
+    (lambda: pictures.draw_launch(100, 8), "at most 64"),
+    (lambda: pictures.draw_grid((4, 4), (4, 4), mask="upper"), "mask must"),
+    (lambda: pictures.draw_window(20, 4, 8), "window must be at most block"),
+    (lambda: pictures.draw_tree(12), "power of two"),
+    (lambda: pictures.draw_tree(8, op="min"), "op must"),
+    (lambda: pictures.draw_scan(1), "n must"),
+    (lambda: pictures.draw_tile_product(4, thread=(4, 0)), "thread must"),
+    (lambda: pictures.draw_transpose((6, 10), 8), "tile that fits"),
 ])
 def test_pictures_refuse_bad_input(call, naming):
     with pytest.raises(ValueError, match=naming):
@@ -429,15 +430,15 @@ def test_trace_draws_vectors_as_strips_and_refuses_unknown_names():
     import matplotlib.pyplot as plt
 
     a = puzzles.random_vector(16, 15)
-    run = inspection.trace(neighbours_from_global, 1, 16, a, puzzles.blank(16))
+    run = tracing.trace(neighbours_from_global, 1, 16, a, puzzles.blank(16))
     figure = run.draw(["a"])
     width, height = figure.get_size_inches()
     assert width > 2 * height  # a strip, not a square
     reads = figure.axes[0].images[0].get_array()
     assert reads.tolist() == [[2] + [3] * 14 + [2]]
     plt.close(figure)
-    square = inspection.trace(copy_rows, 1, (4, 4), puzzles.random_matrix(3, 4, 16),
-                              puzzles.blank((3, 4))).draw()
+    square = tracing.trace(copy_rows, 1, (4, 4), puzzles.random_matrix(3, 4, 16),
+                           puzzles.blank((3, 4))).draw()
     assert tuple(square.get_size_inches()) == (2 * 2.8, 4.2)  # matrices: as before
     plt.close(square)
     with pytest.raises(ValueError, match="names must be some of"):
@@ -452,10 +453,10 @@ def test_an_interrupted_compile_does_not_hand_its_reply_to_the_next(monkeypatch)
     def interrupted(stream, timeout_s):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(inspection, "_read_line", interrupted)
+    monkeypatch.setattr(ptx, "_read_line", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        inspection.ptx(swap_halves_shared, a, a)
-    assert inspection._compiler._process is None  # stopped: its late reply is gone with it
+        ptx.ptx(swap_halves_shared, a, a)
+    assert ptx._compiler._process is None  # stopped: its late reply is gone with it
     monkeypatch.undo()
     assert puzzles.check_compiles(swap_halves_shared, a, a, shared=True).shared_bytes > 0
-    assert inspection.facts(add_one, a, a).shared_bytes == 0
+    assert ptx.facts(add_one, a, a).shared_bytes == 0

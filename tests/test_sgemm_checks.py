@@ -1,4 +1,4 @@
-"""gpucourse.kernels.sgemm_checks: the checks behind chapter 8's kernel exercises.
+"""gpucourse.grader.sgemm: the checks behind chapter 8's kernel exercises.
 
 The library's own kernels (gpucourse.kernels.sgemm, written independently of
 these checks) launched with the exercises' contracts must pass every check of
@@ -13,7 +13,7 @@ import pytest
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import sgemm
-from gpucourse.kernels import sgemm_checks as check
+from gpucourse.grader import sgemm as check
 from gpucourse.kernels.sgemm import TileConfig
 from gpucourse.kernels.vector import load_float4
 from numba import float32

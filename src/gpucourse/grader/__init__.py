@@ -10,6 +10,16 @@ it. Its modules run in three different places, and that is why they are apart:
   course's own implementation). The test cells import both as
   ``gpucourse.verify``. ``captured`` holds the built-ins and NumPy
   functions they compare with, taken before any student code runs.
+* **Also in the notebook, for the kernel exercises** of chapters 8 and 9:
+  ``tracing`` runs a kernel on the simulator and counts what each thread
+  reads and writes; ``ptx`` compiles it for a real GPU, on the CPU, and
+  checks what its PTX shows (shared memory, barriers, 128-bit loads,
+  accumulators), with ``ptx_compiler``, the compiler process it starts
+  (the simulator and a real compiler cannot share one process). On these
+  stand the checks of each set of exercises, one module each, since each
+  knows its own contract: ``puzzles`` (the GPU puzzles), ``sgemm`` (the
+  SGEMM ladder and its tile search) and ``attention`` (the FlashAttention
+  kernels and their memory traffic).
 * **In processes the grader starts**, for week 4's collectives:
   ``ring_rules`` (what a ring may call, and the guards that refuse the rest),
   ``forked_ranks`` (starting N gloo processes by fork and always stopping
