@@ -38,12 +38,17 @@ def load_level7_results(path=None) -> dict:
     return results.load_results("sgemm_level7", path)
 
 
-def _level7_record(record) -> dict:
-    if not (isinstance(record, dict) and record.get("benchmark") == "sgemm_level7"
+def _results_record(record, benchmark: str, reader: str) -> dict:
+    """`record` if it is a results record of `benchmark` with a list of rows (as
+    the function `reader` reads one), else ValueError naming both."""
+    if not (isinstance(record, dict) and record.get("benchmark") == benchmark
             and isinstance(record.get("results"), list)):
-        raise ValueError("record must be an sgemm_level7 results record "
-                         "(load_level7_results reads one)")
+        raise ValueError(f"record must be an {benchmark} results record ({reader} reads one)")
     return record
+
+
+def _level7_record(record) -> dict:
+    return _results_record(record, "sgemm_level7", "load_level7_results")
 
 
 def _wm_iter(config: dict) -> int:
@@ -388,11 +393,7 @@ def load_shapes_results(path=None, gpu: str = "h100") -> dict:
 
 
 def _shapes_record(record) -> dict:
-    if not (isinstance(record, dict) and record.get("benchmark") == "sgemm_shapes"
-            and isinstance(record.get("results"), list)):
-        raise ValueError("record must be an sgemm_shapes results record "
-                         "(load_shapes_results reads one)")
-    return record
+    return _results_record(record, "sgemm_shapes", "load_shapes_results")
 
 
 def shapes_table(record: dict) -> list[dict]:

@@ -64,6 +64,8 @@ before the package was split; the chapter's tables and plots live in
 ``gpucourse.chapters.sgemm``.
 """
 
+# Every name callers used before the split, re-exported from the module that
+# now holds it (imported here to be used from here, not in this file).
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm import building_blocks, vectorized
 from gpucourse.kernels.sgemm.autotuning import autotune, resource_usage

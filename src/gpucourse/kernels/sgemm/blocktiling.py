@@ -18,7 +18,7 @@ levels above, whose building blocks (``building_blocks``) start from here.
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.config import ZERO, TileConfig, _u
+from gpucourse.kernels.sgemm.config import ZERO, _INLINE, TileConfig, _u
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
@@ -31,15 +31,43 @@ from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which c
 # walked BK (8) at a time; the TM partial sums live in registers.
 # Each thread loads a fixed number of elements of each tile (check_config
 # guarantees the tiles divide evenly), so those loops have constant trip
-# counts and unroll, with no division at run time.
+# counts and unroll, with no division at run time (`_make_tile_loads`, which
+# level 4b shares).
+
+
+def _make_tile_loads(config: TileConfig):
+    """The loads levels 4a and 4b share: a device function `load_tiles(a, b,
+    a_tile, b_tile, tid, row0, col0, k0, m, n, k)` that copies the block's
+    BM x BK tile of A (rows row0..., columns k0...) and BK x BN tile of B (rows
+    k0..., columns col0...) into shared memory, one float per load, zeros past
+    the edges of the matrices; thread `tid` loads its equal share of each, rows
+    threads / BK (or threads / BN) apart."""
+    threads = config.threads
+    a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
+    BN, BK = _u(config.bn, config.bk)
+    A_LOADS, B_LOADS = _u(a_elements // threads, b_elements // threads)
+    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // config.bk, threads // config.bn)
+
+    @cuda.jit(device=True, **_INLINE)
+    def load_tiles(a, b, a_tile, b_tile, tid, row0, col0, k0, m, n, k):
+        a_row, a_col = tid // BK, tid % BK  # where this thread loads in A's tile
+        b_row, b_col = tid // BN, tid % BN
+        for s in range(A_LOADS):
+            r = a_row + s * A_ROW_STRIDE
+            inside = row0 + r < m and k0 + a_col < k
+            a_tile[r * BK + a_col] = a[row0 + r, k0 + a_col] if inside else float32(0.0)
+        for s in range(B_LOADS):
+            r = b_row + s * B_ROW_STRIDE
+            inside = k0 + r < k and col0 + b_col < n
+            b_tile[r * BN + b_col] = b[k0 + r, col0 + b_col] if inside else float32(0.0)
+
+    return load_tiles
 
 
 def _make_1d_kernel(config: TileConfig):
-    threads = config.threads
     a_elements, b_elements, tm = config.bm * config.bk, config.bk * config.bn, config.tm
     BM, BN, BK, TM = _u(config.bm, config.bn, config.bk, config.tm)
-    A_LOADS, B_LOADS = _u(a_elements // threads, b_elements // threads)
-    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // config.bk, threads // config.bn)
+    load_tiles = _make_tile_loads(config)
 
     @cuda.jit
     def sgemm_1d_tiling(a, b, c):
@@ -51,20 +79,11 @@ def _make_1d_kernel(config: TileConfig):
         col0 = uint64(cuda.blockIdx.x) * BN
         thread_col = tid % BN
         thread_row = tid // BN  # this thread owns rows thread_row*TM ... + TM - 1
-        a_row, a_col = tid // BK, tid % BK  # where this thread loads in A's tile
-        b_row, b_col = tid // BN, tid % BN
         acc = cuda.local.array(tm, float32)
         for i in range(TM):
             acc[i] = 0.0
         for k0 in range(ZERO, k, BK):
-            for s in range(A_LOADS):
-                r = a_row + s * A_ROW_STRIDE
-                inside = row0 + r < m and k0 + a_col < k
-                a_tile[r * BK + a_col] = a[row0 + r, k0 + a_col] if inside else float32(0.0)
-            for s in range(B_LOADS):
-                r = b_row + s * B_ROW_STRIDE
-                inside = k0 + r < k and col0 + b_col < n
-                b_tile[r * BN + b_col] = b[k0 + r, col0 + b_col] if inside else float32(0.0)
+            load_tiles(a, b, a_tile, b_tile, tid, row0, col0, k0, m, n, k)
             cuda.syncthreads()
             for dot in range(BK):
                 b_value = b_tile[dot * BN + thread_col]  # one load, reused TM times
@@ -90,13 +109,11 @@ def _make_1d_kernel(config: TileConfig):
 
 
 def _make_2d_kernel(config: TileConfig):
-    threads = config.threads
     a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
     BM, BN, BK, TM, TN = _u(config.bm, config.bn, config.bk, config.tm, config.tn)
-    A_LOADS, B_LOADS = _u(a_elements // threads, b_elements // threads)
-    A_ROW_STRIDE, B_ROW_STRIDE = _u(threads // config.bk, threads // config.bn)
     THREADS_PER_ROW = _u(config.bn // config.tn)
+    load_tiles = _make_tile_loads(config)
 
     @cuda.jit
     def sgemm_2d_tiling(a, b, c):
@@ -108,22 +125,13 @@ def _make_2d_kernel(config: TileConfig):
         col0 = uint64(cuda.blockIdx.x) * BN
         thread_row = tid // THREADS_PER_ROW  # this thread owns a TM x TN patch of C
         thread_col = tid % THREADS_PER_ROW
-        a_row, a_col = tid // BK, tid % BK
-        b_row, b_col = tid // BN, tid % BN
         acc = cuda.local.array(patch, float32)
         a_frag = cuda.local.array(tm, float32)
         b_frag = cuda.local.array(tn, float32)
         for i in range(patch):
             acc[i] = 0.0
         for k0 in range(ZERO, k, BK):
-            for s in range(A_LOADS):
-                r = a_row + s * A_ROW_STRIDE
-                inside = row0 + r < m and k0 + a_col < k
-                a_tile[r * BK + a_col] = a[row0 + r, k0 + a_col] if inside else float32(0.0)
-            for s in range(B_LOADS):
-                r = b_row + s * B_ROW_STRIDE
-                inside = k0 + r < k and col0 + b_col < n
-                b_tile[r * BN + b_col] = b[k0 + r, col0 + b_col] if inside else float32(0.0)
+            load_tiles(a, b, a_tile, b_tile, tid, row0, col0, k0, m, n, k)
             cuda.syncthreads()
             for dot in range(BK):
                 for i in range(TM):

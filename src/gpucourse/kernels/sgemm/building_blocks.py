@@ -14,7 +14,10 @@ was measured to be worth; the factories refer to it by number:
   written out ``DOT_UNROLL`` steps per pass ((5));
 * ``_make_k_loop``: the walk along K, with one or two copies of the tiles
   ((4), (6)), over the whole of K or one split-K slice;
-* ``_register_cap``: the cap that lets two blocks share an SM ((7)).
+* ``_register_cap``: the cap that lets two blocks share an SM ((7));
+* ``_make_store_four`` and ``_make_multiply_block``: a thread's outputs
+  into C, and the whole work of a block between its kernel's first line and
+  its last, the same for levels 5-7 and for their split-K kernels.
 
 ``DOT_UNROLL`` is the knob benchmarks turn (set it here, on this module: the
 factories read it when a kernel is built).
@@ -25,8 +28,8 @@ from __future__ import annotations
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm.config import ONE, ZERO, _INLINE, _u
 from gpucourse.kernels._vector_load import load_float4
-from gpucourse.kernels._vector_store import store_float4_flat
-from numba import float32  # noqa: E402 (after gpucourse.device, which configures Numba)
+from gpucourse.kernels._vector_store import store_float4, store_float4_flat
+from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
 # Steps of the dot-product loop of levels 5-7 written out per pass: 1, 2, 4, ...
@@ -218,7 +221,9 @@ def _make_unrolled_steps(multiply_step, count: int):
     """A device function doing `count` consecutive steps of the dot product
     (dot, dot + 1, ...; `count` in UNROLLS), written out: each doubling calls
     the one before twice, inlined, down to one step. (Each has its own name
-    for its offset: the course's source checks want one value per name.)"""
+    for its offset: the course's source checks want one value per name. So
+    the five doublings are written out, deliberately alike, rather than made
+    by one factory in a loop, whose copies would share their names.)"""
     TWO, FOUR, EIGHT, SIXTEEN = _u(2, 4, 8, 16)
 
     @cuda.jit(device=True, **_INLINE)
@@ -349,3 +354,69 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
                 write = ONE - write
 
     return walk_k
+
+
+def _make_store_four(vectorized: bool, atomic: bool):
+    """A device function putting four neighbouring outputs of a thread into C,
+    shared by levels 5-7: `store_four(c, acc, base, row, col, n)` writes
+    acc[base] ... acc[base + 3] to columns col ... col + 3 of row `row`, those
+    inside C (n columns). Stored four floats in one 128-bit store where rows
+    allow (`vectorized`), one at a time otherwise; or, for split-K (`atomic`),
+    added with float32 atomic adds into a C zeroed before the launch, since
+    every slice's block adds to the same outputs."""
+    ATOMIC = atomic
+    TWO, THREE, FOUR = _u(2, 3, 4)
+
+    @cuda.jit(device=True, **_INLINE)
+    def store_four(c, acc, base, row, col, n):
+        if ATOMIC:
+            for q in range(FOUR):
+                if col + q < n:
+                    cuda.atomic.add(c, (row, col + q), acc[base + q])
+        elif vectorized:
+            if col < n:  # n % 4 == 0: the four are all in or all out
+                store_float4(c, row, col, acc[base], acc[base + ONE],
+                             acc[base + TWO], acc[base + THREE])
+        else:
+            for q in range(FOUR):
+                if col + q < n:
+                    c[row, col + q] = acc[base + q]
+
+    return store_four
+
+
+def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
+                         accumulators: int, a_fragment: int, b_fragment: int, a_staged: int,
+                         b_staged: int):
+    """The whole work of one block of levels 5-7, given its shared tiles: a
+    device function `multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)`
+    that computes the block's bm x bn tile of C over columns k_start <= kk <
+    k_end of A (the whole of K, or one split-K slice) and writes it. Each level
+    brings its own pieces: `place_thread(tid)` says where a thread works in the
+    tile, as the two numbers (p, q) its `walk_k` (from `_make_k_loop`) and
+    `write_outputs(c, acc, row0, col0, p, q, m, n)` take; each thread keeps
+    `accumulators` outputs, fragments of `a_fragment` values of A and
+    `b_fragment` of B, and the next tiles in `a_staged` and `b_staged`
+    registers. The kernels themselves, one per level and kind (whole K or
+    split), only declare the shared tiles and say which part of K is theirs."""
+    BM, BN = _u(bm, bn)
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_block(a, b, c, a_tile, b_tile, k_start, k_end):
+        m, n = uint64(a.shape[0]), uint64(b.shape[1])
+        tid = uint64(cuda.threadIdx.x)
+        row0 = uint64(cuda.blockIdx.y) * BM  # first row of C this block computes
+        col0 = uint64(cuda.blockIdx.x) * BN
+        p, q = place_thread(tid)
+        acc = cuda.local.array(accumulators, float32)
+        a_frag = cuda.local.array(a_fragment, float32)
+        b_frag = cuda.local.array(b_fragment, float32)
+        a_next = cuda.local.array(a_staged, float32)
+        b_next = cuda.local.array(b_staged, float32)
+        for i in range(accumulators):
+            acc[i] = 0.0
+        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
+               m, n, k_start, k_end, p, q)
+        write_outputs(c, acc, row0, col0, p, q, m, n)
+
+    return multiply_block

@@ -21,13 +21,13 @@ tiles, 16 x 8 per thread) ran at 47.46 TFLOP/s, 91.9% of cuBLAS
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_tile,
+from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_block,
+                                                     _make_multiply_tile, _make_store_four,
                                                      _make_tile_loaders, _register_cap,
                                                      _steps_per_pass)
 from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO, _INLINE,
                                             TileConfig, _u)
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from gpucourse.kernels._vector_store import store_float4
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
@@ -56,7 +56,6 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
-    ATOMIC = bool(split)
     shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
         config.bm, config.bn, config.bk, threads, vectorized, interior)
@@ -89,29 +88,26 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                           config.bk, a_elements, b_elements, double)
 
     @cuda.jit(device=True, **_INLINE)
+    def place_thread(tid):
+        # Rows thread_row*TM + 0..TM-1 of the tile, columns
+        # g*GROUP_STRIDE + thread_col*4 + 0..3 (group g < GROUPS).
+        return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
+
+    store_four = _make_store_four(vectorized, atomic=bool(split))
+
+    @cuda.jit(device=True, **_INLINE)
     def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n):
-        # The thread's TM x TN outputs into C, the parts inside it: stored
-        # (four floats per 128-bit store where rows allow), or, for split-K
-        # (ATOMIC), added with float32 atomic adds into a C zeroed before the
-        # launch, since every slice's block adds to the same outputs.
+        # The thread's TM x TN outputs into C, the parts inside it, four
+        # neighbouring columns of a group at a time.
         for i in range(TM):
             row = row0 + thread_row * TM + i
             if row < m:
                 for g in range(GROUPS):
                     col = col0 + g * GROUP_STRIDE + thread_col * FOUR
-                    base = i * TN + g * FOUR
-                    if ATOMIC:
-                        for q in range(FOUR):
-                            if col + q < n:
-                                cuda.atomic.add(c, (row, col + q), acc[base + q])
-                    elif vectorized:
-                        if col < n:  # n % 4 == 0: the four are all in or all out
-                            store_float4(c, row, col, acc[base], acc[base + ONE],
-                                         acc[base + TWO], acc[base + THREE])
-                    else:
-                        for q in range(FOUR):
-                            if col + q < n:
-                                c[row, col + q] = acc[base + q]
+                    store_four(c, acc, i * TN + g * FOUR, row, col, n)
+
+    multiply_block = _make_multiply_block(place_thread, walk_k, write_patch, config.bm, config.bn,
+                                          patch, tm, tn, a_staged, b_staged)
 
     @cuda.jit(**cap)
     def sgemm_vectorized(a, b, c):
@@ -120,22 +116,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # With double buffering, two copies of each, one after the other.
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
-        tid = uint64(cuda.threadIdx.x)
-        row0 = uint64(cuda.blockIdx.y) * BM
-        col0 = uint64(cuda.blockIdx.x) * BN
-        thread_row = tid // THREADS_PER_ROW  # rows thread_row*TM + 0..TM-1 of the tile
-        thread_col = tid % THREADS_PER_ROW  # columns g*GROUP_STRIDE + thread_col*4 + 0..3
-        acc = cuda.local.array(patch, float32)
-        a_frag = cuda.local.array(tm, float32)
-        b_frag = cuda.local.array(tn, float32)
-        a_next = cuda.local.array(a_staged, float32)
-        b_next = cuda.local.array(b_staged, float32)
-        for i in range(patch):
-            acc[i] = 0.0
-        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, ZERO, k, thread_row, thread_col)
-        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
+        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
 
     @cuda.jit(**cap)
     def sgemm_vectorized_split(a, b, c, chunk):
@@ -144,24 +125,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # outputs are added into C (zeroed first) with atomic adds.
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
-        k_end = min(k, k_start + uint64(chunk))
-        tid = uint64(cuda.threadIdx.x)
-        row0 = uint64(cuda.blockIdx.y) * BM
-        col0 = uint64(cuda.blockIdx.x) * BN
-        thread_row = tid // THREADS_PER_ROW
-        thread_col = tid % THREADS_PER_ROW
-        acc = cuda.local.array(patch, float32)
-        a_frag = cuda.local.array(tm, float32)
-        b_frag = cuda.local.array(tn, float32)
-        a_next = cuda.local.array(a_staged, float32)
-        b_next = cuda.local.array(b_staged, float32)
-        for i in range(patch):
-            acc[i] = 0.0
-        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, k_start, k_end, thread_row, thread_col)
-        write_patch(c, acc, row0, col0, thread_row, thread_col, m, n)
+        k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
+        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
 
     if split:
         return sgemm_vectorized_split

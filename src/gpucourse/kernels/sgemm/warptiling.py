@@ -18,12 +18,12 @@ run.
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_tile,
+from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_block,
+                                                     _make_multiply_tile, _make_store_four,
                                                      _make_tile_loaders, _register_cap,
                                                      _steps_per_pass)
 from gpucourse.kernels.sgemm.config import ONE, WARP_SIZE, ZERO, _INLINE, WarpTileConfig, _u
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from gpucourse.kernels._vector_store import store_float4
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
@@ -82,7 +82,6 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     ROW_OUTPUTS = _u(wn_iter * tn)  # a thread's accumulators per row of its outputs
     LANES = _u(WARP_SIZE)
     TWO, THREE, FOUR = _u(2, 3, 4)
-    ATOMIC = bool(split)
     shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(bm, bn, bk, threads,
                                                                       vectorized, interior)
@@ -121,10 +120,21 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                           bk, a_elements, b_elements, True)
 
     @cuda.jit(device=True, **_INLINE)
+    def place_thread(tid):
+        # Which warp tile, and where in one pass of it this lane's patch lies.
+        warp, lane = tid // LANES, tid % LANES
+        warp_row, warp_col = warp // WARPS_ACROSS, warp % WARPS_ACROSS
+        thread_row, thread_col = lane // THREADS_ACROSS, lane % THREADS_ACROSS
+        a_offset = warp_row * WM + thread_row * TM  # the first patch's rows in the block tile
+        b_offset = warp_col * WN + thread_col * TN  # ... and its columns
+        return a_offset, b_offset
+
+    store_four = _make_store_four(vectorized, atomic=bool(split))
+
+    @cuda.jit(device=True, **_INLINE)
     def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n):
-        # Each patch's rows of C, four columns per 128-bit store; a patch that
-        # hangs over the edge writes only what is inside. For split-K
-        # (ATOMIC), added into C (zeroed before the launch) with atomic adds.
+        # Each patch's rows of C, four columns at a time; a patch that hangs
+        # over the edge writes only what is inside.
         for wm in range(WM_ITER):
             for i in range(TM):
                 row = row0 + a_offset + wm * WSUB_M + i
@@ -132,46 +142,23 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                     for wn in range(WN_ITER):
                         for j in range(ZERO, TN, FOUR):
                             col = col0 + b_offset + wn * WSUB_N + j
-                            base = (wm * TM + i) * ROW_OUTPUTS + wn * TN + j
-                            if ATOMIC:
-                                for q in range(FOUR):
-                                    if col + q < n:
-                                        cuda.atomic.add(c, (row, col + q), acc[base + q])
-                            elif vectorized:
-                                if col < n:  # n % 4 == 0: the four are all in or all out
-                                    store_float4(c, row, col, acc[base], acc[base + ONE],
-                                                 acc[base + TWO], acc[base + THREE])
-                            else:
-                                for q in range(FOUR):
-                                    if col + q < n:
-                                        c[row, col + q] = acc[base + q]
+                            store_four(c, acc, (wm * TM + i) * ROW_OUTPUTS + wn * TN + j, row,
+                                       col, n)
 
+    multiply_block = _make_multiply_block(place_thread, walk_k, write_patches, bm, bn,
+                                          accumulators, a_fragment, b_fragment, a_staged,
+                                          b_staged)
+
+    # The two kernels, whole K and one slice of it, are level 6's two again,
+    # deliberately: each level names its own kernels (the names profiles and
+    # PTX show), and all they do is give `multiply_block` its tiles and its K.
     @cuda.jit(**cap)
     def sgemm_warp_tiled(a, b, c):
         # Level 5's tiles: A's transposed (a_tile[kk * BM + r]), B's as is
         # (b_tile[kk * BN + col]), 16-byte aligned, two copies of each.
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
-        tid = uint64(cuda.threadIdx.x)
-        row0 = uint64(cuda.blockIdx.y) * BM
-        col0 = uint64(cuda.blockIdx.x) * BN
-        # Which warp tile, and where in one pass of it this lane's patch lies.
-        warp, lane = tid // LANES, tid % LANES
-        warp_row, warp_col = warp // WARPS_ACROSS, warp % WARPS_ACROSS
-        thread_row, thread_col = lane // THREADS_ACROSS, lane % THREADS_ACROSS
-        a_offset = warp_row * WM + thread_row * TM  # the first patch's rows in the block tile
-        b_offset = warp_col * WN + thread_col * TN  # ... and its columns
-        acc = cuda.local.array(accumulators, float32)
-        a_frag = cuda.local.array(a_fragment, float32)
-        b_frag = cuda.local.array(b_fragment, float32)
-        a_next = cuda.local.array(a_staged, float32)
-        b_next = cuda.local.array(b_staged, float32)
-        for i in range(accumulators):
-            acc[i] = 0.0
-        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, ZERO, k, a_offset, b_offset)
-        write_patches(c, acc, row0, col0, a_offset, b_offset, m, n)
+        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
 
     @cuda.jit(**cap)
     def sgemm_warp_tiled_split(a, b, c, chunk):
@@ -179,27 +166,9 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
         # blockIdx.z = z, its outputs added into C (zeroed first).
         a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
         b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        m, k, n = uint64(a.shape[0]), uint64(a.shape[1]), uint64(b.shape[1])
         k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
-        k_end = min(k, k_start + uint64(chunk))
-        tid = uint64(cuda.threadIdx.x)
-        row0 = uint64(cuda.blockIdx.y) * BM
-        col0 = uint64(cuda.blockIdx.x) * BN
-        warp, lane = tid // LANES, tid % LANES
-        warp_row, warp_col = warp // WARPS_ACROSS, warp % WARPS_ACROSS
-        thread_row, thread_col = lane // THREADS_ACROSS, lane % THREADS_ACROSS
-        a_offset = warp_row * WM + thread_row * TM
-        b_offset = warp_col * WN + thread_col * TN
-        acc = cuda.local.array(accumulators, float32)
-        a_frag = cuda.local.array(a_fragment, float32)
-        b_frag = cuda.local.array(b_fragment, float32)
-        a_next = cuda.local.array(a_staged, float32)
-        b_next = cuda.local.array(b_staged, float32)
-        for i in range(accumulators):
-            acc[i] = 0.0
-        walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
-               m, n, k_start, k_end, a_offset, b_offset)
-        write_patches(c, acc, row0, col0, a_offset, b_offset, m, n)
+        k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
+        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
 
     if split:
         return sgemm_warp_tiled_split
