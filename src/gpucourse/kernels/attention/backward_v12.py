@@ -100,6 +100,8 @@ def _kernels(head_dim: int, causal: bool):
                 dk[head, j, c] = dk_j[c] * scale
                 dv[head, j, c] = dv_j[c]
 
+    # The dQ kernel is the mirror image of the dK-dV kernel, a deliberate
+    # variant: a block holds queries and streams keys, and sums over keys.
     @cuda.jit
     def dq_kernel(q, k, v, dout, lse, delta, dq, scale):
         head = cuda.blockIdx.y
@@ -322,6 +324,8 @@ def _tiled_kernels(head_dim: int, causal: bool, config: tuple | None = None):
                     dk[head, key, ox * VC + y] = dk_acc[x, y] * scale
                     dv[head, key, ox * VC + y] = dv_acc[x, y]
 
+    # Again the mirror image of the dK-dV kernel (a deliberate variant, as in
+    # version 1); version 3's dq_v3 (backward_v34) is this kernel's next step.
     @cuda.jit
     def dq_kernel(q, k, v, dout, lse, delta, dq, scale):
         head = cuda.blockIdx.y

@@ -512,8 +512,10 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         dkdv_pass(q, k, v, dout, lse, delta, delta, dk, dv, seq, key_seq, scale)
 
     def dq_v3(q, k, v, dout, lse, delta, dq, seq, key_seq, scale):
-        # The block's queries stay in shared memory (Q in X, dO in Y); key
-        # tiles stream through U (K) and W (V).
+        # The mirror image of key_tile_pass's run, a deliberate variant (and
+        # version 2's dQ kernel with version 3's tiles): the block's queries
+        # stay in shared memory (Q in X, dO in Y); key tiles stream through U
+        # (K) and W (V).
         bh = cuda.blockIdx.y
         tile = cuda.blockIdx.x
         row0 = tile * B

@@ -68,6 +68,8 @@ class FlashConfig:
     # 128-bit loads, and neighbouring keys start four banks apart, so that a
     # quarter-warp's loads of eight keys hit eight different groups of banks.
     # P is stored transposed (a row per key), padded the same way.
+    # (TensorCoreConfig has properties of the same names for its own layout:
+    # a deliberate variant, since its tiles are padded for its fragment loads.)
     @property
     def q_row(self) -> int:
         return self.head_dim + 4

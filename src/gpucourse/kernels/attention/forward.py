@@ -119,7 +119,7 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
     # steps are written out per pass, so that only the base advances, once a
     # pass (a counter, a compare and a branch per pass instead of per step;
     # the same change took the backward kernels' outer-product loops from 63%
-    # FFMA to 83%, see attention_backward.py).
+    # FFMA to 83%, see backward_v34.py).
     STEPS_PER_PASS = config.steps_per_pass
     HEAD_STEP, P_STEP, V_STEP = unsigned(4), P_ROW, D_U  # one step along each tile
 
@@ -143,17 +143,6 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 s[i, jj] += a3 * k4[jj, 3]
 
     @cuda.jit(device=True, **_INLINE)
-    def score_steps(q_tile, k_tile, s, k4, k_at, q_at):
-        score_step(q_tile, k_tile, s, k4, k_at, q_at)
-        if STEPS_PER_PASS >= 2:
-            score_step(q_tile, k_tile, s, k4, k_at + HEAD_STEP, q_at + HEAD_STEP)
-        if STEPS_PER_PASS == 4:
-            score_step(q_tile, k_tile, s, k4, k_at + unsigned(2) * HEAD_STEP,
-                       q_at + unsigned(2) * HEAD_STEP)
-            score_step(q_tile, k_tile, s, k4, k_at + unsigned(3) * HEAD_STEP,
-                       q_at + unsigned(3) * HEAD_STEP)
-
-    @cuda.jit(device=True, **_INLINE)
     def value_step(p_tile, v_tile, acc, p_rows, p_at, v_at):
         # One key's share of O += P V: its probabilities for this thread's TM
         # rows (neighbours in P^T, from p_at) times this thread's columns of
@@ -172,16 +161,24 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 acc[i, 4 * g + 2] += p_rows[i] * v2
                 acc[i, 4 * g + 3] += p_rows[i] * v3
 
-    @cuda.jit(device=True, **_INLINE)
-    def value_steps(p_tile, v_tile, acc, p_rows, p_at, v_at):
-        value_step(p_tile, v_tile, acc, p_rows, p_at, v_at)
-        if STEPS_PER_PASS >= 2:
-            value_step(p_tile, v_tile, acc, p_rows, p_at + P_STEP, v_at + V_STEP)
-        if STEPS_PER_PASS == 4:
-            value_step(p_tile, v_tile, acc, p_rows, p_at + unsigned(2) * P_STEP,
-                       v_at + unsigned(2) * V_STEP)
-            value_step(p_tile, v_tile, acc, p_rows, p_at + unsigned(3) * P_STEP,
-                       v_at + unsigned(3) * V_STEP)
+    def written_out(step, a_step, b_step):
+        # One pass of a product's loop: STEPS_PER_PASS calls of `step`
+        # (score_step or value_step), each one step further along both tiles
+        # (a_step along the first offset, b_step along the second).
+        @cuda.jit(device=True, **_INLINE)
+        def steps(a_tile, b_tile, acc, scratch, a_at, b_at):
+            step(a_tile, b_tile, acc, scratch, a_at, b_at)
+            if STEPS_PER_PASS >= 2:
+                step(a_tile, b_tile, acc, scratch, a_at + a_step, b_at + b_step)
+            if STEPS_PER_PASS == 4:
+                step(a_tile, b_tile, acc, scratch, a_at + unsigned(2) * a_step,
+                     b_at + unsigned(2) * b_step)
+                step(a_tile, b_tile, acc, scratch, a_at + unsigned(3) * a_step,
+                     b_at + unsigned(3) * b_step)
+        return steps
+
+    score_steps = written_out(score_step, HEAD_STEP, HEAD_STEP)  # (k_at, q_at)
+    value_steps = written_out(value_step, P_STEP, V_STEP)  # (p_at, v_at)
 
     def flash_forward(q, k, v, out, lse, seq, key_seq, heads, scale):
         # q and out are the (batch, heads, seq, head_dim) arrays, k and v the

@@ -73,6 +73,8 @@ def _softmax_kernel(scores, lse):
 @cuda.jit
 def _pv_kernel(p, v, out):
     # One thread per output element: out[b, h, i, c] = sum_j p[b, h, i, j] v[b, h, j, c].
+    # The same shape as _scores_kernel (a deliberate variant: a row of P
+    # against a column of V, no scale and no mask).
     c, i = cuda.grid(2)
     bh = cuda.blockIdx.z
     heads = v.shape[1]
