@@ -10,7 +10,7 @@ nothing here measures or grades.
 from __future__ import annotations
 
 from gpucourse.grader.attention import _head_dim
-from gpucourse.grader.sgemm import _whole
+from gpucourse.grader.launches import _whole
 from gpucourse.kernels.timing_attention import TIMED_SEQS
 
 # The library's variants in the committed results that a student's kernel is shown beside.

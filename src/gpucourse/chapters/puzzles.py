@@ -6,7 +6,7 @@ product, a transpose. Like the course's other plots they take ``ax=None`` and
 return the axes; matplotlib is imported inside them. :func:`listing` reads
 the puzzles, their functions and their points out of the nbgrader notebook,
 for the chapter's table. Both are presentation, kept apart from the puzzles'
-checks in :mod:`gpucourse.grader.puzzles`, whose argument check they share.
+checks in :mod:`gpucourse.grader.puzzles`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import re
 from pathlib import Path
 
-from gpucourse.grader.puzzles import _positive_int
+from gpucourse.grader.launches import _whole
 
 
 # --------------------------------------------------------------------------
@@ -98,9 +98,9 @@ def draw_launch(n: int, threads_per_block: int, blocks: int = 1, ax=None):
     array; an arrow joins thread ``i = blockIdx.x * blockDim.x + threadIdx.x``
     to element ``i``; threads with ``i >= n`` are crossed out.
     """
-    n = _positive_int("n", n)
-    threads_per_block = _positive_int("threads_per_block", threads_per_block)
-    blocks = _positive_int("blocks", blocks)
+    n = _whole("n", n)
+    threads_per_block = _whole("threads_per_block", threads_per_block)
+    blocks = _whole("blocks", blocks)
     total = threads_per_block * blocks
     if total > 64 or n > 64:
         raise ValueError(f"draw at most 64 threads and elements, got {total} threads and "
@@ -140,9 +140,9 @@ def draw_grid(shape, block, grid=(1, 1), mask=None, ax=None):
     block; cells past the matrix (threads a guard idles) are dashed. ``mask``:
     "causal" greys the cells above the diagonal.
     """
-    rows, cols = (_positive_int("shape[0]", shape[0]), _positive_int("shape[1]", shape[1]))
-    bx, by = (_positive_int("block[0]", block[0]), _positive_int("block[1]", block[1]))
-    gx, gy = (_positive_int("grid[0]", grid[0]), _positive_int("grid[1]", grid[1]))
+    rows, cols = (_whole("shape[0]", shape[0]), _whole("shape[1]", shape[1]))
+    bx, by = (_whole("block[0]", block[0]), _whole("block[1]", block[1]))
+    gx, gy = (_whole("grid[0]", grid[0]), _whole("grid[1]", grid[1]))
     if mask not in (None, "causal"):
         raise ValueError(f"mask must be None or 'causal', got {mask!r}")
     width, height = gx * bx, gy * by
@@ -186,8 +186,8 @@ def draw_grid(shape, block, grid=(1, 1), mask=None, ax=None):
 
 def draw_broadcast(rows: int, cols: int, ax=None):
     """A bias vector broadcast over the rows of a matrix: column c of every row reads bias[c]."""
-    rows = _positive_int("rows", rows)
-    cols = _positive_int("cols", cols)
+    rows = _whole("rows", rows)
+    cols = _whole("cols", cols)
     if rows * cols > 100:
         raise ValueError(f"draw at most 100 cells, got {rows * cols}")
     ax = _axes(ax, (cols * 0.7 + 1.5, rows * 0.6 + 1.8))
@@ -214,9 +214,9 @@ def draw_window(n: int, block: int, window: int, ax=None):
     its first threads) into shared memory; then each thread reads its window
     from there.
     """
-    n = _positive_int("n", n)
-    block = _positive_int("block", block)
-    window = _positive_int("window", window)
+    n = _whole("n", n)
+    block = _whole("block", block)
+    window = _whole("window", window)
     if window > block:
         raise ValueError(f"window must be at most block ({block}), got {window}")
     if n > 48:
@@ -259,7 +259,7 @@ def draw_window(n: int, block: int, window: int, ax=None):
 def draw_tree(threads: int, op: str = "+", ax=None):
     """A block reduction in shared memory: at each step, thread t < stride combines
     s[t] with s[t + stride]; after log2(threads) steps (one barrier each) s[0] holds it all."""
-    threads = _positive_int("threads", threads, minimum=2)
+    threads = _whole("threads", threads, 2)
     if threads & (threads - 1) or threads > 32:
         raise ValueError(f"threads must be a power of two from 2 to 32, got {threads}")
     if op not in ("+", "max"):
@@ -294,7 +294,7 @@ def draw_tree(threads: int, op: str = "+", ax=None):
 
 def draw_scan(n: int, ax=None):
     """An inclusive prefix sum in log2(n) steps: at offset d, element t adds element t - d."""
-    n = _positive_int("n", n, minimum=2)
+    n = _whole("n", n, 2)
     if n > 16:
         raise ValueError(f"draw at most 16 elements, got {n}")
     steps = math.ceil(math.log2(n))
@@ -321,7 +321,7 @@ def draw_scan(n: int, ax=None):
 def draw_tile_product(tile: int, thread=(2, 1), ax=None):
     """One tile of a matrix product: thread (x, y) multiplies row y of A's tile by
     column x of B's tile, both read from shared memory."""
-    tile = _positive_int("tile", tile, minimum=2)
+    tile = _whole("tile", tile, 2)
     if tile > 8:
         raise ValueError(f"draw tiles of at most 8, got {tile}")
     tx, ty = thread
@@ -349,8 +349,8 @@ def draw_tile_product(tile: int, thread=(2, 1), ax=None):
 def draw_transpose(shape, tile: int, ax=None):
     """Transposing through a shared tile: a block reads a tile of x along its rows and
     writes the transposed tile into out along out's rows."""
-    rows, cols = (_positive_int("shape[0]", shape[0]), _positive_int("shape[1]", shape[1]))
-    tile = _positive_int("tile", tile)
+    rows, cols = (_whole("shape[0]", shape[0]), _whole("shape[1]", shape[1]))
+    tile = _whole("tile", tile)
     if rows > 12 or cols > 12 or tile > min(rows, cols):
         raise ValueError(f"draw matrices of at most 12 x 12 with a tile that fits, got "
                          f"{shape!r} and tile {tile}")

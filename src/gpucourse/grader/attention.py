@@ -51,11 +51,13 @@ from gpucourse import verify
 from gpucourse.device import cuda
 from gpucourse.grader import ptx, tracing
 from gpucourse.kernels import attention
-# The SGEMM checks' helpers: tiles covering a size, whole-number arguments, and a
-# launch that stops its simulated threads when interrupted and does not warn about
-# the overflows of NumPy scalars (a kernel that exponentiates unshifted scores fails
-# by value, not by warning).
-from gpucourse.grader.sgemm import _quiet, _stopping, _whole, blocks
+# The kernel checks' shared helpers: tiles covering a size, whole-number arguments,
+# and a launch that stops its simulated threads when interrupted and does not warn
+# about the overflows of NumPy scalars (a kernel that exponentiates unshifted scores
+# fails by value, not by warning).
+from gpucourse.grader.launches import _quiet, _stopping, _whole, blocks
+# The same check as everywhere: no calls to the course's package or to PyTorch.
+from gpucourse.grader.own_work import expect_own_work  # noqa: F401 (re-exported)
 
 # The exercises' tile shape: BLOCK_Q query rows per block (one thread each) and
 # BLOCK_K keys per tile. Different on purpose: a kernel that mixes them up fails.
@@ -408,11 +410,6 @@ def expect_flash_structure(kernel, *, what: str = "the FlashAttention kernel"):
     if problems:
         raise AssertionError("; ".join(problems))
     return found
-
-
-def expect_own_work(function) -> None:
-    """``verify.expect_own_work``: no calls to the course's package or to PyTorch."""
-    verify.expect_own_work(function)
 
 
 # --------------------------------------------------------------------------

@@ -21,13 +21,16 @@ puzzles' points, are presentation and live in :mod:`gpucourse.chapters.puzzles`.
 from __future__ import annotations
 
 import dis
-import math
 import types
 
 import numpy as np
 
 from gpucourse import verify
 from gpucourse.grader import ptx, tracing
+# Shared with the other kernel checks (and the puzzles' own: `puzzles.blocks`,
+# `puzzles.random_vector`, `puzzles.random_matrix`).
+from gpucourse.grader.launches import (_whole, blocks, random_matrix,  # noqa: F401
+                                       random_vector)
 
 # Where a puzzle's output starts: a float element no thread writes stays NaN,
 # an integer one stays -1.
@@ -40,33 +43,11 @@ SHOWN = 4
 # Inputs
 # --------------------------------------------------------------------------
 
-def _positive_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def random_vector(n: int, seed: int, scale: float = 1.0) -> np.ndarray:
-    """``n`` float32 values drawn from a normal distribution of standard deviation ``scale``."""
-    n = _positive_int("n", n)
-    seed = _positive_int("seed", seed, minimum=0)
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    return (np.random.default_rng(seed).standard_normal(n) * scale).astype(np.float32)
-
-
-def random_matrix(rows: int, cols: int, seed: int, scale: float = 1.0) -> np.ndarray:
-    """A ``rows x cols`` float32 matrix of normal values of standard deviation ``scale``."""
-    rows = _positive_int("rows", rows)
-    cols = _positive_int("cols", cols)
-    return random_vector(rows * cols, seed, scale).reshape(rows, cols)
-
-
 def random_counts(n: int, seed: int, high: int = 10) -> np.ndarray:
     """``n`` int32 counts drawn uniformly from 0 to ``high`` (inclusive)."""
-    n = _positive_int("n", n)
-    seed = _positive_int("seed", seed, minimum=0)
-    high = _positive_int("high", high)
+    n = _whole("n", n)
+    seed = _whole("seed", seed, 0)
+    high = _whole("high", high)
     return np.random.default_rng(seed).integers(0, high + 1, n).astype(np.int32)
 
 
@@ -82,13 +63,6 @@ def blank(shape, dtype=np.float32) -> np.ndarray:
     if kind.kind == "i":
         return np.full(dims, UNWRITTEN_INT, dtype=kind)
     raise ValueError(f"dtype must be a float or signed integer dtype, got {kind}")
-
-
-def blocks(size: int, per_block: int) -> int:
-    """How many blocks of ``per_block`` threads cover ``size`` elements (the ceiling)."""
-    size = _positive_int("size", size)
-    per_block = _positive_int("per_block", per_block)
-    return (size + per_block - 1) // per_block
 
 
 # --------------------------------------------------------------------------
@@ -107,6 +81,9 @@ def _check_kernel(kernel) -> types.FunctionType:
     return function
 
 
+# A deliberate variant of gpucourse.grader.own_work.global_names: the names a kernel
+# loads, without the modules it imports, each once (a kernel's own `import numpy`
+# is not a use of the notebook's global of that name).
 def _globals_read(function) -> list[str]:
     """The global names a function's code loads (attribute names excluded)."""
     names = []
@@ -227,7 +204,7 @@ def expect_coalesced(run: tracing.Trace, name: str, kind: str = "read") -> None:
 def expect_total(run: tracing.Trace, name: str, limit: int, kind: str = "read",
                  why: str = "") -> None:
     """Fail when all threads together access ``name`` more than ``limit`` times."""
-    limit = _positive_int("limit", limit, minimum=0)
+    limit = _whole("limit", limit, 0)
     total = run.total(name, kind)
     if total > limit:
         raise AssertionError(
@@ -331,6 +308,8 @@ def _warm_up_kernel(source, target):
     target[0] = source[0]
 
 
+# A deliberate variant of gpucourse.grader.ptx.start_compiler, which starts the
+# process in the background: this one waits until a first kernel has compiled.
 def start_compiler() -> None:
     """Start the PTX compiler now (a couple of seconds, once), so graded cells do not wait."""
     from gpucourse.device import cuda

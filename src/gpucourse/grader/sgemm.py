@@ -30,14 +30,14 @@ contract, and all three use the same tracing and PTX tools.
 
 from __future__ import annotations
 
-import warnings
-from contextlib import contextmanager, nullcontext
-
 import numpy as np
 
 from gpucourse import verify
-from gpucourse.device import cuda, on_gpu
+from gpucourse.device import cuda
 from gpucourse.grader import ptx, tracing
+# Shared by the three kernel-exercise modules (and re-exported: `check.blocks`,
+# `check.random_matrix`).
+from gpucourse.grader.launches import _quiet, _stopping, _whole, blocks, random_matrix
 from numba import float32  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 LEVELS = ("1", "2", "3", "4a", "4b", "5")
@@ -62,22 +62,11 @@ STRUCTURE = {
 }
 
 
-def blocks(size: int, tile: int) -> int:
-    """How many tiles of `tile` cover `size`: the ceiling of size / tile."""
-    return (size + tile - 1) // tile
-
-
 def _level(level) -> str:
     key = str(level)
     if key not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
     return key
-
-
-def _whole(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
 
 
 def _config(level: str, config) -> tuple:
@@ -140,12 +129,6 @@ def launch_shape(level, m: int, n: int, config=None) -> tuple[tuple, tuple]:
     return (blocks(n, bn), blocks(m, bm)), (threads_per_block(key, config),)
 
 
-def random_matrix(rows: int, cols: int, seed: int) -> np.ndarray:
-    """A float32 matrix of standard normal values."""
-    rows, cols = _whole("rows", rows), _whole("cols", cols)
-    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
-
-
 def run(kernel, a: np.ndarray, b: np.ndarray, grid, block) -> np.ndarray:
     """kernel[grid, block](a, b, c) on the device (the simulator or a GPU); returns C.
     C starts as NaN, so an element the kernel never writes shows up as NaN."""
@@ -158,21 +141,6 @@ def run(kernel, a: np.ndarray, b: np.ndarray, grid, block) -> np.ndarray:
     with _quiet(), _stopping():
         kernel[grid, block](cuda.to_device(a), cuda.to_device(b), c)
     return c.copy_to_host()
-
-
-def _stopping():
-    """On the simulator, a kernel interrupted mid-run (a cell that took too long) leaves
-    no thread running behind it; on a GPU, nothing to do."""
-    return nullcontext() if on_gpu() else tracing.stopping_simulated_threads()
-
-
-@contextmanager
-def _quiet():
-    """No warnings for 0 * Inf: the simulator's threads multiply NumPy scalars, which warn
-    (a GPU does not). The filter is process-wide, so it covers the simulator's threads."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
 
 
 def _inputs(m, n, k, seed, special: bool):
@@ -361,6 +329,9 @@ def expect_level_structure(kernel, level, config=None):
                                 **wanted)
 
 
+# A deliberate variant of gpucourse.grader.own_work.expect_own_work (which the puzzles
+# and the attention kernels use as it is): SGEMM's levels 5 and 6 may call the
+# course's 128-bit load and store helpers.
 def expect_own_work(function) -> None:
     """``verify.expect_own_work``, allowing the course's 128-bit load and store helpers."""
     verify.expect_own_work(function, allowed=ptx.ALLOWED_HELPER_MODULES)

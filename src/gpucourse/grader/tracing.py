@@ -301,6 +301,8 @@ def _shared_name(frame) -> str:
     return f"shared {match.group(1) if match else f'line {frame.f_lineno}'}"
 
 
+# A deliberate variant of gpucourse.device's locked cuda.shared.array: the same lookup of
+# the block's array by calling line, under a lock, but the array made is a CountingArray.
 @contextmanager
 def _counting_shared_arrays(found: dict):
     """While active, the simulator's shared arrays are CountingArrays, listed in ``found``."""

@@ -14,5 +14,5 @@ from gpucourse.grader.puzzles import (  # noqa: F401 (re-exported)
     SHOWN, UNWRITTEN_INT, blank, blocks, check_compiles, check_puzzle, expect_coalesced,
     expect_each_written_once, expect_no_numpy, expect_not_read, expect_total, numpy_uses,
     random_counts, random_matrix, random_vector, start_compiler,
-    _check_kernel, _elements, _globals_read, _name, _positive_int, _warm_up_kernel,
+    _check_kernel, _elements, _globals_read, _name, _warm_up_kernel,
 )

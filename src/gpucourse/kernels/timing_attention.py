@@ -18,7 +18,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.grader.attention import _flag, _head_dim, launch_shape
-from gpucourse.grader.sgemm import _quiet, _whole
+from gpucourse.grader.launches import _quiet, _whole
 from gpucourse.kernels import attention
 
 TIMED_SEQS = (512, 1024, 2048)
