@@ -11,7 +11,7 @@ same order), fp32 with TF32 off:
 * "pytorch_math" (the control): the same, with SDPA held to its math backend,
   which adds the same products in another order;
 * "course_attention": the course's FlashAttention forward and backward kernels
-  (attention_backward.flash_attention_autograd), torch's linear layers;
+  (attention.flash_attention_autograd), torch's linear layers;
 * "course": the course's attention and every linear layer's three products
   (forward, input gradient, weight gradient) on the course's SGEMM
   (tinygpt.course_linear over sgemm.matmul, level auto).

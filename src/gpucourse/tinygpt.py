@@ -3,7 +3,7 @@
 The course ends where its kernels meet training: a character-level GPT in the
 shape of GPT-2 (pre-norm blocks, causal self-attention, a 4x MLP, tied input
 and output embeddings) whose attention runs on the FlashAttention forward and
-backward kernels of ``gpucourse.kernels.attention`` and ``attention_backward``,
+backward kernels of ``gpucourse.kernels.attention`` (its ``flash_attention_autograd``),
 and whose linear layers can run on the SGEMM of ``gpucourse.kernels.sgemm``.
 The same model with PyTorch's own operations, the same seed and the same
 batches is the reference: where the two loss curves agree, our kernels train.
