@@ -171,6 +171,7 @@ def without_shared_memory(q, k, v, out, lse, scale):
 
 @cuda.jit
 def score_buffer(q, k, v, out, lse, scale):
+    # A deliberate variant of _flash's kernel, the same opening, then a wrong middle.
     # The three-pass softmax of the naive pipeline inside one kernel: tiles through
     # shared memory (K once, then V once, so the counts pass), but every thread keeps
     # a score for each of up to SEQ_MAX keys.

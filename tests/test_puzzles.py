@@ -144,6 +144,12 @@ def _plus_one(a):
     return a.astype(np.float64) + 1.0
 
 
+def _check_plus_one(kernel, a, block, **limits):
+    """check_puzzle on one block of `block` threads adding one to each element of `a`."""
+    return puzzles.check_puzzle(kernel, 1, block, (a, puzzles.blank(a.size)), _plus_one(a),
+                                **limits)
+
+
 # --------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------
@@ -203,20 +209,20 @@ def test_a_right_kernel_passes_and_its_trace_comes_back():
 def test_a_wrong_value_names_the_element():
     a = puzzles.random_vector(8, 2)
     with pytest.raises(AssertionError, match=r"out of add_two differs .* in 8 of 8 elements"):
-        puzzles.check_puzzle(add_two, 1, 8, (a, puzzles.blank(8)), _plus_one(a))
+        _check_plus_one(add_two, a, 8)
 
 
 def test_an_unwritten_element_is_named():
     a = puzzles.random_vector(8, 3)
     with pytest.raises(AssertionError, match=r"no thread wrote out\[4\], out\[5\], out\[6\], "
                                              r"out\[7\] \(4 of 8 elements"):
-        puzzles.check_puzzle(add_one_first_half, 1, 8, (a, puzzles.blank(8)), _plus_one(a))
+        _check_plus_one(add_one_first_half, a, 8)
 
 
 def test_an_element_written_twice_names_its_writers():
     a = puzzles.random_vector(4, 4)
     with pytest.raises(AssertionError, match=r"out\[3\] was written 5 times .*thread \(0, 0, 0\)"):
-        puzzles.check_puzzle(add_one_twice, 1, 4, (a, puzzles.blank(4)), _plus_one(a))
+        _check_plus_one(add_one_twice, a, 4)
 
 
 def test_reading_past_the_end_names_the_thread():
@@ -224,14 +230,13 @@ def test_reading_past_the_end_names_the_thread():
     # Threads 5, 6 and 7 all read past the end; whichever runs first is named.
     with pytest.raises(IndexError, match=r"thread \(([567]), 0, 0\) used index \(\1,\) of a, "
                                          r"whose shape is \(5,\)"):
-        puzzles.check_puzzle(add_one_unguarded, 1, 8, (a, puzzles.blank(5)), _plus_one(a))
+        _check_plus_one(add_one_unguarded, a, 8)
 
 
 def test_one_thread_doing_all_the_work_fails_on_counts():
     a = puzzles.random_vector(6, 6)
     with pytest.raises(AssertionError, match=r"thread \(0, 0, 0\) read 6 elements of a"):
-        puzzles.check_puzzle(add_one_in_a_loop, 1, 6, (a, puzzles.blank(6)), _plus_one(a),
-                             reads={"a": 1})
+        _check_plus_one(add_one_in_a_loop, a, 6, reads={"a": 1})
 
 
 def test_numpy_in_a_kernel_fails_before_it_runs():
@@ -239,7 +244,7 @@ def test_numpy_in_a_kernel_fails_before_it_runs():
     assert puzzles.numpy_uses(add_one_by_numpy) == ["np (in add_one_by_numpy)"]
     assert puzzles.numpy_uses(add_one) == []
     with pytest.raises(AssertionError, match=r"add_one_by_numpy uses NumPy \(np"):
-        puzzles.check_puzzle(add_one_by_numpy, 1, 6, (a, puzzles.blank(6)), _plus_one(a))
+        _check_plus_one(add_one_by_numpy, a, 6)
 
 
 def test_total_reads_are_limited():

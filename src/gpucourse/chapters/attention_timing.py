@@ -75,6 +75,8 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
+# A deliberate variant of gpucourse.chapters.sgemm.plot_tflops: the same log-2 axis of
+# sizes, here sequence lengths with the causal runs dashed.
 def plot_rows(rows, ax=None, title: str | None = None):
     """TFLOP/s against the sequence length, one line per variant (causal dashed);
     returns the axes."""
