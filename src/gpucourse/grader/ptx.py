@@ -248,16 +248,22 @@ def _function_source(function, name: str, device: bool = False) -> str:
     except (OSError, TypeError) as error:
         raise KernelSourceError(f"the source of {name} cannot be found ({error}); define it "
                                 "in a notebook cell or a file") from None
+    # The name its `def` line gives it: a factory may rename the function before
+    # compiling it (the sgemm levels' kernels from building_blocks._make_kernel).
+    defined_as = function.__code__.co_name
     tree = ast.parse(source)
     definition = next((node for node in tree.body
-                       if isinstance(node, ast.FunctionDef) and node.name == function.__name__),
+                       if isinstance(node, ast.FunctionDef) and node.name == defined_as),
                       None)
     if definition is not None:
         source = "\n".join(source.splitlines()[definition.lineno - 1:]) + "\n"
+    if function.__name__ != defined_as:  # renamed, so that its PTX shows the same name
+        source += (f"\n{defined_as}.__name__ = {defined_as}.__qualname__ = "
+                   f"{function.__name__!r}\n")
     if device:
-        source += f"\n{function.__name__} = _real_cuda.jit(device=True)({function.__name__})\n"
-    if function.__name__ != name:
-        source += f"\n{name} = {function.__name__}\n"
+        source += f"\n{defined_as} = _real_cuda.jit(device=True)({defined_as})\n"
+    if defined_as != name:
+        source += f"\n{name} = {defined_as}\n"
     return source
 
 

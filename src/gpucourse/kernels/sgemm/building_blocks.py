@@ -17,7 +17,9 @@ was measured to be worth; the factories refer to it by number:
 * ``_register_cap``: the cap that lets two blocks share an SM ((7));
 * ``_make_store_four`` and ``_make_multiply_block``: a thread's outputs
   into C, and the whole work of a block between its kernel's first line and
-  its last, the same for levels 5-7 and for their split-K kernels.
+  its last, the same for levels 5-7 and for their split-K kernels;
+* ``_make_kernel``: the kernel around that block, over the whole of K or one
+  split-K slice, under the name its level gives it.
 
 ``DOT_UNROLL`` is the knob benchmarks turn (set it here, on this module: the
 factories read it when a kernel is built).
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm.config import ONE, ZERO, _INLINE, _u
-from gpucourse.kernels._vector_load import load_float4
+from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
@@ -420,3 +422,39 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
         write_outputs(c, acc, row0, col0, p, q, m, n)
 
     return multiply_block
+
+
+def _make_kernel(multiply_block, a_shared: int, b_shared: int, cap: dict, name: str,
+                 split: bool):
+    """The kernel of levels 5-7 around `multiply_block` (from
+    `_make_multiply_block`): it declares the shared tiles (`a_shared` and
+    `b_shared` floats, 16-byte aligned) and gives the block its part of K.
+    kernel(a, b, c) walks the whole of K; with `split`, kernel(a, b, c,
+    chunk) walks one slice of it (see "Split-K" in split_k). `cap` is
+    cuda.jit's register cap (`_register_cap`). The kernel is called `name`
+    (`name` + "_split" with `split`): each level names its own kernels, and
+    these are the names profiles and PTX show."""
+
+    def whole_k(a, b, c):
+        # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
+        # 16-byte aligned so that four neighbours can be read in one 128-bit load.
+        # With double buffering, two copies of each, one after the other.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=SHARED_ALIGNMENT)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
+        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
+
+    def one_slice_of_k(a, b, c, chunk):
+        # The same block, over one slice of K: columns z*chunk ... of A for
+        # blockIdx.z = z (chunk a multiple of 16, the last slice ragged); its
+        # outputs are added into C (zeroed first) with atomic adds.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=SHARED_ALIGNMENT)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
+        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
+        k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
+        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
+
+    kernel = one_slice_of_k if split else whole_k
+    # Named before it is compiled: Numba takes the kernel's name in the PTX
+    # (and in profiles) from the Python function's.
+    kernel.__name__ = kernel.__qualname__ = (name + "_split") if split else name
+    return cuda.jit(**cap)(kernel)

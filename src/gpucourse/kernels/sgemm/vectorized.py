@@ -21,14 +21,13 @@ tiles, 16 x 8 per thread) ran at 47.46 TFLOP/s, 91.9% of cuBLAS
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_block,
-                                                     _make_multiply_tile, _make_store_four,
-                                                     _make_tile_loaders, _register_cap,
-                                                     _steps_per_pass)
+from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_kernel,
+                                                     _make_multiply_block, _make_multiply_tile,
+                                                     _make_store_four, _make_tile_loaders,
+                                                     _register_cap, _steps_per_pass)
 from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO, _INLINE,
                                             TileConfig, _u)
-from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+from gpucourse.kernels._vector_load import load_float4_flat
 
 
 # Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
@@ -56,7 +55,6 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
-    shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
         config.bm, config.bn, config.bk, threads, vectorized, interior)
 
@@ -109,26 +107,4 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     multiply_block = _make_multiply_block(place_thread, walk_k, write_patch, config.bm, config.bn,
                                           patch, tm, tn, a_staged, b_staged)
 
-    @cuda.jit(**cap)
-    def sgemm_vectorized(a, b, c):
-        # A's tile transposed (a_tile[kk * BM + r]), B's as is (b_tile[kk * BN + col]);
-        # 16-byte aligned so that four neighbours can be read in one 128-bit load.
-        # With double buffering, two copies of each, one after the other.
-        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
-        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
-
-    @cuda.jit(**cap)
-    def sgemm_vectorized_split(a, b, c, chunk):
-        # The same block, over one slice of K: columns z*chunk ... of A for
-        # blockIdx.z = z (chunk a multiple of 16, the last slice ragged); its
-        # outputs are added into C (zeroed first) with atomic adds.
-        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
-        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
-        k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
-        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
-
-    if split:
-        return sgemm_vectorized_split
-    return sgemm_vectorized
+    return _make_kernel(multiply_block, a_shared, b_shared, cap, "sgemm_vectorized", split)

@@ -18,13 +18,12 @@ run.
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_multiply_block,
-                                                     _make_multiply_tile, _make_store_four,
-                                                     _make_tile_loaders, _register_cap,
-                                                     _steps_per_pass)
+from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_kernel,
+                                                     _make_multiply_block, _make_multiply_tile,
+                                                     _make_store_four, _make_tile_loaders,
+                                                     _register_cap, _steps_per_pass)
 from gpucourse.kernels.sgemm.config import ONE, WARP_SIZE, ZERO, _INLINE, WarpTileConfig, _u
-from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
+from gpucourse.kernels._vector_load import load_float4_flat
 
 
 # -----------------------------------------------------------------------------
@@ -82,7 +81,6 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     ROW_OUTPUTS = _u(wn_iter * tn)  # a thread's accumulators per row of its outputs
     LANES = _u(WARP_SIZE)
     TWO, THREE, FOUR = _u(2, 3, 4)
-    shared_alignment = SHARED_ALIGNMENT
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(bm, bn, bk, threads,
                                                                       vectorized, interior)
 
@@ -149,27 +147,4 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                                           accumulators, a_fragment, b_fragment, a_staged,
                                           b_staged)
 
-    # The two kernels, whole K and one slice of it, are level 6's two again,
-    # deliberately: each level names its own kernels (the names profiles and
-    # PTX show), and all they do is give `multiply_block` its tiles and its K.
-    @cuda.jit(**cap)
-    def sgemm_warp_tiled(a, b, c):
-        # Level 5's tiles: A's transposed (a_tile[kk * BM + r]), B's as is
-        # (b_tile[kk * BN + col]), 16-byte aligned, two copies of each.
-        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
-        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
-
-    @cuda.jit(**cap)
-    def sgemm_warp_tiled_split(a, b, c, chunk):
-        # The same block over one slice of K, columns z*chunk ... of A for
-        # blockIdx.z = z, its outputs added into C (zeroed first).
-        a_tile = cuda.shared.array(a_shared, float32, alignment=shared_alignment)
-        b_tile = cuda.shared.array(b_shared, float32, alignment=shared_alignment)
-        k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
-        k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
-        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
-
-    if split:
-        return sgemm_warp_tiled_split
-    return sgemm_warp_tiled
+    return _make_kernel(multiply_block, a_shared, b_shared, cap, "sgemm_warp_tiled", split)
