@@ -150,18 +150,37 @@ def _lock_simulator_shared_arrays() -> None:
     the calling line itself, since a wrapper around the original would make
     every allocation look as if it came from the wrapper's line.
     """
-    import threading
-
     from numba.cuda.simulator import kernelapi
 
     shared = kernelapi.FakeCUDAShared
     if getattr(shared.array, "_gpucourse_locked", False):
         return
     original = shared.array
+
+    def empty_array(block, shape, dtype, frame):
+        return kernelapi.np.empty(shape, dtype)
+
+    array = _shared_array_by_calling_line(empty_array, original)
+    array._gpucourse_locked = True
+    array.__doc__ = original.__doc__
+    shared.array = array
+
+
+def _shared_array_by_calling_line(make_array, original=None):
+    """A replacement for the simulator's ``cuda.shared.array``: one array per
+    block and calling source line, looked up under a lock, made by
+    ``make_array(block, shape, dtype, frame)`` (`frame` the caller's) the first
+    time a block's threads reach that line. With `original`, aligned arrays and
+    the dynamic buffer (shape 0) are left to it. Used here to lock the lookup
+    and by gpucourse.grader.tracing to count the accesses to shared arrays."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
     lock = threading.Lock()
 
     def array(self, shape, dtype, alignment=None):
-        if alignment is not None or shape == 0:
+        if original is not None and (alignment is not None or shape == 0):
             return original(self, shape, dtype, alignment)
         if isinstance(dtype, kernelapi.types.Type):
             dtype = kernelapi.numpy_support.as_dtype(dtype)
@@ -170,12 +189,10 @@ def _lock_simulator_shared_arrays() -> None:
         with lock:
             found = self._allocations.get(caller)
             if found is None:
-                found = self._allocations[caller] = kernelapi.np.empty(shape, dtype)
+                found = self._allocations[caller] = make_array(self, shape, dtype, frame)
         return found
 
-    array._gpucourse_locked = True
-    array.__doc__ = original.__doc__
-    shared.array = array
+    return array
 
 
 def get_cuda():

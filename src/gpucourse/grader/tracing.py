@@ -28,7 +28,6 @@ from __future__ import annotations
 import inspect
 import linecache
 import re
-import sys
 import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
@@ -36,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import gpucourse.device  # noqa: F401 (chooses the simulator or the GPU before Numba loads)
+# gpucourse.device first: importing it chooses the simulator or the GPU before Numba loads.
+from gpucourse.device import _shared_array_by_calling_line
 from gpucourse.grader.own_work import global_names
 
 # How many accesses of one thread a message lists.
@@ -301,8 +301,8 @@ def _shared_name(frame) -> str:
     return f"shared {match.group(1) if match else f'line {frame.f_lineno}'}"
 
 
-# A deliberate variant of gpucourse.device's locked cuda.shared.array: the same lookup of
-# the block's array by calling line, under a lock, but the array made is a CountingArray.
+# The same lookup of the block's array by calling line as gpucourse.device's locked
+# cuda.shared.array, but the array made is a CountingArray.
 @contextmanager
 def _counting_shared_arrays(found: dict):
     """While active, the simulator's shared arrays are CountingArrays, listed in ``found``."""
@@ -310,28 +310,19 @@ def _counting_shared_arrays(found: dict):
 
     shared = kernelapi.FakeCUDAShared
     original = shared.array
-    lock = threading.Lock()
 
-    def array(self, shape, dtype, alignment=None):
-        if isinstance(dtype, kernelapi.types.Type):
-            dtype = kernelapi.numpy_support.as_dtype(dtype)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        with lock:
-            made = self._allocations.get(caller)
-            if made is None:
-                if shape == 0:
-                    data = np.frombuffer(self._dynshared.data, dtype=dtype,
-                                         count=self._dynshared_size // dtype.itemsize)
-                else:
-                    data = np.zeros(shape, dtype)
-                name = _shared_name(frame)
-                while name in found and found[name].data is not data:
-                    name += "'"
-                made = self._allocations[caller] = found.setdefault(name,
-                                                                    CountingArray(data, name))
-        return made
+    def counting_array(block, shape, dtype, frame):
+        if shape == 0:
+            data = np.frombuffer(block._dynshared.data, dtype=dtype,
+                                 count=block._dynshared_size // dtype.itemsize)
+        else:
+            data = np.zeros(shape, dtype)
+        name = _shared_name(frame)
+        while name in found and found[name].data is not data:
+            name += "'"
+        return found.setdefault(name, CountingArray(data, name))
 
+    array = _shared_array_by_calling_line(counting_array)
     shared.array = array
     try:
         yield
