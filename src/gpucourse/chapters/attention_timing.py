@@ -10,6 +10,7 @@ nothing here measures or grades.
 from __future__ import annotations
 
 from gpucourse.grader.attention import _head_dim
+from gpucourse.chapters.tflops_plot import plot_tflops_lines
 from gpucourse.grader.launches import _whole
 from gpucourse.kernels.timing_attention import TIMED_SEQS
 
@@ -75,30 +76,10 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-# A deliberate variant of gpucourse.chapters.sgemm.plot_tflops: the same log-2 axis of
-# sizes, here sequence lengths with the causal runs dashed.
 def plot_rows(rows, ax=None, title: str | None = None):
     """TFLOP/s against the sequence length, one line per variant (causal dashed);
     returns the axes."""
-    import matplotlib.pyplot as plt
-
-    rows = _check_rows(rows)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
-    for label in dict.fromkeys(_label(r) for r in rows):
-        points = sorted((r["seq"], r["tflops"]) for r in rows
-                        if _label(r) == label and r["tflops"] is not None)
-        if points:
-            ax.plot(*zip(*points), marker="o", label=label,
-                    linestyle="--" if label.endswith("(causal)") else "-")
-    seqs = sorted({r["seq"] for r in rows})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(seqs, [str(s) for s in seqs])
-    ax.minorticks_off()
-    ax.set_xlabel("sequence length N")
-    ax.set_ylabel("TFLOP/s (fp32)")
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return ax
+    return plot_tflops_lines(_check_rows(rows), "seq", _label,
+                             lambda label: label.endswith("(causal)"),
+                             xlabel="sequence length N", ylabel="TFLOP/s (fp32)", ax=ax,
+                             title=title)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 from gpucourse import results
+from gpucourse.chapters.tflops_plot import plot_tflops_lines
 from gpucourse.kernels.timing import DEFAULT_SIZES, _whole
 
 # The worklog's own table: Simon Boehm, "How to Optimize a CUDA Matmul Kernel
@@ -231,28 +232,9 @@ def format_table(rows) -> str:
 
 def plot_tflops(rows, ax=None, title: str | None = None):
     """TFLOP/s against matrix size, one line per variant (cuBLAS dashed); returns the axes."""
-    import matplotlib.pyplot as plt
-
-    rows = _check_rows(rows)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4))
-    for variant in _variants(rows):
-        points = sorted((r["m"], r["tflops"]) for r in rows
-                        if r["variant"] == variant and r["tflops"] is not None)
-        if points:
-            ax.plot(*zip(*points), marker="o", label=variant,
-                    linestyle="--" if variant == "cublas" else "-")
-    ax.set_xscale("log", base=2)
-    sizes = sorted({r["m"] for r in rows})
-    ax.set_xticks(sizes, [str(size) for size in sizes])
-    ax.minorticks_off()
-    ax.set_xlabel("M = N = K")
-    ax.set_ylabel("TFLOP/s")
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=8, ncol=2)
-    ax.grid(alpha=0.3)
-    return ax
+    return plot_tflops_lines(_check_rows(rows), "m", lambda row: row["variant"],
+                             lambda variant: variant == "cublas", xlabel="M = N = K",
+                             ylabel="TFLOP/s", ax=ax, title=title, legend_columns=2)
 
 
 # -----------------------------------------------------------------------------
