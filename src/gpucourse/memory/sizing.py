@@ -148,7 +148,8 @@ def plan(n_params, gpu_memory_bytes, precision="mixed", activation_bytes=0, max_
 
 
 # GPT-3 shapes (Brown et al., 2020, Table 2.1): layers, d_model, heads; the
-# calculator's models. GPT-2's tokenizer, 50257 tokens.
+# calculator's models. GPT-2's tokenizer, 50257 tokens. (A table of data:
+# its rows look alike by design.)
 GPT3_VOCAB = 50257
 GPT3_MODELS = {
     "GPT-3 1.3B": (24, 2048, 24),

@@ -303,7 +303,9 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
     @cuda.jit(device=True, **_INLINE)
     def load_run(dst, smem, at):
         """dst[0 .. VK] = VK neighbouring floats of shared memory from `at`,
-        four per load."""
+        four per load. (The forward kernel's value_step opens with the same
+        run of loads, written out in its step: a deliberate variant, each
+        kernel reading whole in its own module.)"""
         for a in range(VK // 4):
             x0, x1, x2, x3 = load4(smem, at + u(4 * a))
             dst[4 * a] = x0

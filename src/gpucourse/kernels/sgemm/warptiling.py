@@ -91,6 +91,8 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
         # down) and WN_ITER*TN values of B at step `dot`, four per 128-bit load,
         # from the copy of the tiles at a_base and b_base; a_offset and b_offset
         # are where its first patch starts in the block's tile. Then every patch.
+        # (A's loop and B's are alike by design, a deliberate variant: the same
+        # four-wide loads, down A's fragment and across B's.)
         for wm in range(WM_ITER):
             for i in range(ZERO, TM, FOUR):
                 x0, x1, x2, x3 = load_float4_flat(
