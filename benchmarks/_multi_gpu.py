@@ -6,9 +6,9 @@ NVSHMEM_DISABLE_NVLS=1): on the course's shared GPU hosts a program that uses
 it can put the host's GPUs out of service. Each script imports it before
 torch, and so does every spawned worker, which imports its script again.
 
-The rest is the launcher's side: one process per GPU over NCCL, or, with
---cpu-smoke, two CPU processes over gloo; where the results go; and what the
-results file says about the machine.
+The rest is the launcher's side: the arguments both scripts take; one
+process per GPU over NCCL, or, with --cpu-smoke, two CPU processes over gloo;
+where the results go; and what the results file says about the machine.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
                  "NVSHMEM_DISABLE_NVLS": "1"}
 os.environ.update(MULTICAST_OFF)
 
+import argparse  # noqa: E402
 import datetime  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
@@ -77,6 +78,16 @@ def add_arguments(parser, smoke_help: str) -> None:
                              "folder with --cpu-smoke)")
     parser.add_argument("--cpu-smoke", action="store_true", help=smoke_help)
     parser.add_argument("--timeout", type=float, default=540.0, help="seconds for the whole run")
+
+
+def parse_arguments(argv, description: str, smoke_help: str,
+                    smoke_prefix: str) -> tuple[object, str, int, Path]:
+    """The opening of both scripts' main(): their arguments parsed (add_arguments),
+    then (args, backend, processes, results folder) as processes() picks them."""
+    parser = argparse.ArgumentParser(description=description)
+    add_arguments(parser, smoke_help)
+    args = parser.parse_args(argv)
+    return (args, *processes(args, parser, smoke_prefix))
 
 
 def processes(args, parser, smoke_prefix: str) -> tuple[str, int, Path]:

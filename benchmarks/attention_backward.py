@@ -24,15 +24,8 @@ Writes results/attention_backward-<gpu-slug>-<date>.json under --out
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import platform
 import statistics
-from pathlib import Path
 
-import numba
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -40,7 +33,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention import (DEFAULT_VERSION, VERSIONS, flash_attention_autograd,
                                          flash_attention_backward)
-from gpucourse.results import gpu_slug
+
+from _common import benchmark_parser, record_start, short_versions, start, write_record
 
 ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
@@ -240,22 +234,16 @@ def long_sequence():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--sweep-v3", action="store_true",
                         help="only the tile sweep of version 3 (V3_SWEEP), written as "
                              "attention_backward_sweep-<gpu>-<date>.json")
     parser.add_argument("--sweep-v4", action="store_true",
                         help="only the tile sweep of version 4 (V3_SWEEP's candidates that "
                              "fit it), written as attention_backward_sweep_v4-<gpu>-<date>.json")
-    args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    name = torch.cuda.get_device_name()
-    report = dict(benchmark="attention_backward", gpu=name, date=str(datetime.date.today()),
-                  versions=dict(python=platform.python_version(), numba=numba.__version__,
-                                torch=torch.__version__, numpy=np.__version__),
-                  method=__doc__.split("\n\n", 1)[1].strip(), default_version=DEFAULT_VERSION)
+    args, _ = start(parser)
+    report = record_start("attention_backward", torch.cuda.get_device_name(), short_versions(),
+                          __doc__.split("\n\n", 1)[1].strip(), default_version=DEFAULT_VERSION)
     if args.sweep_v3:
         report["benchmark"] = "attention_backward_sweep"
         report["results"] = sweep(3)
@@ -265,9 +253,7 @@ def main():
     else:
         report["validation"] = validate()
         report["results"] = timing() + [long_sequence()]
-    path = Path(args.out) / f"{report['benchmark']}-{gpu_slug(name)}-{report['date']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = write_record(report, args.out)
     print(f"wrote {path}")
 
 

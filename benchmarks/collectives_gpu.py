@@ -48,7 +48,6 @@ from __future__ import annotations
 import _multi_gpu
 from _multi_gpu import device_facts, line_up, rank_device, topology
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -294,11 +293,9 @@ def fit_all(rows) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _multi_gpu.add_arguments(parser, "2 CPU processes over gloo at tiny sizes: checks the "
-                                     "logic only")
-    args = parser.parse_args(argv)
-    backend, world_size, out_dir = _multi_gpu.processes(args, parser, "collectives-smoke-")
+    args, backend, world_size, out_dir = _multi_gpu.parse_arguments(
+        argv, __doc__.splitlines()[0],
+        "2 CPU processes over gloo at tiny sizes: checks the logic only", "collectives-smoke-")
     if args.cpu_smoke:
         lengths, sizes, repeats = SMOKE_CHECK_LENGTHS, SMOKE_SIZES_BYTES, 2
     else:

@@ -52,7 +52,6 @@ from __future__ import annotations
 import _multi_gpu
 from _multi_gpu import device_facts, line_up, rank_device
 
-import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
@@ -147,11 +146,9 @@ def memory_worker(rank, world_size, runs, steps):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _multi_gpu.add_arguments(parser, "2 CPU processes over gloo, even and odd models: checks "
-                                     "the logic")
-    args = parser.parse_args(argv)
-    backend, world_size, out_dir = _multi_gpu.processes(args, parser, "memory-smoke-")
+    args, backend, world_size, out_dir = _multi_gpu.parse_arguments(
+        argv, __doc__.splitlines()[0],
+        "2 CPU processes over gloo, even and odd models: checks the logic", "memory-smoke-")
     configs = SMOKE_CONFIGS if args.cpu_smoke else GPU_CONFIGS
 
     runs = tuple((name, wrapper) for name in configs for wrapper in memory.WRAPPERS)

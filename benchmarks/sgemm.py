@@ -25,16 +25,14 @@ Needs an NVIDIA GPU, torch with CUDA, numba and numba-cuda; no installs.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import shutil
 import sys
-from importlib import metadata
 from pathlib import Path
+
+from _common import benchmark_parser, record_start, start, versions, write_record
 
 os.environ.setdefault("GPUCOURSE_DEVICE", "gpu")
 
@@ -45,7 +43,6 @@ from tqdm.auto import tqdm  # noqa: E402
 from gpucourse.device import cuda  # noqa: E402
 from gpucourse.kernels import sgemm  # noqa: E402
 from gpucourse.kernels.sgemm import building_blocks, vectorized  # noqa: E402 (the loop's knobs)
-from gpucourse.results import gpu_slug  # noqa: E402
 
 SQUARE = [512, 1024, 2048, 4096, 8192]
 # (m, n, k) of a GPT-2-small-like layer at 8192 tokens (d = 768): the QKV
@@ -55,24 +52,6 @@ WARMUP = 3
 REPEATS = 10
 TARGET_BATCH_MS = 20.0  # each timed repeat covers at least this much GPU time
 SLOW_MS = 300.0  # a kernel slower than this gets 3 repeats of one launch
-
-
-def versions() -> dict:
-    def version(package):
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return None
-
-    try:
-        from numba.cuda.cudadrv.driver import driver as cuda_driver
-
-        driver = ".".join(map(str, cuda_driver.get_version()))
-    except Exception:  # the driver's version is nice to have, not essential
-        driver = None
-    return {"python": platform.python_version(), "numba": version("numba"),
-            "numba_cuda": version("numba-cuda"), "numpy": np.__version__,
-            "torch": torch.__version__, "cuda_driver": driver}
 
 
 def time_ms(launch) -> tuple[float, int]:
@@ -215,16 +194,12 @@ def ptx_evidence(out_dir: Path) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--autotune", action="store_true", help="autotune level 6 at 4096^3 first")
     parser.add_argument("--quick", action="store_true", help="1024^3 and 4096^3 only")
-    args = parser.parse_args(argv)
+    args, _ = start(parser, argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
 
     gpu = sgemm.gpu_model()
     variant_rows, (dot_unroll, double_buffer) = pick_loop_variant(sgemm.tuned_config())
@@ -256,28 +231,18 @@ def main(argv=None):
         usage["variant"] = f"level{level}"
         resources.append(usage)
     tuned = sgemm.tuned_config()
-    today = datetime.date.today().isoformat()
-    record = {
-        "benchmark": "sgemm",
-        "gpu": gpu,
-        "date": today,
-        "versions": versions(),
-        "method": (f"CUDA events, {WARMUP} warm-ups (2 when one launch takes over {SLOW_MS:.0f} ms), median of {REPEATS} repeats (3 when one "
-                   f"launch takes over {SLOW_MS:.0f} ms), each repeat timing back-to-back launches "
-                   f"covering >= {TARGET_BATCH_MS:.0f} ms; TF32 off; fresh N(0,1) inputs per shape; "
-                   f"max_rel_err = max|C - C_cublas| / max|C_cublas|"),
-        "level6_config": vars(tuned),
-        "dot_unroll": dot_unroll,
-        "double_buffer": double_buffer,
-        "loop_variant_probe": variant_rows,
-        "results": rows,
-        "resources": resources,
-        "ptx": ptx_evidence(out_dir),
-    }
+    method = (f"CUDA events, {WARMUP} warm-ups (2 when one launch takes over {SLOW_MS:.0f} ms), median of {REPEATS} repeats (3 when one "
+              f"launch takes over {SLOW_MS:.0f} ms), each repeat timing back-to-back launches "
+              f"covering >= {TARGET_BATCH_MS:.0f} ms; TF32 off; fresh N(0,1) inputs per shape; "
+              f"max_rel_err = max|C - C_cublas| / max|C_cublas|")
+    record = record_start(
+        "sgemm", gpu, versions(), method,
+        level6_config=vars(tuned), dot_unroll=dot_unroll, double_buffer=double_buffer,
+        loop_variant_probe=variant_rows, results=rows, resources=resources,
+        ptx=ptx_evidence(out_dir))
     if autotuned:
         record["autotune"] = autotuned
-    path = out_dir / f"sgemm-{gpu_slug(gpu)}-{today}{'-quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path = write_record(record, out_dir, "-quick" if args.quick else "")
 
     print(f"\n{gpu}: wrote {path}")
     print(f"{'shape':>18} " + " ".join(f"{v:>8}" for v in ["cublas"] + [f"L{lv}" for lv in levels]))

@@ -32,9 +32,6 @@ GPU, torch with CUDA, numba and numba-cuda; about two minutes on an H100.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import sys
 import time
 import traceback
@@ -47,7 +44,8 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 
-from gpucourse.device import probe_gpu  # noqa: E402 (asks the driver; imports nothing of Numba)
+from _common import (benchmark_parser, need_a_gpu, record_start, start,  # noqa: E402
+                     versions, write_record)
 
 VALIDATION_SHAPES = [(1000, 1030, 777), (1000, 1028, 780)]
 SWEEP_SHAPE = (4096, 4096, 4096)
@@ -59,15 +57,8 @@ BUDGET_S = 210.0  # shapes still waiting after this long are skipped (the run mu
 
 
 def _need_a_gpu() -> None:
-    if probe_gpu() is None:
-        sys.exit("benchmarks/sgemm_level7.py needs an NVIDIA GPU (the CUDA driver reports "
-                 "none); the simulator's timings would mean nothing. The level-7 tests run "
-                 "without one: pytest tests/test_sgemm_level7.py")
-    import torch
-
-    if not torch.cuda.is_available():
-        sys.exit("benchmarks/sgemm_level7.py needs torch with CUDA (for cuBLAS and the "
-                 "inputs); this torch sees no GPU")
+    need_a_gpu("benchmarks/sgemm_level7.py", "the simulator's timings would mean nothing. The "
+               "level-7 tests run without one: pytest tests/test_sgemm_level7.py")
 
 
 def label(config) -> str:
@@ -254,23 +245,16 @@ def print_table(rows) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="4096^3 and the first three candidates only (a smoke test)")
-    args = parser.parse_args(argv)
-    _need_a_gpu()
-    started = time.perf_counter()
+    args, started = start(parser, argv, check_gpu=_need_a_gpu)
 
     import torch
-    from sgemm import time_ms, versions  # benchmarks/sgemm.py: the same timing and versions
+    from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
     from gpucourse.kernels import sgemm
-    from gpucourse.results import gpu_slug
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     candidates = list(sgemm.WARP_TILE_CANDIDATES[:3] if args.quick else sgemm.WARP_TILE_CANDIDATES)
@@ -317,28 +301,17 @@ def main(argv=None) -> int:
         rows += shape_rows
 
     gpu = sgemm.gpu_model()
-    today = datetime.date.today().isoformat()
-    record = {
-        "benchmark": "sgemm_level7",
-        "gpu": gpu,
-        "date": today,
-        "versions": versions(),
-        "method": (f"sgemm.matmul on CUDA torch tensors with out= (cuBLAS: torch.mm(out=)), "
-                   f"timed with benchmarks/sgemm.py's time_ms (CUDA events around back-to-back "
-                   f"calls covering >= 20 ms, warm-up, median of 10), variants in turns over "
-                   f"{ROUNDS} rounds, median; TF32 off; N(0,1) inputs; max_rel_err = "
-                   f"max|C - C_cublas| / max|C_cublas| (validation: against float64)"),
-        "dot_unroll": sgemm.DOT_UNROLL,
-        "candidates": [asdict(c) for c in candidates],
-        "validation": validation,
-        "finalists": [asdict(c) for c in finalists],
-        "unroll_probe": probe,
-        "skipped_shapes": skipped,
-        "results": rows,
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    path = out_dir / f"sgemm_level7-{gpu_slug(gpu)}-{today}{'-quick' if args.quick else ''}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    record = record_start(
+        "sgemm_level7", gpu, versions(),
+        (f"sgemm.matmul on CUDA torch tensors with out= (cuBLAS: torch.mm(out=)), "
+         f"timed with benchmarks/sgemm.py's time_ms (CUDA events around back-to-back "
+         f"calls covering >= 20 ms, warm-up, median of 10), variants in turns over "
+         f"{ROUNDS} rounds, median; TF32 off; N(0,1) inputs; max_rel_err = "
+         f"max|C - C_cublas| / max|C_cublas| (validation: against float64)"),
+        dot_unroll=sgemm.DOT_UNROLL, candidates=[asdict(c) for c in candidates],
+        validation=validation, finalists=[asdict(c) for c in finalists], unroll_probe=probe,
+        skipped_shapes=skipped, results=rows, seconds=round(time.perf_counter() - started, 1))
+    path = write_record(record, out_dir, "-quick" if args.quick else "")
 
     print(f"\n{gpu}: wrote {path} in {record['seconds']:.0f} s")
     for shape in [SWEEP_SHAPE] + FINALIST_SHAPES:

@@ -43,7 +43,6 @@ writes DIR/sgemm_split_k-<gpu-slug>-<YYYY-MM-DD>.json.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import shutil
@@ -51,14 +50,14 @@ import sys
 import time
 from pathlib import Path
 
-from sgemm import time_ms, versions  # benchmarks/sgemm.py: the same timing and versions
+from _common import benchmark_parser, record_start, start, versions, write_record
+from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 from gpucourse.kernels import sgemm  # noqa: E402
-from gpucourse.results import gpu_slug  # noqa: E402
 
 # The issue's table: the cost of one call, then square sizes, a tall product and a deep K.
 SHAPES = [(1, 1, 1), (512, 512, 512), (1024, 1024, 1024), (1536, 1536, 1536),
@@ -243,29 +242,25 @@ def table_rows(shapes, progress=True, split_plans=None) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--no-search", action="store_true",
                         help="keep the by-shape table of sgemm_tuned.json as it is")
     parser.add_argument("--split-k", action="store_true",
                         help="only the split-K search and table at SPLIT_SHAPES (one launch "
                              "against a partial C per slice); sgemm_tuned.json untouched")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
+    args, started = start(parser, argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
     gpu = sgemm.gpu_model()
-    today = datetime.date.today().isoformat()
-    record = {"benchmark": "sgemm_shapes", "gpu": gpu, "date": today, "versions": versions(),
-              "method": (f"variants in turns, {ROUNDS} rounds, median; ms: wall clock per call "
-                         "of a loop of calls on CUDA torch tensors ending in "
-                         "torch.cuda.synchronize (host work included); kernel_ms: CUDA events "
-                         "around back-to-back calls (benchmarks/sgemm.py's time_ms); TF32 off; "
-                         "N(0,1) inputs; max_rel_err = max|C - C_cublas| / max|C_cublas|")}
+    record = record_start(
+        "sgemm_shapes", gpu, versions(),
+        (f"variants in turns, {ROUNDS} rounds, median; ms: wall clock per call "
+         "of a loop of calls on CUDA torch tensors ending in "
+         "torch.cuda.synchronize (host work included); kernel_ms: CUDA events "
+         "around back-to-back calls (benchmarks/sgemm.py's time_ms); TF32 off; "
+         "N(0,1) inputs; max_rel_err = max|C - C_cublas| / max|C_cublas|"))
     if args.split_k:
-        return split_k_main(record, out_dir, today, started)
+        return split_k_main(record, out_dir, started)
     if not args.no_search:
         record["search"] = {"space": SEARCH_SPACE, "configs": len(search_configs()),
                             "split_configs": len(split_candidates()), "splits": SPLITS,
@@ -274,13 +269,12 @@ def main(argv=None) -> int:
         shutil.copy(sgemm.TUNED_PATH, out_dir / "sgemm_tuned.json")
     record["results"] = table_rows(SHAPES)
     record["elapsed_s"] = time.perf_counter() - started
-    path = out_dir / f"sgemm_shapes-{gpu_slug(gpu)}-{today}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path = write_record(record, out_dir)
     print(f"wrote {path} ({record['elapsed_s']:.0f} s)")
     return 1 if any(r["failed"] for r in record["results"]) else 0
 
 
-def split_k_main(record: dict, out_dir: Path, today: str, started: float) -> int:
+def split_k_main(record: dict, out_dir: Path, started: float) -> int:
     """--split-k: the search at SPLIT_SHAPES, its finalists' times, and the table
     there with the best split-K plan in one launch and with partials."""
     record["benchmark"] = "sgemm_split_k"
@@ -300,8 +294,7 @@ def split_k_main(record: dict, out_dir: Path, today: str, started: float) -> int
             plans[m, n, k] = (config, fastest["splits"])
     record["results"] = table_rows(SPLIT_SHAPES, split_plans=plans)
     record["elapsed_s"] = time.perf_counter() - started
-    path = out_dir / f"sgemm_split_k-{gpu_slug(record['gpu'])}-{today}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path = write_record(record, out_dir)
     print(f"wrote {path} ({record['elapsed_s']:.0f} s)")
     return 1 if any(r["failed"] for r in record["results"]) else 0
 

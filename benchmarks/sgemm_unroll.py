@@ -35,20 +35,17 @@ vs_cublas. Needs an NVIDIA GPU and torch with CUDA; about two minutes on an H100
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
 import sys
 import time
 import traceback
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 calls np.row_stack, which numpy 2.5 removed
     np.row_stack = np.vstack
 
+from _common import benchmark_parser, record_start, start, versions, write_record  # noqa: E402
 from sgemm_level7 import _need_a_gpu, relative_error  # noqa: E402 (benchmarks/ on the path)
 
 VALIDATION_SHAPE = (1000, 1028, 780)
@@ -148,22 +145,15 @@ def time_shape(sgemm, torch, time_ms, shape, chosen) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--interior", action="store_true",
                         help="kernels with and without edge checks (see the module's notes)")
-    args = parser.parse_args(argv)
-    _need_a_gpu()
-    started = time.perf_counter()
+    args, started = start(parser, argv, check_gpu=_need_a_gpu)
 
     import torch
-    from sgemm import time_ms, versions  # benchmarks/sgemm.py: the same timing and versions
+    from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
     from gpucourse.kernels import sgemm
-    from gpucourse.results import gpu_slug
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
 
     # 1. Validation.
     a, b = inputs(torch, (1024, 1024, 1024) if args.interior else VALIDATION_SHAPE, 5)
@@ -202,25 +192,17 @@ def main(argv=None) -> int:
         rows += time_shape(sgemm, torch, time_ms, shape, valid if args.interior else finalists)
 
     gpu = sgemm.gpu_model()
-    today = datetime.date.today().isoformat()
-    record = {
-        "benchmark": "sgemm_interior" if args.interior else "sgemm_unroll",
-        "gpu": gpu,
-        "date": today,
-        "versions": versions(),
-        "method": ("kernels launched directly on CUDA torch tensors (kernel time), timed with "
-                   "benchmarks/sgemm.py's time_ms (CUDA events around back-to-back launches "
-                   f"covering >= 20 ms, warm-up, median of 10), in turns over {ROUNDS} rounds "
-                   "with torch.mm (cuBLAS, TF32 off), median; N(0,1) inputs"),
-        "validation": [{k: v[k] for k in ("variant", "passed", "max_rel_err", "registers_per_thread",
-                                          "local_bytes_per_thread", "failure") if k in v}
-                       for v in tried],
-        "results": rows,
-        "seconds": time.perf_counter() - started,
-    }
-    path = Path(args.out) / f"{record['benchmark']}-{gpu_slug(gpu)}-{today}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    record = record_start(
+        "sgemm_interior" if args.interior else "sgemm_unroll", gpu, versions(),
+        ("kernels launched directly on CUDA torch tensors (kernel time), timed with "
+         "benchmarks/sgemm.py's time_ms (CUDA events around back-to-back launches "
+         f"covering >= 20 ms, warm-up, median of 10), in turns over {ROUNDS} rounds "
+         "with torch.mm (cuBLAS, TF32 off), median; N(0,1) inputs"),
+        validation=[{k: v[k] for k in ("variant", "passed", "max_rel_err", "registers_per_thread",
+                                       "local_bytes_per_thread", "failure") if k in v}
+                    for v in tried],
+        results=rows, seconds=time.perf_counter() - started)
+    path = write_record(record, args.out)
     print(f"{gpu}: wrote {path} in {record['seconds']:.0f} s")
     return 0
 

@@ -73,8 +73,6 @@ measurement.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -88,7 +86,8 @@ import numpy as np
 if not hasattr(np, "row_stack"):
     np.row_stack = np.vstack
 
-from gpucourse.device import probe_gpu  # noqa: E402 (asks the driver; imports nothing of Numba)
+from _common import (RESULTS, need_a_gpu, record_start, tf32_off, versions,  # noqa: E402
+                     write_record)
 
 SIZES = [4096, 2048, 1024]  # the largest first, so that the time budget never cuts it
 QUICK_SIZES = [4096]
@@ -136,18 +135,6 @@ VARIANTS = {
 FP16_OUTPUT = {"cublas_fp16"}
 TF32_OUTPUT = {"tf32gemm1_kernel", "cublas_tf32"}  # TF32 accuracy
 FP32_INPUTS = {"tf32gemm1_kernel", "tf32gemm3_kernel", "cublas_tf32"}  # the unrounded fp32 values
-
-
-def _need_a_gpu() -> None:
-    if probe_gpu() is None:
-        sys.exit("benchmarks/tensor_cores.py needs an NVIDIA GPU (the CUDA driver reports none); "
-                 "--dry-run checks the script on the simulator, and the kernels' tests run "
-                 "without one: pytest tests/test_tensor_cores.py")
-    import torch
-
-    if not torch.cuda.is_available():
-        sys.exit("benchmarks/tensor_cores.py needs torch with CUDA (for cuBLAS and the inputs); "
-                 "this torch sees no GPU")
 
 
 def errors(c, reference) -> tuple[float, float]:
@@ -428,27 +415,24 @@ def main(argv=None) -> int:
         os.environ["GPUCOURSE_DEVICE"] = "sim"
     else:
         os.environ.setdefault("GPUCOURSE_DEVICE", "gpu")
-        _need_a_gpu()
+        need_a_gpu("benchmarks/tensor_cores.py", "--dry-run checks the script on the "
+                   "simulator, and the kernels' tests run without one: pytest "
+                   "tests/test_tensor_cores.py")
 
     import torch
-    from sgemm import time_ms, versions  # benchmarks/sgemm.py: the same timing and versions
+    from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
     from gpucourse.device import on_gpu
     from gpucourse.kernels import sgemm
     from gpucourse.kernels import tensor_cores as TC
-    from gpucourse.results import gpu_slug
 
     if args.dry_run and on_gpu():
         sys.exit("--dry-run runs on the simulator, but numba.cuda was set up for the GPU")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    tf32_off()
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.set_float32_matmul_precision("highest")
     gpu = "simulator" if args.dry_run else torch.cuda.get_device_name(0)
-    today = datetime.date.today().isoformat()
     out_dir = Path(args.out) if args.out else (
-        Path(tempfile.mkdtemp(prefix="tensor_cores-dry-run-")) if args.dry_run
-        else Path(__file__).parent / "results")
+        Path(tempfile.mkdtemp(prefix="tensor_cores-dry-run-")) if args.dry_run else RESULTS)
     out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{gpu}: validating hgemm ({time.perf_counter() - started:.0f} s in)", flush=True)
 
@@ -476,12 +460,9 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     print_table(rows)
 
-    record = {
-        "benchmark": "tensor_cores",
-        "gpu": gpu,
-        "date": today,
-        "versions": versions(),
-        "method": (
+    record = record_start(
+        "tensor_cores", gpu, versions(),
+        (
             "wall clock of one call after one warm-up call (--dry-run, simulator: "
             "meaningless numbers)" if args.dry_run else
             f"variants in turns over {ROUNDS} rounds, each timed with benchmarks/sgemm.py's "
@@ -492,7 +473,8 @@ def main(argv=None) -> int:
             f"hgemm*_kernel and tf32gemm*_kernel the kernel alone on device arrays; the TF32 "
             f"variants (tf32gemm*, cublas_tf32: TF32 allowed for its call only) on other, fp32 "
             f"N(0,1) inputs; max_rel_err = max|C - C_ref| / max|C_ref| against torch.mm in "
-            f"float64 of the variant's inputs (validation: numpy in float64)"),
+            f"float64 of the variant's inputs (validation: numpy in float64)"))
+    record.update({
         "variants": VARIANTS,
         "hgemm_levels": {
             "1": "one warp per block and per 16 x 8 tile of C, fragments from global memory",
@@ -514,10 +496,9 @@ def main(argv=None) -> int:
         "skipped": skipped,
         "results": rows,
         "seconds": round(time.perf_counter() - started, 1),
-    }
+    })
     quick = args.quick or args.dry_run
-    path = out_dir / f"tensor_cores-{gpu_slug(gpu)}-{today}{'-quick' if quick else ''}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path = write_record(record, out_dir, "-quick" if quick else "")
     bad = [v for v in validation if not v["passed"]] + [r for r in rows if not r["passed"]]
     print(f"\n{gpu}: wrote {path} in {record['seconds']:.0f} s; "
           f"{len(bad)} validation or result check(s) failed", flush=True)

@@ -41,19 +41,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import json
-import platform
 import statistics
-from pathlib import Path
 
-import numba
-import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse import tinygpt as T
-from gpucourse.results import gpu_slug
+
+from _common import (add_out_argument, record_start, results_path, short_versions, tf32_off,
+                     write_json)
 
 RUNS = {"pytorch": dict(attention="torch", linear="torch"),
         # PyTorch against itself: the same model on SDPA's math backend, a
@@ -91,7 +88,7 @@ def main():
     parser.add_argument("--steps", type=int, default=T.TrainConfig().steps)
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results")))
+    add_out_argument(parser)
     parser.add_argument("--all-characters", action="store_true",
                         help="score every character, operands included (the loss then has a "
                              "floor, tinygpt.loss_floor, and final losses can be compared); "
@@ -100,20 +97,17 @@ def main():
                         help="keep the runs of today's results file that this call does not redo "
                              "(the file is written again after every run either way)")
     args = parser.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    tf32_off()
     train_config = T.TrainConfig(steps=args.steps, answers_only=not args.all_characters)
     benchmark = "tinygpt_full" if args.all_characters else "tinygpt"
     seeds = [int(x) for x in args.seeds.split(",")]
-    name = torch.cuda.get_device_name()
-    report = dict(benchmark=benchmark, gpu=name, date=str(datetime.date.today()),
-                  versions=dict(python=platform.python_version(), numba=numba.__version__,
-                                torch=torch.__version__, numpy=np.__version__),
-                  method=__doc__.split("\n\n", 1)[1].strip(),
-                  configuration=T.describe(T.GPTConfig(), train_config),
-                  final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds,
-                  loss_floor=T.loss_floor(T.GPTConfig().block_size, train_config.answers_only))
-    path = Path(args.out) / f"{benchmark}-{gpu_slug(name)}-{report['date']}.json"
+    report = record_start(
+        benchmark, torch.cuda.get_device_name(), short_versions(),
+        __doc__.split("\n\n", 1)[1].strip(),
+        configuration=T.describe(T.GPTConfig(), train_config),
+        final_window=FINAL_WINDOW, learned_below=LEARNED_BELOW, seeds=seeds,
+        loss_floor=T.loss_floor(T.GPTConfig().block_size, train_config.answers_only))
+    path = results_path(args.out, report)
     kept = []
     if args.append and path.exists():
         kept = json.loads(path.read_text())["results"]
@@ -141,8 +135,7 @@ def write(report, kept, done, path):
                          None)
         row["final_loss_vs_pytorch"] = (row["final_loss"] / reference["final_loss"]
                                         if reference else None)
-    path.write_text(json.dumps({**report, "seeds": sorted({r["seed"] for r in rows}),
-                                "results": rows}, indent=1) + "\n")
+    write_json(path, {**report, "seeds": sorted({r["seed"] for r in rows}), "results": rows})
 
 
 if __name__ == "__main__":
