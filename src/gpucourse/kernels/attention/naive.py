@@ -27,14 +27,18 @@ NAIVE_TILE = 16  # threads per block side for the scores and P V kernels
 NAIVE_ROWS_PER_BLOCK = 64  # threads per block for the softmax, one per row
 
 
+@cuda.jit(device=True)
+def _batch_and_head(block, heads):
+    """(b, h) of the head a block works on: the grid's last dimension counts
+    batch x heads, batch-major, one head a block row."""
+    return block // heads, block % heads
+
+
 @cuda.jit
 def _scores_kernel(q, k, scores, scale, causal):
     # One thread per score: scores[b, h, i, j] = scale * q[b, h, i] . k[b, h, j].
     j, i = cuda.grid(2)
-    bh = cuda.blockIdx.z
-    heads = q.shape[1]
-    b = bh // heads
-    h = bh % heads
+    b, h = _batch_and_head(cuda.blockIdx.z, q.shape[1])
     if i >= q.shape[2] or j >= k.shape[2]:
         return
     if causal and j > i:
@@ -50,10 +54,7 @@ def _scores_kernel(q, k, scores, scale, causal):
 def _softmax_kernel(scores, lse):
     # One thread per row, in place: three passes (max, sum, normalize).
     i = cuda.grid(1)
-    bh = cuda.blockIdx.y
-    heads = scores.shape[1]
-    b = bh // heads
-    h = bh % heads
+    b, h = _batch_and_head(cuda.blockIdx.y, scores.shape[1])
     keys = scores.shape[3]
     if i >= scores.shape[2]:
         return
@@ -76,10 +77,7 @@ def _pv_kernel(p, v, out):
     # The same shape as _scores_kernel (a deliberate variant: a row of P
     # against a column of V, no scale and no mask).
     c, i = cuda.grid(2)
-    bh = cuda.blockIdx.z
-    heads = v.shape[1]
-    b = bh // heads
-    h = bh % heads
+    b, h = _batch_and_head(cuda.blockIdx.z, v.shape[1])
     if i >= p.shape[2] or c >= v.shape[3]:
         return
     total = 0.0

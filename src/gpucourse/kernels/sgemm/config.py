@@ -91,14 +91,8 @@ DEFAULT_TUNED = TileConfig(bm=128, bn=128, bk=16, tm=8, tn=8)
 
 
 # The search space of `autotune`: every combination that passes check_config.
-# (A table of data: its rows look like other tables of the package by design.)
-SEARCH_SPACE = {
-    "bm": (64, 128, 256),
-    "bn": (64, 128, 256),
-    "bk": (8, 16, 32),
-    "tm": (4, 8, 16),
-    "tn": (4, 8, 16),
-}
+SEARCH_SPACE = dict(bm=(64, 128, 256), bn=(64, 128, 256), bk=(8, 16, 32),
+                    tm=(4, 8, 16), tn=(4, 8, 16))
 
 
 def _whole(name, value) -> int:
