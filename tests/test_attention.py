@@ -27,6 +27,16 @@ def qkv(shape, seed, scale=1.0):
     return tuple((scale * rng.standard_normal(shape)).astype(np.float32) for _ in range(3))
 
 
+def assert_tiles_compute_attention(config, shape, seed, causal, scale):
+    """The flash kernel in tiles `config` (numpy in and out) on random q, k, v of
+    `shape` gives the reference's output and log-sum-exp."""
+    q, k, v = qkv(shape, seed=seed)
+    out, lse = A._run_flash("numpy", q, k, v, config, causal, scale, False)
+    ref, ref_lse = A.reference_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
+    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+
+
 # -----------------------------------------------------------------------------
 # The reference and the numpy model of the algorithm
 
@@ -241,11 +251,7 @@ def test_flash_with_tiles_past_48_kib_on_gpu(causal):
     # Dynamic shared memory and the opt-in launch, on the hardware that needs them.
     config = A.FlashConfig(64, 128, 32, 8, 16)
     assert config.dynamic_shared
-    q, k, v = qkv((1, 2, 300, 64), seed=9)
-    out, lse = A._run_flash("numpy", q, k, v, config, causal, 0.125, False)
-    ref, ref_lse = A.reference_attention(q, k, v, causal=causal, scale=0.125, return_lse=True)
-    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
-    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+    assert_tiles_compute_attention(config, (1, 2, 300, 64), seed=9, causal=causal, scale=0.125)
 
 
 # -----------------------------------------------------------------------------
@@ -451,11 +457,7 @@ def test_causal_short_sequences_get_their_own_tiles():
 @pytest.mark.parametrize("config", [shape for _, shape in A.CAUSAL_FLASH_CONFIGS[64]])
 def test_causal_tile_shapes_compute_attention(config):
     # Three query tiles of the smaller shape (two of the larger), the last one ragged.
-    q, k, v = qkv((1, 1, 70, 64), seed=7)
-    out, lse = A._run_flash("numpy", q, k, v, config, True, 0.125, False)
-    ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.125, return_lse=True)
-    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
-    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+    assert_tiles_compute_attention(config, (1, 1, 70, 64), seed=7, causal=True, scale=0.125)
 
 
 def test_a_gpu_without_the_shared_memory_gets_the_portable_shape(monkeypatch):
@@ -537,11 +539,7 @@ def test_bad_counts_and_configs():
 ])
 def test_flash_kernel_other_tile_shape(config):
     # Tile shapes other than the defaults compute the same function.
-    q, k, v = qkv((1, 1, 45, 16), seed=3)
-    out, lse = A._run_flash("numpy", q, k, v, config, True, 0.25, False)
-    ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.25, return_lse=True)
-    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
-    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+    assert_tiles_compute_attention(config, (1, 1, 45, 16), seed=3, causal=True, scale=0.25)
 
 
 @pytest.mark.parametrize("steps", [2, 4])
@@ -549,11 +547,7 @@ def test_loops_written_out_several_steps_per_pass_compute_the_same(steps):
     # FlashConfig.steps_per_pass writes 2 or 4 steps of the two tile products
     # out per pass; a ragged causal head must come out as with one step.
     config = A.FlashConfig(16, 32, 32, 4, 4, steps_per_pass=steps)
-    q, k, v = qkv((1, 2, 45, 16), seed=5)
-    out, lse = A._run_flash("numpy", q, k, v, config, True, 0.25, False)
-    ref, ref_lse = A.reference_attention(q, k, v, causal=True, scale=0.25, return_lse=True)
-    np.testing.assert_allclose(out, ref, atol=ATOL, rtol=RTOL)
-    np.testing.assert_allclose(lse, ref_lse, atol=ATOL, rtol=RTOL)
+    assert_tiles_compute_attention(config, (1, 2, 45, 16), seed=5, causal=True, scale=0.25)
 
 
 def test_steps_per_pass_is_checked():

@@ -163,19 +163,27 @@ def test_version_4_checks_its_larger_shared_memory():
         check_tiled_config_v3(64, TILED_CONFIGS_V4[64], version=2)
 
 
+# Tile configurations the checks refuse, each with words of the refusal.
+@pytest.mark.parametrize("check, words, head_dim, config", [
+    (check_tiled_config, "must each take all 128 threads", 64, (32, 128, 2, 2, 4, 4)),
+    (check_tiled_config, "must divide", 64, (32, 128, 3, 2, 4, 4)),
+    (check_tiled_config, "shared memory", 128, (32, 256, 2, 2, 2, 8)),
+    (check_tiled_config, "six whole numbers", 64, (32, 128, 4)),
+    (check_tiled_config_v3, "multiples of 4", 64, (64, 256, 4, 4, 2, 8)),
+    (check_tiled_config_v3, "must each take all 128 threads", 64, (64, 128, 4, 4, 4, 4)),
+    (check_tiled_config_v3, "shared memory", 128, (128, 1024, 4, 4, 4, 4)),
+    (check_tiled_config_v3, "six whole numbers", 64, (64, 256, 4, 4, 4, True)),
+    (check_tiled_config_v3, "registers per thread", 64, (64, 256, 4, 4, 4, 4, 300)),
+])
+def test_a_bad_tile_configuration_is_refused(check, words, head_dim, config):
+    with pytest.raises(ValueError, match=words):
+        check(head_dim, config)
+
+
 def test_version_3_configurations_are_checked():
+    # (the configurations it refuses: test_a_bad_tile_configuration_is_refused)
     for head_dim, config in TILED_CONFIGS_V3.items():
         assert check_tiled_config_v3(head_dim, config) == config
-    with pytest.raises(ValueError, match="multiples of 4"):
-        check_tiled_config_v3(64, (64, 256, 4, 4, 2, 8))
-    with pytest.raises(ValueError, match="must each take all 128 threads"):
-        check_tiled_config_v3(64, (64, 128, 4, 4, 4, 4))
-    with pytest.raises(ValueError, match="shared memory"):
-        check_tiled_config_v3(128, (128, 1024, 4, 4, 4, 4))
-    with pytest.raises(ValueError, match="six whole numbers"):
-        check_tiled_config_v3(64, (64, 256, 4, 4, 4, True))
-    with pytest.raises(ValueError, match="registers per thread"):
-        check_tiled_config_v3(64, (64, 256, 4, 4, 4, 4, 300))
     from gpucourse.kernels.attention_backward import V3_SWEEP
 
     for head_dim, configs in V3_SWEEP.items():
@@ -224,16 +232,9 @@ def test_versions_3_and_4_compile_for_an_h100_with_four_float_shared_loads():
 
 
 def test_tile_configurations_are_checked():
+    # (the configurations it refuses: test_a_bad_tile_configuration_is_refused)
     for head_dim, config in TILED_CONFIGS.items():
         assert check_tiled_config(head_dim, config) == config
-    with pytest.raises(ValueError, match="must each take all 128 threads"):
-        check_tiled_config(64, (32, 128, 2, 2, 4, 4))
-    with pytest.raises(ValueError, match="must divide"):
-        check_tiled_config(64, (32, 128, 3, 2, 4, 4))
-    with pytest.raises(ValueError, match="shared memory"):
-        check_tiled_config(128, (32, 256, 2, 2, 2, 8))
-    with pytest.raises(ValueError, match="six whole numbers"):
-        check_tiled_config(64, (32, 128, 4))
 
 
 def test_numpy_reference_equals_autograd():

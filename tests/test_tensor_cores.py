@@ -17,14 +17,20 @@ from gpucourse.kernels import tensor_cores as TC
 from gpucourse.kernels.tensor_cores import cvt_rna_tf32
 
 
-def test_each_fragment_covers_its_matrix_once():
-    for places, shape in ((TC.A_FRAGMENT, (16, 16)), (TC.B_FRAGMENT, (16, 8)),
-                          (TC.C_FRAGMENT, (16, 8))):
+def assert_each_covers_its_matrix_once(fragments):
+    """For each (places, shape): the 32 lanes' places cover every element of a
+    matrix of that shape exactly once."""
+    for places, shape in fragments:
         seen = np.zeros(shape, dtype=int)
         for lane in places:
             for row, col in lane:
                 seen[row, col] += 1
         assert (seen == 1).all(), shape
+
+
+def test_each_fragment_covers_its_matrix_once():
+    assert_each_covers_its_matrix_once(((TC.A_FRAGMENT, (16, 16)), (TC.B_FRAGMENT, (16, 8)),
+                                        (TC.C_FRAGMENT, (16, 8))))
 
 
 def test_fragment_places_follow_the_ptx_isa():
@@ -92,12 +98,23 @@ def test_level2_places_follow_the_fragment_lists():
         assert TC.C_FRAGMENT[lane].tolist() == [list(p) for p in c]
 
 
+def assert_tiles_fit_the_warps(warps, tiles, instruction, block, threads):
+    """A block's (m, n, k) tile is its (m, n) warps' (m, n) instruction tiles of
+    the instruction's (m, n, k) shape side by side, and its tiles of A and B
+    load in whole rounds of its threads."""
+    (warps_m, warps_n), (tiles_m, tiles_n) = warps, tiles
+    (m, n, k), (block_m, block_n, block_k) = instruction, block
+    assert warps_m * tiles_m * m == block_m
+    assert warps_n * tiles_n * n == block_n
+    assert block_k % k == 0
+    assert (block_m * block_k) % threads == 0
+    assert (block_k * block_n) % threads == 0
+
+
 def test_level2_tiles_fit_its_warps():
-    assert TC.WARPS_M * TC.TILES_M * TC.M == TC.BLOCK_M
-    assert TC.WARPS_N * TC.TILES_N * TC.N == TC.BLOCK_N
-    assert TC.BLOCK_K % TC.K == 0
-    assert (TC.BLOCK_M * TC.BLOCK_K) % TC.THREADS_2 == 0
-    assert (TC.BLOCK_K * TC.BLOCK_N) % TC.THREADS_2 == 0
+    assert_tiles_fit_the_warps((TC.WARPS_M, TC.WARPS_N), (TC.TILES_M, TC.TILES_N),
+                               (TC.M, TC.N, TC.K), (TC.BLOCK_M, TC.BLOCK_N, TC.BLOCK_K),
+                               TC.THREADS_2)
 
 
 @pytest.mark.skipif(not on_gpu(), reason="needs a GPU")
@@ -168,13 +185,9 @@ def test_level2_reads_its_fragments_from_shared_memory_for_an_h100():
 
 
 def test_each_tf32_fragment_covers_its_matrix_once():
-    for places, shape in ((TC.A_FRAGMENT_TF32, (16, 8)), (TC.B_FRAGMENT_TF32, (8, 8)),
-                          (TC.C_FRAGMENT_TF32, (16, 8))):
-        seen = np.zeros(shape, dtype=int)
-        for lane in places:
-            for row, col in lane:
-                seen[row, col] += 1
-        assert (seen == 1).all(), shape
+    assert_each_covers_its_matrix_once(((TC.A_FRAGMENT_TF32, (16, 8)),
+                                        (TC.B_FRAGMENT_TF32, (8, 8)),
+                                        (TC.C_FRAGMENT_TF32, (16, 8))))
 
 
 def test_tf32_fragment_places_follow_the_ptx_isa():
@@ -330,11 +343,11 @@ def test_tf32gemm_on_a_gpu(m, n, k):
 
 
 def test_tf32_tiles_fit_its_warps():
-    assert TC.TF32_WARPS_M * TC.TF32_TILES_M * TC.TF32_M == TC.TF32_BLOCK_M
-    assert TC.TF32_WARPS_N * TC.TF32_TILES_N * TC.TF32_N == TC.TF32_BLOCK_N
-    assert TC.TF32_BLOCK_K % TC.TF32_K == 0
-    assert (TC.TF32_BLOCK_M * TC.TF32_BLOCK_K) % TC.TF32_THREADS == 0
-    assert (TC.TF32_BLOCK_K * TC.TF32_BLOCK_N) % TC.TF32_THREADS == 0
+    assert_tiles_fit_the_warps((TC.TF32_WARPS_M, TC.TF32_WARPS_N),
+                               (TC.TF32_TILES_M, TC.TF32_TILES_N),
+                               (TC.TF32_M, TC.TF32_N, TC.TF32_K),
+                               (TC.TF32_BLOCK_M, TC.TF32_BLOCK_N, TC.TF32_BLOCK_K),
+                               TC.TF32_THREADS)
 
 
 def test_tf32gemm_names_bad_input():

@@ -19,20 +19,28 @@ def mlp_blocks(n=3, width=64, inner=256):
                                                    torch.nn.Linear(inner, width)) for _ in range(n))
 
 
-def test_ledger_counts_saved_activations_by_hand():
-    # Linear -> GELU -> Linear on a 32 x 64 fp32 input saves the input
-    # (32 x 64 x 4 = 8,192 bytes), the GELU's input (32 x 256 x 4 = 32,768) and
-    # the second Linear's input (32,768): 73,728 bytes per block. The weights
-    # are parameters and are not counted again.
+def live_bytes_per_block(run_block):
+    """Three MLP blocks under an ActivationLedger: a 32 x 64 input through them
+    (run_block(block, h) runs one), then a loss (the output squared, averaged),
+    all inside the ledger. Returns (ledger, live bytes after each block, loss)."""
     blocks = mlp_blocks()
     ledger = training.ActivationLedger(blocks)
     seen = []
     with ledger:
         h = torch.randn(32, 64)
         for block in blocks:
-            h = block(h)
+            h = run_block(block, h)
             seen.append(ledger.live_bytes)
         loss = h.square().mean()
+    return ledger, seen, loss
+
+
+def test_ledger_counts_saved_activations_by_hand():
+    # Linear -> GELU -> Linear on a 32 x 64 fp32 input saves the input
+    # (32 x 64 x 4 = 8,192 bytes), the GELU's input (32 x 256 x 4 = 32,768) and
+    # the second Linear's input (32,768): 73,728 bytes per block. The weights
+    # are parameters and are not counted again.
+    ledger, seen, loss = live_bytes_per_block(lambda block, h: block(h))
     assert seen == [73_728, 2 * 73_728, 3 * 73_728]
     loss.backward()
     assert ledger.live_bytes == 0  # the backward pass frees them all
@@ -41,14 +49,7 @@ def test_ledger_counts_saved_activations_by_hand():
 def test_ledger_with_recomputation_keeps_only_block_inputs():
     from torch.utils.checkpoint import checkpoint
 
-    blocks = mlp_blocks()
-    ledger = training.ActivationLedger(blocks)
-    seen = []
-    with ledger:
-        h = torch.randn(32, 64)
-        for block in blocks:
-            h = checkpoint(block, h, use_reentrant=False)
-            seen.append(ledger.live_bytes)
+    _, seen, _ = live_bytes_per_block(lambda block, h: checkpoint(block, h, use_reentrant=False))
     assert seen == [8_192, 2 * 8_192, 3 * 8_192]  # each block's 32 x 64 x 4-byte input
 
 
