@@ -22,6 +22,9 @@ BLOCK = 4
 TM = 4
 
 
+# Deliberate variants of test_puzzles.py's add_one, add_one_unguarded and
+# swap_halves_shared (and of test_inspection_factories.py's scaled_copy): each file
+# keeps its own small kernels, since the PTX compiler reads a kernel's own file.
 @cuda.jit
 def add_one(a, out):
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x

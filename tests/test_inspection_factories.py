@@ -29,6 +29,8 @@ def make_scaled_copy(width, factor):
     def scale(x):
         return x * factor
 
+    # Staged through shared memory like test_inspection.py's reverse_block: a
+    # deliberate variant, its sizes captured from the factory.
     @cuda.jit
     def scaled_copy(a, out):
         tile = cuda.shared.array(elements, float32)

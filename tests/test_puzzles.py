@@ -33,6 +33,9 @@ SWAPPED = 2 * HALF_BLOCK  # shared-array sizes must be constants
 x = np.arange(3)
 
 
+# The small kernels below share their shapes with test_inspection.py's (add_one,
+# the unguarded one, staging through shared memory): deliberate variants, each
+# file keeping its own, since the PTX compiler reads a kernel's own file.
 @cuda.jit
 def add_one(a, out):
     i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
@@ -102,6 +105,8 @@ def copy_rows(a, out):
         out[r, c] = a[r, c]
 
 
+# A deliberate variant of copy_rows: threadIdx.x walks the rows instead of the
+# columns, so neighbouring threads read elements a row apart.
 @cuda.jit
 def copy_columns(a, out):
     r = cuda.threadIdx.x
@@ -110,6 +115,8 @@ def copy_columns(a, out):
         out[r, c] = a[r, c]
 
 
+# A deliberate variant of copy_rows too: it reads every element, keeps the lower
+# triangle.
 @cuda.jit
 def lower_copy_reading_all(a, out):
     c = cuda.threadIdx.x
@@ -206,37 +213,34 @@ def test_a_right_kernel_passes_and_its_trace_comes_back():
     np.testing.assert_allclose(out, _plus_one(a), rtol=1e-6)
 
 
-def test_a_wrong_value_names_the_element():
-    a = puzzles.random_vector(8, 2)
-    with pytest.raises(AssertionError, match=r"out of add_two differs .* in 8 of 8 elements"):
-        _check_plus_one(add_two, a, 8)
-
-
-def test_an_unwritten_element_is_named():
-    a = puzzles.random_vector(8, 3)
-    with pytest.raises(AssertionError, match=r"no thread wrote out\[4\], out\[5\], out\[6\], "
-                                             r"out\[7\] \(4 of 8 elements"):
-        _check_plus_one(add_one_first_half, a, 8)
-
-
-def test_an_element_written_twice_names_its_writers():
-    a = puzzles.random_vector(4, 4)
-    with pytest.raises(AssertionError, match=r"out\[3\] was written 5 times .*thread \(0, 0, 0\)"):
-        _check_plus_one(add_one_twice, a, 4)
-
-
-def test_reading_past_the_end_names_the_thread():
-    a = puzzles.random_vector(5, 5)
+# Wrong kernels of the add-one puzzle on one block, each with what check_puzzle
+# stops it with: (kernel, elements, seed, threads, limits, error, message).
+WRONG_ADD_ONE = [
+    pytest.param(add_two, 8, 2, 8, {}, AssertionError,
+                 r"out of add_two differs .* in 8 of 8 elements",
+                 id="a_wrong_value_names_the_element"),
+    pytest.param(add_one_first_half, 8, 3, 8, {}, AssertionError,
+                 r"no thread wrote out\[4\], out\[5\], out\[6\], out\[7\] \(4 of 8 elements",
+                 id="an_unwritten_element_is_named"),
+    pytest.param(add_one_twice, 4, 4, 4, {}, AssertionError,
+                 r"out\[3\] was written 5 times .*thread \(0, 0, 0\)",
+                 id="an_element_written_twice_names_its_writers"),
     # Threads 5, 6 and 7 all read past the end; whichever runs first is named.
-    with pytest.raises(IndexError, match=r"thread \(([567]), 0, 0\) used index \(\1,\) of a, "
-                                         r"whose shape is \(5,\)"):
-        _check_plus_one(add_one_unguarded, a, 8)
+    pytest.param(add_one_unguarded, 5, 5, 8, {}, IndexError,
+                 r"thread \(([567]), 0, 0\) used index \(\1,\) of a, whose shape is \(5,\)",
+                 id="reading_past_the_end_names_the_thread"),
+    pytest.param(add_one_in_a_loop, 6, 6, 6, {"reads": {"a": 1}}, AssertionError,
+                 r"thread \(0, 0, 0\) read 6 elements of a",
+                 id="one_thread_doing_all_the_work_fails_on_counts"),
+]
 
 
-def test_one_thread_doing_all_the_work_fails_on_counts():
-    a = puzzles.random_vector(6, 6)
-    with pytest.raises(AssertionError, match=r"thread \(0, 0, 0\) read 6 elements of a"):
-        _check_plus_one(add_one_in_a_loop, a, 6, reads={"a": 1})
+@pytest.mark.parametrize("kernel, elements, seed, threads, limits, error, message", WRONG_ADD_ONE)
+def test_a_wrong_kernel_fails_with_what_went_wrong(kernel, elements, seed, threads, limits, error,
+                                                  message):
+    a = puzzles.random_vector(elements, seed)
+    with pytest.raises(error, match=message):
+        _check_plus_one(kernel, a, threads, **limits)
 
 
 def test_numpy_in_a_kernel_fails_before_it_runs():
