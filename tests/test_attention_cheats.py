@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
-
 from test_attention_checks import numpy_in_disguise
-from test_grading import assert_cheat_lost, grade_cheater
+from test_grading import cheat_tests
 
 CHAPTER = "09_flash_attention"
 
@@ -68,14 +66,10 @@ REASONS = {
 HONEST = ("test_online_softmax", "test_tile_step", "test_causal_key_tiles")
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return grade_cheater(CHAPTER, cheats(), tmp_path_factory.mktemp("course-attention-cheats"))
-
-
-@pytest.mark.parametrize("test_cell", sorted(REASONS))
-def test_each_cheat_loses_its_exercise(graded, test_cell):
-    assert_cheat_lost(*graded, test_cell, REASONS[test_cell])
+# The fixture `graded` (one autograde run of the cheats) and the test that
+# each cheat loses its exercise for its reason.
+graded, test_each_cheat_loses_its_exercise = cheat_tests(CHAPTER, cheats, REASONS,
+                                                         "course-attention-cheats")
 
 
 def test_the_honest_exercises_keep_their_points(graded):

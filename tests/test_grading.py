@@ -295,6 +295,25 @@ def grade_cheater(chapter: str, replace: dict, course: Path) -> tuple[dict, dict
     return scores["cheater"], graded_errors(course, chapter, "cheater")
 
 
+def cheat_tests(chapter: str, cheats, reasons: dict, folder: str):
+    """What a cheats file's tests share: its module fixture `graded`, grade_cheater's
+    (scores, errors) for the submission that ``cheats()`` gives ({grade_id:
+    cheating code}, built when a test first asks, since it may read the
+    notebooks), autograded once in a temporary folder named ``folder``; and
+    test_each_cheat_loses_its_exercise, for each test cell of ``reasons`` (its
+    expected reason, assert_cheat_lost's). The file assigns both to those names."""
+
+    @pytest.fixture(scope="module")
+    def graded(tmp_path_factory):
+        return grade_cheater(chapter, cheats(), tmp_path_factory.mktemp(folder))
+
+    @pytest.mark.parametrize("test_cell", sorted(reasons))
+    def test_each_cheat_loses_its_exercise(graded, test_cell):
+        assert_cheat_lost(*graded, test_cell, reasons[test_cell])
+
+    return graded, test_each_cheat_loses_its_exercise
+
+
 def assert_cheat_lost(scores: dict, errors: dict, test_cell: str, reason: str | None) -> None:
     """A cheated exercise's test cell earned nothing, failing with an error that
     says ``reason`` (any error when reason is None)."""

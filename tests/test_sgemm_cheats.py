@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import inspect
 
-import pytest
-
-from test_grading import assert_cheat_lost, filled_in, grade_cheater, nbgrader_meta
+from test_grading import cheat_tests, filled_in, nbgrader_meta
 from test_sgemm_checks import _one_output_at_a_time, numpy_in_disguise
 
 CHAPTER = "08_sgemm"
@@ -95,14 +93,10 @@ REASONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    return grade_cheater(CHAPTER, cheats(), tmp_path_factory.mktemp("course-sgemm-cheats"))
-
-
-@pytest.mark.parametrize("test_cell", sorted(REASONS))
-def test_each_cheat_loses_its_exercise(graded, test_cell):
-    assert_cheat_lost(*graded, test_cell, REASONS[test_cell])
+# The fixture `graded` (one autograde run of the cheats) and the test that
+# each cheat loses its exercise for its reason.
+graded, test_each_cheat_loses_its_exercise = cheat_tests(CHAPTER, cheats, REASONS,
+                                                         "course-sgemm-cheats")
 
 
 def test_the_honest_exercise_keeps_its_points(graded):
