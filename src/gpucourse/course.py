@@ -1,12 +1,14 @@
 """The ten-week map of the course, and its figure.
 
 The book's table of contents, the intro's map and the part pages all read
-this one list.
+this one list, kept as data in ``data/journey.json``.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -20,26 +22,17 @@ class Week:
 PARTS = ("Foundations", "Memory and networks", "Kernels")
 ROMAN = ("I", "II", "III")
 
-# A table of data, one row per block of weeks: its rows look alike by design.
-JOURNEY: tuple[Week, ...] = (
-    Week((1, 1), "Foundations", "HPC and parallelism",
-         "Amdahl, Gustafson, roofline, the compute bill of large models, exascale"),
-    Week((2, 3), "Foundations", "The seminal papers",
-         "Megatron-LM, GPipe, ZeRO, GShard, Switch Transformers"),
-    Week((4, 4), "Foundations", "Frameworks and communication",
-         "DeepSpeed, PyTorch FSDP, Megatron-LM; communication vs computation"),
-    Week((5, 5), "Memory and networks", "Memory arithmetic",
-         "ZeRO/FSDP model states and activations: will it fit"),
-    Week((6, 6), "Memory and networks", "3D parallelism and self-attention",
-         "data, tensor and pipeline parallelism on a cluster; attention as the meeting point"),
-    Week((7, 7), "Memory and networks", "The network between GPUs",
-         "max-min fairness, bottleneck structures, proportional network design"),
-    Week((8, 8), "Kernels", "SGEMM in Numba-CUDA",
-         "naive, coalesced, shared memory, block tiling, vectorized, autotuned"),
-    Week((9, 10), "Kernels", "FlashAttention in Numba-CUDA",
-         "tiled online softmax, validated against PyTorch and benchmarked; the backward "
-         "pass, and a tiny GPT trained on the course's own kernels"),
-)
+# The journey itself is data (data/journey.json), one row per block of weeks.
+JOURNEY_PATH = Path(__file__).with_name("data") / "journey.json"
+
+
+def _read_journey() -> tuple[Week, ...]:
+    rows = json.loads(JOURNEY_PATH.read_text())
+    return tuple(Week(tuple(row["weeks"]), row["part"], row["title"], row["topics"])
+                 for row in rows)
+
+
+JOURNEY: tuple[Week, ...] = _read_journey()
 
 
 def weeks_label(week: Week) -> str:
