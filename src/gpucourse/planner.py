@@ -34,8 +34,11 @@ activation bytes and model states from `gpucourse.memory`.
 
 Units: bytes, seconds, bytes per second (one direction of a link, per GPU),
 FLOP/s. Every public function checks its arguments and raises ``ValueError``
-naming the argument and what it accepts. Only numpy is imported here;
-matplotlib inside the plotting function.
+naming the argument and what it accepts. Only numpy is imported here.
+
+The table and the figure of the ranked layouts live with the rest of the
+chapter's figures in ``gpucourse.chapters.training``; they are still
+importable from here, as ``gpucourse.planner.NAME``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from gpucourse.collectives import (H100_BF16_DENSE_FLOPS_PER_S, INTERCONNECTS, a
 from gpucourse.checks import (at_least as _at_least, count as _count, fraction as _fraction,
                               positive as _positive)
 from gpucourse.memory import RECOMPUTE, activation_bytes_per_layer, gpt_params, model_states
+from gpucourse.moved import served_from
 
 BYTES_PER_ACTIVATION = 2  # bf16 activations and gradients travel between GPUs
 DIMENSIONS = ("tp", "pp", "dp")
@@ -346,49 +350,8 @@ def follows_rule_of_thumb(layout: Layout, cluster: Cluster) -> bool:
     return layout.within_node["tp"] and layout.tp <= cluster.gpus_per_node and same_place
 
 
-def layouts_markdown(layouts, top=8) -> str:
-    """The first `top` layouts as a Markdown table, for the book."""
-    top = _count("top", top)
-    rows = ["| rank | dp | tp | pp | order | memory/GPU (GB) | fits | compute (s) | TP comm (s) "
-            "| PP comm (s) | DP comm (s) | step (s) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, x in enumerate(layouts[:top], 1):
-        rows.append(f"| {i} | {x.dp} | {x.tp} | {x.pp} | {x.order} | {x.memory_per_gpu_bytes / 1e9:.1f} "
-                    f"| {'yes' if x.fits else 'no'} | {x.compute_s:.2f} | {x.tp_comm_s:.2f} "
-                    f"| {x.pp_comm_s:.2f} | {x.dp_comm_s:.2f} | {x.step_s:.2f} |")
-    return "\n".join(rows)
-
-
-def plot_layouts(layouts, top=12, ax=None, title=None):
-    """Horizontal stacked bars of the step time (compute, TP, PP, DP traffic)
-    of the first `top` layouts, fastest at the top; layouts that do not fit
-    are hatched."""
-    import matplotlib.pyplot as plt
-
-    top = _count("top", top)
-    chosen = list(layouts)[:top]
-    if not chosen:
-        raise ValueError("layouts must hold at least one Layout")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 0.42 * len(chosen) + 1.4))
-    parts = (("compute (with bubble)", "compute_s", "C0"), ("TP traffic", "tp_comm_s", "C3"),
-             ("PP traffic", "pp_comm_s", "C2"), ("DP traffic", "dp_comm_s", "C1"))
-    rows = range(len(chosen))
-    left = [0.0] * len(chosen)
-    for name, attr, colour in parts:
-        widths = [getattr(x, attr) for x in chosen]
-        bars = ax.barh(rows, widths, left=left, color=colour, label=name)
-        for bar, x in zip(bars, chosen):
-            if not x.fits:
-                bar.set_hatch("//")
-                bar.set_alpha(0.5)
-        left = [a + w for a, w in zip(left, widths)]
-    ax.set_yticks(list(rows), [f"{x.label}{'' if x.fits else ', does not fit'}" for x in chosen],
-                  fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("estimated time per training step (s)")
-    ax.set_title(title or "3D layouts ranked by estimated step time")
-    ax.legend(fontsize=8, loc="upper right")
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    return ax
+# The table and the figure of the layouts live with chapter 6
+# (gpucourse.chapters.training), which imports the planner; served from here for old imports.
+__getattr__ = served_from(__name__, "gpucourse.chapters.training", (
+    'layouts_markdown', 'plot_layouts',
+))

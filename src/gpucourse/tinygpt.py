@@ -19,6 +19,10 @@ model is scored on problems it has not seen: greedy decoding of the sum after
 On a GPU everything runs on CUDA tensors. Without one, the model trains on CPU
 tensors and the course's kernels run on Numba's simulator, at tiny sizes only:
 that is what the tests do.
+
+The readers of the committed GPU run are here; the chapter's figure and table
+of it live in ``gpucourse.chapters.tinygpt`` (still importable from here, as
+``gpucourse.tinygpt.NAME``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from gpucourse.checks import at_least, count, positive
+from gpucourse.moved import served_from
 
 VOCAB = "0123456789+=\n"
 DIGITS = 3
@@ -537,38 +542,8 @@ def curves_part(record, seed: int, run: str, against: str = "pytorch", tolerance
     return step, float(gap[:step].max()) if step else 0.0
 
 
-def plot_runs(record, ax=None):
-    """Every run's loss against the step, a panel per seed (a 50-step running
-    mean; the loss is on a log scale, down to where the model has learned)."""
-    import matplotlib.pyplot as plt
-
-    seeds = sorted({r["seed"] for r in record["results"]})
-    if ax is None:
-        _, ax = plt.subplots(1, len(seeds), figsize=(5.5 * len(seeds), 3.8), sharey=True,
-                             squeeze=False)
-        ax = ax[0]
-    panels = np.atleast_1d(ax)
-    window = LEARNED_WINDOW
-    for panel, seed in zip(panels, seeds):
-        for i, r in enumerate(x for x in record["results"] if x["seed"] == seed):
-            smooth = np.convolve(r["loss"], np.ones(window) / window, mode="valid")
-            panel.plot(np.arange(window - 1, len(r["loss"])), smooth, color=f"C{i}",
-                       label=RUN_LABELS.get(r["run"], r["run"]))
-        panel.set_yscale("log")
-        panel.set_ylim(1e-5, 5)
-        panel.set_xlabel("step")
-        panel.set_title(f"seed {seed}")
-    panels[0].set_ylabel(f"loss on the sums ({window}-step mean)")
-    panels[0].legend(fontsize=8)
-    return ax
-
-
-def summary_markdown(rows) -> str:
-    """``run_summary``'s rows as a markdown table, one line per run."""
-    header = ("| run | seed | learned at step | final loss | held-out sums right | ms a step | "
-              "step time / PyTorch's |\n|---|---|---|---|---|---|---|\n")
-    return header + "\n".join(
-        f"| {r['label']} | {r['seed']} | "
-        f"{r['steps_to_learn'] if r['steps_to_learn'] is not None else 'not yet'} "
-        f"| {r['final_loss']:.1e} | {r['accuracy']:.1%} | {r['median_step_ms']:.1f} "
-        f"| {r['step_time_vs_pytorch']:.2f} |" for r in rows)
+# The figure and the table of the committed run live with chapter 10
+# (gpucourse.chapters.tinygpt), which imports the readers above; served from here for old imports.
+__getattr__ = served_from(__name__, "gpucourse.chapters.tinygpt", (
+    'plot_runs', 'summary_markdown',
+))
