@@ -22,6 +22,7 @@ from functools import cached_property
 
 from gpucourse.kernels.attention.limits import (DYNAMIC_SHARED_LIMIT_BYTES, FLOAT32_BYTES,
                                                 STATIC_SHARED_LIMIT_BYTES, WARP_SIZE)
+from gpucourse.kernels.attention.shared_tiles import PaddedTiles
 from gpucourse.kernels.attention.tensor_cores import TensorCoreConfig, check_tc_config
 
 # Head dimensions the tiled kernel is compiled for. Each gets its own tile
@@ -31,7 +32,7 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
-class FlashConfig:
+class FlashConfig(PaddedTiles):
     """The tile shape of the tiled kernel for one head dimension.
 
     block_rows (Br) query rows per block, block_cols (Bc) keys per inner
@@ -67,20 +68,14 @@ class FlashConfig:
     # per query or key), padded by four floats: rows stay 16-byte aligned for
     # 128-bit loads, and neighbouring keys start four banks apart, so that a
     # quarter-warp's loads of eight keys hit eight different groups of banks.
-    # P is stored transposed (a row per key), padded the same way.
-    # (TensorCoreConfig has properties of the same names for its own layout:
-    # a deliberate variant, since its tiles are padded for its fragment loads.)
-    @property
-    def q_row(self) -> int:
-        return self.head_dim + 4
-
-    @property
-    def k_row(self) -> int:
-        return self.head_dim + 4
+    # (q_row and k_row are PaddedTiles's; TensorCoreConfig pads its rows by 16
+    # floats instead, for its fragment loads.) P is stored transposed (a row
+    # per key), padded the same way.
+    ROW_PADDING = 4  # a class attribute, not a field
 
     @property
     def p_row(self) -> int:
-        return self.block_rows + 4
+        return self.block_rows + self.ROW_PADDING
 
     @cached_property  # read on every call; a frozen dataclass keeps it in __dict__
     def shared_bytes(self) -> int:
@@ -89,12 +84,6 @@ class FlashConfig:
         v = self.block_cols * self.head_dim  # V tile
         p = self.block_cols * self.p_row  # P^T tile (probabilities)
         return FLOAT32_BYTES * (q + k + v + p)
-
-    @cached_property
-    def dynamic_shared(self) -> bool:
-        """Tiles past the 48 KiB a block may declare statically live in
-        dynamic shared memory, which the launch sizes and opts in to."""
-        return self.shared_bytes > STATIC_SHARED_LIMIT_BYTES
 
     def grid(self, batch: int, heads: int, seq: int) -> tuple:
         """Blocks of a launch: one per query tile along x, per head along y, per

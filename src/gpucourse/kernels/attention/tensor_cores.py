@@ -66,9 +66,10 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from gpucourse.kernels.attention.limits import (DYNAMIC_SHARED_LIMIT_BYTES, FLOAT32_BYTES,
-                                                STATIC_SHARED_LIMIT_BYTES, WARP_SIZE, _INLINE,
-                                                unsigned, unsigned64)
+from gpucourse.kernels.attention.limits import (  # noqa: F401 (STATIC_SHARED_LIMIT_BYTES:
+    DYNAMIC_SHARED_LIMIT_BYTES, FLOAT32_BYTES, STATIC_SHARED_LIMIT_BYTES,  # re-exported by
+    WARP_SIZE, _INLINE, unsigned, unsigned64)  # gpucourse.kernels.attention_tensor_cores)
+from gpucourse.kernels.attention.shared_tiles import PaddedTiles
 from gpucourse.kernels.tensor_cores import cvt_rna_tf32, mma_m16n8k8_tf32
 from numba import float32  # noqa: E402 (after gpucourse.device)
 
@@ -76,7 +77,7 @@ ROWS_PER_WARP = 16  # the instruction's M
 
 
 @dataclass(frozen=True)
-class TensorCoreConfig:
+class TensorCoreConfig(PaddedTiles):
     """The tile shape of the tensor-core kernel: ``warps`` warps of 16 query
     rows each (block_rows = 16 warps), ``block_cols`` keys per step.
     ``prefetch``: read the next K and V tiles into registers while the
@@ -106,15 +107,10 @@ class TensorCoreConfig:
     # Row lengths of the shared tiles. A warp's 128-bit fragment loads of Q
     # and K read 8 lanes at a time: two rows, 64 bytes of each; rows 16
     # floats past a multiple of 32 (64 bytes past 128) put the two halves in
-    # different banks. Its loads of V read four rows two apart, 32 bytes
-    # each: rows 4 floats past a multiple of 16 put those in different banks.
-    @property
-    def q_row(self) -> int:
-        return self.head_dim + 16
-
-    @property
-    def k_row(self) -> int:
-        return self.head_dim + 16
+    # different banks (q_row and k_row come from PaddedTiles). Its loads of V
+    # read four rows two apart, 32 bytes each: rows 4 floats past a multiple
+    # of 16 put those in different banks.
+    ROW_PADDING = 16  # a class attribute, not a field
 
     @property
     def v_row(self) -> int:
@@ -125,10 +121,6 @@ class TensorCoreConfig:
         q = self.block_rows * self.q_row * (2 if self.split_q else 1)
         kv = self.block_cols * (self.k_row + self.v_row) * (2 if self.split_kv else 1)
         return FLOAT32_BYTES * (q + kv)
-
-    @cached_property
-    def dynamic_shared(self) -> bool:
-        return self.shared_bytes > STATIC_SHARED_LIMIT_BYTES
 
     def grid(self, batch: int, heads: int, seq: int) -> tuple:
         """Blocks of a launch: one per (batch, head) along x, per query tile along y."""
