@@ -30,6 +30,7 @@ from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.forward import _IO_CONVERSIONS
 from gpucourse.kernels.attention.limits import (DYNAMIC_SHARED_LIMIT_BYTES, WARP_SIZE, _INLINE,
                                                 unsigned)
+from gpucourse.kernels.attention.shared_tiles import float4_run_loader
 from numba import float32  # noqa: E402 (after gpucourse.device, which configures Numba)
 from numba.types import float16  # noqa: E402
 
@@ -300,18 +301,10 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
                     p_acc[x, y] += c3 * d4[y, 3]
             c += u(4)
 
-    @cuda.jit(device=True, **_INLINE)
-    def load_run(dst, smem, at):
-        """dst[0 .. VK] = VK neighbouring floats of shared memory from `at`,
-        four per load. (The forward kernel's value_step opens with the same
-        run of loads, written out in its step: a deliberate variant, each
-        kernel reading whole in its own module.)"""
-        for a in range(VK // 4):
-            x0, x1, x2, x3 = load4(smem, at + u(4 * a))
-            dst[4 * a] = x0
-            dst[4 * a + 1] = x1
-            dst[4 * a + 2] = x2
-            dst[4 * a + 3] = x3
+    # load_run(dst, smem, at): dst[0 .. VK] = VK neighbouring floats of shared
+    # memory from `at`, four per load (the forward's value_step reads its
+    # probabilities with the same device function).
+    load_run = float4_run_loader(VK)
 
     @cuda.jit(device=True, **_INLINE)
     def add_outer(acc, weights, g, v0, v1, v2, v3):

@@ -42,6 +42,7 @@ from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.config import FlashConfig, check_config
 from gpucourse.kernels.attention.limits import _INLINE, unsigned, unsigned64
+from gpucourse.kernels.attention.shared_tiles import float4_run_loader
 from gpucourse.kernels.attention.tensor_cores import TensorCoreConfig, flash_forward_tc
 from numba import float32, int32, types  # noqa: E402 (after gpucourse.device, which configures Numba)
 from numba.types import float16  # noqa: E402
@@ -142,17 +143,14 @@ def _flash_kernel(config: FlashConfig, causal: bool, use_shuffles: bool,
                 s[i, jj] += a2 * k4[jj, 2]
                 s[i, jj] += a3 * k4[jj, 3]
 
+    load_p_rows = float4_run_loader(TM)  # a key's TM probabilities, four a load
+
     @cuda.jit(device=True, **_INLINE)
     def value_step(p_tile, v_tile, acc, p_rows, p_at, v_at):
         # One key's share of O += P V: its probabilities for this thread's TM
         # rows (neighbours in P^T, from p_at) times this thread's columns of
         # its row of V (groups of four, TX * 4 apart, from v_at).
-        for i4 in range(TM // 4):
-            x0, x1, x2, x3 = load_float4_flat(p_tile, p_at + unsigned(4 * i4))
-            p_rows[4 * i4] = x0
-            p_rows[4 * i4 + 1] = x1
-            p_rows[4 * i4 + 2] = x2
-            p_rows[4 * i4 + 3] = x3
+        load_p_rows(p_rows, p_tile, p_at)
         for g in range(GROUPS):
             v0, v1, v2, v3 = load_float4_flat(v_tile, v_at + unsigned(g * TX * 4))
             for i in range(TM):
