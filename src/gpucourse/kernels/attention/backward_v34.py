@@ -259,6 +259,24 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
                 tile[u(r * DR + c + e)] = value
 
     @cuda.jit(device=True, **_INLINE)
+    def four_tiles(smem):
+        """The four padded (B, D) tiles X, Y, U and W of the dynamic array: a
+        block keeps its own rows in X and Y and streams the others through U
+        and W."""
+        return smem[X_BASE:Y_BASE], smem[Y_BASE:U_BASE], smem[U_BASE:W_BASE], smem[W_BASE:P_BASE]
+
+    @cuda.jit(device=True, **_INLINE)
+    def patch_corners(t):
+        """Where thread t's patches sit: (sy, sx) among the score patches (rows
+        sy + NY x, keys sx + TX y), (oy, ox) among the output patches (rows
+        oy VK .., columns from ox * 4)."""
+        sy = t // TX
+        sx = t - sy * TX
+        oy = t // GX
+        ox = t - oy * GX
+        return sy, sx, oy, ox
+
+    @cuda.jit(device=True, **_INLINE)
     def load_numbers(lse, delta, base, valid_rows, smem, t):
         """The log-sum-exp and D of rows 0 .. B (from element base) into shared memory."""
         for r in range(t, B, NT):
@@ -438,10 +456,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
             key0 = cuda.blockIdx.x * B
             t = cuda.threadIdx.x
             smem = cuda.shared.array(0, float32, alignment=ALIGN)
-            k_s = smem[X_BASE:Y_BASE]
-            v_s = smem[Y_BASE:U_BASE]
-            q_s = smem[U_BASE:W_BASE]
-            do_s = smem[W_BASE:P_BASE]
+            k_s, v_s, q_s, do_s = four_tiles(smem)
             s_acc = cuda.local.array((SQ, SK), np.float32)
             p_acc = cuda.local.array((SQ, SK), np.float32)
             dk_acc = cuda.local.array((VK, VC), np.float32)
@@ -449,10 +464,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
             dq_acc = cuda.local.array((VK, VC), np.float32)
             p4 = cuda.local.array(VK, np.float32)
             ds4 = cuda.local.array(VK, np.float32)
-            sy = t // TX
-            sx = t - sy * TX
-            oy = t // GX
-            ox = t - oy * GX
+            sy, sx, oy, ox = patch_corners(t)
             kv_base = (bh * key_seq + key0) * D
             load_tile(k, kv_base, key_seq - key0, k_s, t)
             load_tile(v, kv_base, key_seq - key0, v_s, t)
@@ -516,18 +528,14 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         row0 = tile * B
         t = cuda.threadIdx.x
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
-        q_s = smem[X_BASE:Y_BASE]
-        do_s = smem[Y_BASE:U_BASE]
-        k_s = smem[U_BASE:W_BASE]
-        v_s = smem[W_BASE:P_BASE]
+        q_s, do_s, k_s, v_s = four_tiles(smem)
+        # The patches live in registers: like run's (which adds dK's and dV's),
+        # they are declared here, in the kernel that uses them.
         s_acc = cuda.local.array((SQ, SK), np.float32)
         p_acc = cuda.local.array((SQ, SK), np.float32)
         dq_acc = cuda.local.array((VK, VC), np.float32)
         ds4 = cuda.local.array(VK, np.float32)
-        sy = t // TX
-        sx = t - sy * TX
-        oy = t // GX
-        ox = t - oy * GX
+        sy, sx, oy, ox = patch_corners(t)
         q_base = (bh * seq + row0) * D
         load_tile(q, q_base, seq - row0, q_s, t)
         load_tile(dout, q_base, seq - row0, do_s, t)
