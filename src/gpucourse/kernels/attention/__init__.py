@@ -19,9 +19,11 @@ ways, each in a module of its own:
   what a GPU with TF32 tensor cores gets.
 
 Around the kernels: ``limits`` holds the GPU's limits that every kernel
-sizes its tiles against; ``config`` the tile shapes, and the ones tuned on an
-H100; ``arguments`` the checks every entry point runs; ``flash`` the entry
-point ``flash_attention``, which picks a kernel and a shape and launches it;
+sizes its tiles against; ``shared_tiles`` what the tile shapes and kernels
+share about shared memory (padded rows, runs of four-float loads); ``config``
+the tile shapes, and the ones tuned on an H100; ``arguments`` the checks
+every entry point runs; ``flash`` the entry point ``flash_attention``, which
+picks a kernel and a shape and launches it;
 ``cost`` the counts of operations and bytes that chapter 9 reasons with.
 
 The backward pass (week 10) recomputes the probabilities from the forward's
