@@ -5,7 +5,9 @@ them against.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpucourse.checks import count as _count, positive as _positive
 
@@ -34,33 +36,28 @@ def pcie_x16_bytes_per_s(gigatransfers_per_s, lanes=16) -> float:
     return lanes * rate * 1e9 * 128 / 130 / 8
 
 
-# A table of data, one entry per link: its rows look alike by design.
-INTERCONNECTS = {
-    "NVLink 4 (H100)": Interconnect(
-        "NVLink 4 (H100 SXM)", "NVLink", 450e9, "nvidia_h100_datasheet",
-        "printed: NVLink 900 GB/s, both directions together; 450 GB/s each way"),
-    "NVLink 3 (A100)": Interconnect(
-        "NVLink 3 (A100 SXM)", "NVLink", 300e9, "nvidia_a100_datasheet",
-        "printed: NVLink 600 GB/s, both directions together; 300 GB/s each way"),
-    "PCIe Gen5 x16": Interconnect(
-        "PCIe Gen5 x16", "PCIe", pcie_x16_bytes_per_s(32), "pcisig_pcie5",
-        "32 GT/s per lane, 128b/130b: 16 x 32 x 128/130 / 8 = 63.0 GB/s each way"),
-    "PCIe Gen4 x16": Interconnect(
-        "PCIe Gen4 x16", "PCIe", pcie_x16_bytes_per_s(16), "pcisig_pcie4",
-        "16 GT/s per lane, 128b/130b: 16 x 16 x 128/130 / 8 = 31.5 GB/s each way"),
-    "InfiniBand NDR": Interconnect(
-        "InfiniBand NDR (400 Gb/s)", "InfiniBand", 400e9 / 8, "nvidia_connectx7",
-        "printed: 400 Gb/s per port; / 8 bits = 50 GB/s each way"),
-    "InfiniBand HDR": Interconnect(
-        "InfiniBand HDR (200 Gb/s)", "InfiniBand", 200e9 / 8, "nvidia_connectx6",
-        "printed: 200 Gb/s per port; / 8 bits = 25 GB/s each way"),
-    "400 GbE": Interconnect(
-        "Ethernet 400GbE", "Ethernet", 400e9 / 8, "ieee8023bs",
-        "400 Gb/s MAC data rate; / 8 bits = 50 GB/s each way"),
-    "100 GbE": Interconnect(
-        "Ethernet 100GbE", "Ethernet", 100e9 / 8, "ieee8023ba",
-        "100 Gb/s MAC data rate; / 8 bits = 12.5 GB/s each way"),
-}
+# The links themselves are data (data/interconnects.json): each with the rate
+# its source prints, in the unit it prints it (bytes/s, bits/s, or a PCIe
+# generation's transfers per lane, which pcie_x16_bytes_per_s turns into bytes).
+INTERCONNECTS_PATH = Path(__file__).resolve().parents[1] / "data" / "interconnects.json"
+
+
+def _bandwidth_bytes_per_s(rate: dict) -> float:
+    """One direction's bytes per second from a rate as data/interconnects.json gives it."""
+    if "pcie_gigatransfers_per_s" in rate:
+        return pcie_x16_bytes_per_s(rate["pcie_gigatransfers_per_s"])
+    if "bits_per_s" in rate:
+        return rate["bits_per_s"] / 8
+    return rate["bytes_per_s"]
+
+
+def _read_interconnects() -> dict[str, Interconnect]:
+    rows = json.loads(INTERCONNECTS_PATH.read_text())
+    return {row["key"]: Interconnect(row["name"], row["kind"], _bandwidth_bytes_per_s(row["rate"]),
+                                     row["source"], row["note"]) for row in rows}
+
+
+INTERCONNECTS = _read_interconnects()
 
 # The dense BF16 tensor-core peak of the H100 SXM: the datasheet prints
 # 1,979 TFLOPS "with sparsity"; dense matrices get half of that.
