@@ -25,7 +25,7 @@ Levels 5, 6, 7 and auto can also cut K into slices (split-K, ``splits=``), for
 products with few tiles of C and a deep K: by default in one launch whose
 blocks take their slice from blockIdx.z and add into a zeroed C with atomic
 adds (so C's last bits may differ from call to call), or one launch per slice
-and a kernel adding the partial products (see "Split-K" below). splits=1, the
+and a kernel adding the partial products (see ``split_k``). splits=1, the
 default for most shapes, stores each output once and is deterministic.
 
 The public entry point is ``matmul(a, b, level="auto")``. It takes numpy arrays
