@@ -6,7 +6,7 @@
 to float32 as it loads it, computes in float32 and rounds its output once. It
 computed on the CUDA cores until 2026-11-26 (the committed run of 2026-11-25
 measured that); since then, on GPUs with TF32 tensor cores, its products run
-there in 3xTF32 (attention_tensor_cores), like the fp32 forward. This script measures what that costs against PyTorch's
+there in 3xTF32 (attention.tensor_cores), like the fp32 forward. This script measures what that costs against PyTorch's
 scaled_dot_product_attention in the same precision, whose flash backend does
 its matrix products on tensor cores, and whose memory-efficient backend is the
 fp32 benchmark's peer. For float16 the backward pass is timed too (the

@@ -1,4 +1,4 @@
-"""The tensor-core (3xTF32) attention forward: attention_tensor_cores, and how
+"""The tensor-core (3xTF32) attention forward: attention.tensor_cores, and how
 flash_attention chooses it.
 
 On the simulator the mma instruction is a stand-in (tensor_cores) that
@@ -18,7 +18,7 @@ import pytest
 from gpucourse.device import on_gpu
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention import flash as launch_path  # where the GPU queries are read
-from gpucourse.kernels.attention_tensor_cores import TensorCoreConfig, check_tc_config
+from gpucourse.kernels.attention.tensor_cores import TensorCoreConfig, check_tc_config
 
 # 3xTF32 keeps about fp32's accuracy: the same bounds as the CUDA-core kernel's tests.
 ATOL, RTOL = 2e-5, 2e-4

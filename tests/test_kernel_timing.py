@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from gpucourse.device import cuda, on_gpu
+from gpucourse.chapters import sgemm as sgemm_chapter
+from gpucourse.grader import sgemm as check
 from gpucourse.kernels import sgemm, timing
-from gpucourse.kernels import sgemm_checks as check
 
 matplotlib.use("Agg")
 
@@ -37,8 +38,8 @@ def test_timing_refuses_the_simulator_and_points_to_the_committed_figures():
     (lambda: timing.time_sgemm(kernels=[1]), "kernels must be a dict"),
     (lambda: timing.time_sgemm(kernels={"mine": (sgemm.sgemm_naive, (1, 1))}),
      "kernels must map names to"),
-    (lambda: timing.committed_rows(sizes=(3,)), "sizes must include a measured square size"),
-    (lambda: timing.format_table([]), "rows must be a non-empty list"),
+    (lambda: sgemm_chapter.committed_rows(sizes=(3,)), "sizes must include a measured square size"),
+    (lambda: sgemm_chapter.format_table([]), "rows must be a non-empty list"),
 ])
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(ValueError, match=message):
@@ -46,7 +47,7 @@ def test_bad_arguments_are_named(call, message):
 
 
 def test_committed_rows_are_the_results_files_rows():
-    record, rows = timing.committed_rows(sizes=(1024, 2048))
+    record, rows = sgemm_chapter.committed_rows(sizes=(1024, 2048))
     assert record["benchmark"] == "sgemm" and "H100" in record["gpu"]
     stored = [r for r in record["results"] if r["m"] == r["n"] == r["k"] in (1024, 2048)]
     assert [(r["variant"], r["m"], r["tflops"]) for r in rows] == \
@@ -64,7 +65,7 @@ def test_committed_rows_read_a_given_file(tmp_path):
     path = tmp_path / "sgemm-x-2030-01-01.json"
     path.write_text(json.dumps({"benchmark": "sgemm", "gpu": "X", "date": "2030-01-01",
                                 "versions": {}, "results": rows}))
-    record, read = timing.committed_rows(sizes=(8,), path=path)
+    record, read = sgemm_chapter.committed_rows(sizes=(8,), path=path)
     assert record["gpu"] == "X" and read == rows[:2]
 
 
@@ -72,11 +73,11 @@ def test_the_table_shows_each_variant_at_each_size_and_wrong_results():
     rows = [{"variant": "cublas", "m": 512, "tflops": 20.0, "vs_cublas": 1.0},
             {"variant": "mine", "m": 512, "tflops": 5.0, "vs_cublas": 0.25},
             {"variant": "broken", "m": 512, "tflops": None, "vs_cublas": None}]
-    lines = timing.format_table(rows).splitlines()
+    lines = sgemm_chapter.format_table(rows).splitlines()
     assert "512" in lines[0] and "share of cuBLAS at 512" in lines[0]
     assert lines[2].split() == ["mine", "5.00", "25.0%"]
     assert lines[3].split() == ["broken", "wrong"]
-    ax = timing.plot_tflops(rows, title="t")
+    ax = sgemm_chapter.plot_tflops(rows, title="t")
     assert [line.get_label() for line in ax.get_lines()] == ["cublas", "mine"]
 
 

@@ -353,11 +353,11 @@ def test_traffic_model_hand_worked():
 
 
 # -----------------------------------------------------------------------------
-# The ladder data and occupancy (gpucourse.kernels.sgemm_ladder)
+# The ladder data and occupancy (gpucourse.chapters.sgemm and sgemm_gap)
 
 
 def test_occupancy_hand_worked():
-    from gpucourse.kernels import sgemm_ladder as ladder
+    from gpucourse.chapters import sgemm as ladder
 
     # 256 threads at 168 registers: 168 * 32 = 5376 per warp (21 units of 256),
     # 8 warps = 43,008 of 65,536 registers: 1 block, 8 of 64 warps.
@@ -375,7 +375,7 @@ def test_occupancy_hand_worked():
 
 
 def test_loop_variant_probe_reads_the_committed_run():
-    from gpucourse.kernels import sgemm_ladder as ladder
+    from gpucourse.chapters import sgemm as ladder
 
     record = ladder.load_results()
     rows = ladder.loop_variant_probe(record)
@@ -405,7 +405,7 @@ def test_loop_variant_probe_reads_the_committed_run():
 
 
 def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):
-    from gpucourse.kernels import sgemm_ladder as ladder
+    from gpucourse.chapters import sgemm as ladder
 
     record = ladder.load_results()
     for key in ("benchmark", "gpu", "date", "versions", "method", "results"):

@@ -237,19 +237,19 @@ def test_level7_machine_code_keeps_every_accumulator_in_registers(level7_ptx):
 
 
 def test_the_chapters_picture_of_level_7_covers_the_block_tile_once():
-    """sgemm_ladder.warp_tile_patches, which the chapter draws: over every warp,
+    """sgemm_gap.warp_tile_patches, which the chapter draws: over every warp,
     lane and pass, the tm x tn patches cover the block's tile of C exactly once,
     and each warp stays inside its own wm x wn tile."""
-    from gpucourse.kernels import sgemm_ladder
+    from gpucourse.chapters import sgemm_gap
 
     for config in (sgemm.WARP_TILE_DEFAULT, sgemm.WARP_TILE_CANDIDATES[2]):
         covered = np.zeros((config.bm, config.bn), dtype=int)
         for warp in range(config.warps):
             for lane in range(sgemm.WARP_SIZE):
-                for row, col in sgemm_ladder.warp_tile_patches(config, warp, lane):
+                for row, col in sgemm_gap.warp_tile_patches(config, warp, lane):
                     covered[row:row + config.tm, col:col + config.tn] += 1
                     assert {row // config.wm * (config.bn // config.wn)
                             + col // config.wn} == {warp}
         assert (covered == 1).all(), config
     with pytest.raises(ValueError, match="warp must be in"):
-        sgemm_ladder.warp_tile_patches(sgemm.WARP_TILE_DEFAULT, warp=4)
+        sgemm_gap.warp_tile_patches(sgemm.WARP_TILE_DEFAULT, warp=4)

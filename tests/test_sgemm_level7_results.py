@@ -1,4 +1,4 @@
-"""Week 8: reading level 7's benchmark run (gpucourse.kernels.sgemm_ladder).
+"""Week 8: reading level 7's benchmark run (gpucourse.chapters.sgemm and sgemm_gap).
 
 The functions chapter 8 uses to show level 7 (warp tiling) are checked
 against the committed H100 run, benchmarks/results/sgemm_level7-*.json: the
@@ -15,12 +15,12 @@ import pytest
 
 from gpucourse import results
 from gpucourse.kernels import sgemm
-from gpucourse.kernels import sgemm_ladder as ladder
+from gpucourse.chapters import sgemm as ladder, sgemm_gap
 
 
 @pytest.fixture(scope="module")
 def record():
-    return ladder.load_level7_results()
+    return sgemm_gap.load_level7_results()
 
 
 def _fails(function, *args, naming):
@@ -43,13 +43,13 @@ def test_the_newest_full_run_is_read_never_the_quick_one(record, tmp_path):
     (tmp_path / files[-1].name).write_text(json.dumps(newest))
     (tmp_path / "sgemm_level7-h100-2099-01-01-quick.json").write_text(
         json.dumps({**newest, "date": "2099-01-01", "results": []}))
-    assert ladder.load_level7_results(tmp_path)["date"] == newest["date"]
-    _fails(ladder.load_level7_results, tmp_path / "missing", naming="results file or a folder")
+    assert sgemm_gap.load_level7_results(tmp_path)["date"] == newest["date"]
+    _fails(sgemm_gap.load_level7_results, tmp_path / "missing", naming="results file or a folder")
 
 
 def test_the_sweep_has_every_timed_candidate_fastest_first(record):
     shape = (4096, 4096, 4096)
-    sweep = ladder.level7_sweep(record)
+    sweep = sgemm_gap.level7_sweep(record)
     raw = [r for r in _rows(record, "level7", shape) if "failed" not in r]
     assert len(sweep) == len(raw) == len(record["candidates"])
     # The committed run timed exactly the package's candidates.
@@ -72,12 +72,12 @@ def test_the_sweep_has_every_timed_candidate_fastest_first(record):
         assert row["shared_bytes_per_block"] == config.shared_bytes
         assert row["warps_per_sm"] == ladder.occupancy(
             row["registers_per_thread"], row["shared_bytes_per_block"], config.threads)["warps_per_sm"]
-    _fails(ladder.level7_sweep, record, 4095, naming="a shape where level 7 was timed")
-    _fails(ladder.level7_sweep, {"benchmark": "sgemm", "results": []}, naming="sgemm_level7")
+    _fails(sgemm_gap.level7_sweep, record, 4095, naming="a shape where level 7 was timed")
+    _fails(sgemm_gap.level7_sweep, {"benchmark": "sgemm", "results": []}, naming="sgemm_level7")
 
 
 def test_occupancy_of_two_candidates_by_hand(record):
-    sweep = {r["label"]: r for r in ladder.level7_sweep(record)}
+    sweep = {r["label"]: r for r in sgemm_gap.level7_sweep(record)}
     # Capped at 128 registers (sgemm._register_cap) -> 4,096 a warp; 8 warps =
     # 32,768: two blocks, 16 warps.
     capped = sweep["64x256x16 w32x64 it1x2 t8x4 256th"]
@@ -89,7 +89,7 @@ def test_occupancy_of_two_candidates_by_hand(record):
 
 
 def test_level7_against_level6_matches_each_shape_to_its_own_rows(record):
-    table = ladder.level7_against_level6(record)
+    table = sgemm_gap.level7_against_level6(record)
     level7_shapes = []
     for r in record["results"]:
         if r["variant"] == "level7" and (r["m"], r["n"], r["k"]) not in level7_shapes:
@@ -105,7 +105,7 @@ def test_level7_against_level6_matches_each_shape_to_its_own_rows(record):
         assert row["level7"] == max(r["vs_cublas"] for r in timed)
         assert row["candidates"] == len(timed)
         assert row["gap"] == pytest.approx(row["level7"] - row["level6"])
-        assert row["best_label"] == ladder.warp_config_label(row["best_config"])
+        assert row["best_label"] == sgemm_gap.warp_config_label(row["best_config"])
     # Level 6's row is taken from its own shape, not from 4096^3.
     assert len({row["level6"] for row in table}) == len(table)
     # What the chapter says of this run: level 7 ahead of level 6 at 4096^3 and
@@ -113,18 +113,18 @@ def test_level7_against_level6_matches_each_shape_to_its_own_rows(record):
     gaps = {(row["m"], row["n"], row["k"]): row["gap"] for row in table}
     assert gaps[4096, 4096, 4096] > 0 and gaps[8192, 8192, 8192] > 0
     level7 = {(row["m"], row["n"], row["k"]): row["level7"] for row in table}
-    assert min(level7[4096, 4096, 4096], level7[8192, 8192, 8192]) >= ladder.LEVEL7_TARGET_SHARE
+    assert min(level7[4096, 4096, 4096], level7[8192, 8192, 8192]) >= sgemm_gap.LEVEL7_TARGET_SHARE
     broken = copy.deepcopy(record)
     broken["results"] = [r for r in broken["results"]
                          if not (r["variant"] == "level6" and r["m"] == 8192)]
-    _fails(ladder.level7_against_level6, broken, naming="lacks one")
+    _fails(sgemm_gap.level7_against_level6, broken, naming="lacks one")
 
 
 def test_unroll_probe_reads_registers_and_warps(record):
-    rows = ladder.level7_unroll_probe(record)
+    rows = sgemm_gap.level7_unroll_probe(record)
     raw = {r["unroll"]: r for r in record["unroll_probe"]}
     assert [r["unroll"] for r in rows] == [1, 2, 4]
-    best = ladder.level7_sweep(record)[0]
+    best = sgemm_gap.level7_sweep(record)[0]
     for row in rows:
         assert row["label"] == best["label"]  # the sweep's fastest candidate
         assert row["tflops"] == raw[row["unroll"]]["tflops"]
@@ -135,20 +135,20 @@ def test_unroll_probe_reads_registers_and_warps(record):
     registers = [r["registers_per_thread"] for r in rows]
     assert registers == sorted(registers) and registers[0] > 128
     assert all(r["warps_per_sm"] == 8 for r in rows)
-    _fails(ladder.level7_unroll_probe, {**record, "unroll_probe": []}, naming="unroll_probe")
+    _fails(sgemm_gap.level7_unroll_probe, {**record, "unroll_probe": []}, naming="unroll_probe")
 
 
 def test_warp_config_label_and_plot(record):
-    assert ladder.warp_config_label(
+    assert sgemm_gap.warp_config_label(
         {f: getattr(sgemm.WARP_TILE_DEFAULT, f) for f in sgemm.WARP_TILE_DEFAULT.__dataclass_fields__}
     ) == "128x128x16 w64x64 it1x4 t8x4 128th"
-    _fails(ladder.warp_config_label, {"bm": 128}, naming="config must be a dict with the fields")
+    _fails(sgemm_gap.warp_config_label, {"bm": 128}, naming="config must be a dict with the fields")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    left, right = ladder.plot_level7(record)
-    assert len(left.patches) == len(ladder.level7_sweep(record))
-    assert len(right.patches) == 2 * len(ladder.level7_against_level6(record))
+    left, right = sgemm_gap.plot_level7(record)
+    assert len(left.patches) == len(sgemm_gap.level7_sweep(record))
+    assert len(right.patches) == 2 * len(sgemm_gap.level7_against_level6(record))
     plt.close("all")

@@ -1,5 +1,5 @@
 """Week 8: reading the runs behind "Counting instructions" and "Every shape"
-(gpucourse.kernels.sgemm_ladder).
+(gpucourse.chapters.sgemm and sgemm_gap).
 
 Three committed H100 files: the Nsight Compute summary of level 6 and cuBLAS
 (benchmarks/results/sgemm_ncu-*.json), the dot-loop variants that followed
@@ -15,7 +15,7 @@ import pytest
 
 from gpucourse import hpc, results
 from gpucourse.kernels import sgemm
-from gpucourse.kernels import sgemm_ladder as ladder
+from gpucourse.chapters import sgemm as ladder, sgemm_gap
 
 SHAPE = (4096, 4096, 4096)
 M = 4096
@@ -28,17 +28,17 @@ def _fails(function, *args, naming, **kwargs):
 
 @pytest.fixture(scope="module")
 def ncu():
-    return ladder.load_ncu_results()
+    return sgemm_gap.load_ncu_results()
 
 
 @pytest.fixture(scope="module")
 def unroll():
-    return ladder.load_unroll_results()
+    return sgemm_gap.load_unroll_results()
 
 
 @pytest.fixture(scope="module")
 def shapes():
-    return ladder.load_shapes_results()
+    return sgemm_gap.load_shapes_results()
 
 
 # -----------------------------------------------------------------------------
@@ -51,22 +51,22 @@ def test_the_ncu_summary_is_found_and_checked(ncu, tmp_path):
     assert ncu["benchmark"] == "ncu_summary" and set(ncu["profiles"]) == {
         "level6_two_steps_per_pass", "cublas"}
     # A file or a folder; a later summary replaces an earlier one.
-    assert ladder.load_ncu_results(files[-1]) == ncu
+    assert sgemm_gap.load_ncu_results(files[-1]) == ncu
     (tmp_path / "sgemm_ncu-h100-2099-01-01.json").write_text(json.dumps({**ncu, "date": "2099"}))
-    assert ladder.load_ncu_results(tmp_path)["date"] == "2099"
-    _fails(ladder.load_ncu_results, tmp_path / "missing", naming="summary file or a folder")
-    _fails(ladder.load_ncu_results, tmp_path / "empty", naming="summary file or a folder")
+    assert sgemm_gap.load_ncu_results(tmp_path)["date"] == "2099"
+    _fails(sgemm_gap.load_ncu_results, tmp_path / "missing", naming="summary file or a folder")
+    _fails(sgemm_gap.load_ncu_results, tmp_path / "empty", naming="summary file or a folder")
     (tmp_path / "empty").mkdir()
-    _fails(ladder.load_ncu_results, tmp_path / "empty", naming="found none")
+    _fails(sgemm_gap.load_ncu_results, tmp_path / "empty", naming="found none")
     broken = tmp_path / "sgemm_ncu-h100-2099-01-02.json"
     broken.write_text(json.dumps({**ncu, "profiles": {}}))
-    _fails(ladder.load_ncu_results, broken, naming="not an Nsight Compute summary")
+    _fails(sgemm_gap.load_ncu_results, broken, naming="not an Nsight Compute summary")
     broken.write_text("{")
-    _fails(ladder.load_ncu_results, broken, naming="not a JSON file")
+    _fails(sgemm_gap.load_ncu_results, broken, naming="not a JSON file")
 
 
 def test_ncu_profiles_by_hand(ncu):
-    rows = {r["label"]: r for r in ladder.ncu_profiles(ncu)}
+    rows = {r["label"]: r for r in sgemm_gap.ncu_profiles(ncu)}
     for label, raw in ncu["profiles"].items():
         row = rows[label]
         total = raw["executed_warp_instructions"]
@@ -82,12 +82,12 @@ def test_ncu_profiles_by_hand(ncu):
             64 * row["ffma_instructions"] / row["duration_s"])
         assert row["modelled_flop_per_s"] == pytest.approx(
             hpc.GPUS["H100"].fp32_flops_per_s * row["ffma_share"] * row["issue_busy"])
-    _fails(ladder.ncu_profiles, ncu, 0, naming="peak_flops_per_s")
-    _fails(ladder.ncu_profiles, {"benchmark": "sgemm"}, naming="Nsight Compute summary")
+    _fails(sgemm_gap.ncu_profiles, ncu, 0, naming="peak_flops_per_s")
+    _fails(sgemm_gap.ncu_profiles, {"benchmark": "sgemm"}, naming="Nsight Compute summary")
 
 
 def test_what_the_chapter_says_of_the_profiles(ncu):
-    rows = {r["label"]: r for r in ladder.ncu_profiles(ncu)}
+    rows = {r["label"]: r for r in sgemm_gap.ncu_profiles(ncu)}
     ours, cublas = rows["level6_two_steps_per_pass"], rows["cublas"]
     # The same arithmetic: exactly MNK/32 FFMA instructions for level 6, MN/32 more for cuBLAS.
     assert ours["ffma_instructions"] == M**3 // 32
@@ -98,12 +98,12 @@ def test_what_the_chapter_says_of_the_profiles(ncu):
     # peak x FFMA share x issue slots busy lands within 2% of the measured rate.
     for row in (ours, cublas):
         assert row["modelled_flop_per_s"] == pytest.approx(row["ffma_flop_per_s"], rel=0.02)
-    gap = ladder.ncu_gap(ncu, "level6_two_steps_per_pass")
+    gap = sgemm_gap.ncu_gap(ncu, "level6_two_steps_per_pass")
     assert gap["time_ratio"] == pytest.approx(ours["duration_s"] / cublas["duration_s"])
     assert gap["modelled_ratio"] == pytest.approx(gap["instruction_ratio"] * gap["issue_ratio"])
     assert gap["modelled_ratio"] == pytest.approx(gap["time_ratio"], rel=0.02)
     assert gap["instruction_ratio"] > 1 and gap["issue_ratio"] > 1
-    _fails(ladder.ncu_gap, ncu, "level7", naming="ours must be one of the profiles")
+    _fails(sgemm_gap.ncu_gap, ncu, "level7", naming="ours must be one of the profiles")
 
 
 # -----------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def test_what_the_chapter_says_of_the_profiles(ncu):
 
 
 def test_unroll_variants_read_every_timed_row(unroll):
-    rows = ladder.unroll_variants(unroll)
+    rows = sgemm_gap.unroll_variants(unroll)
     raw = [r for r in unroll["results"] if r["variant"] != "cublas"
            and (r["m"], r["n"], r["k"]) == SHAPE]
     assert [r["variant"] for r in rows] == [r["variant"] for r in raw]
@@ -124,41 +124,41 @@ def test_unroll_variants_read_every_timed_row(unroll):
         assert row["vs_cublas"] == pytest.approx(cublas["ms"] / row["ms"])
         assert row["whole_tile"] == (r["unroll"] == r["config"]["bk"])
         assert row["local_bytes_per_thread"] == spills[r["variant"]]
-    assert len(ladder.unroll_variants(unroll, 8192)) == 4  # the best three and the baseline
-    _fails(ladder.unroll_variants, unroll, 4095, naming="a shape the run timed")
-    _fails(ladder.unroll_variants, {"benchmark": "sgemm"}, naming="sgemm_unroll")
+    assert len(sgemm_gap.unroll_variants(unroll, 8192)) == 4  # the best three and the baseline
+    _fails(sgemm_gap.unroll_variants, unroll, 4095, naming="a shape the run timed")
+    _fails(sgemm_gap.unroll_variants, {"benchmark": "sgemm"}, naming="sgemm_unroll")
 
 
 def test_unroll_occupancy_and_outputs_by_hand(unroll):
-    rows = ladder.unroll_variants(unroll)
-    old = ladder.unroll_variant(rows, {"bm": 64, "bn": 256, "bk": 16, "tm": 8, "tn": 8}, 2)
+    rows = sgemm_gap.unroll_variants(unroll)
+    old = sgemm_gap.unroll_variant(rows, {"bm": 64, "bn": 256, "bk": 16, "tm": 8, "tn": 8}, 2)
     # 256 threads; two copies of 64x16 + 16x256 floats = 40 KiB; 128 registers ->
     # 4,096 a warp, 8 warps = 32,768: two blocks, 16 warps.
     assert (old["threads"], old["outputs"], old["registers_per_thread"], old["warps_per_sm"]) == (
         256, 64, 128, 16)
     # The whole tile uncapped: 163 registers -> 5,376 a warp (21 units of 256),
     # 43,008 a block: one block, 8 warps.
-    uncapped = ladder.unroll_variant(rows, old["config"], "tile")
+    uncapped = sgemm_gap.unroll_variant(rows, old["config"], "tile")
     assert (uncapped["registers_per_thread"], uncapped["warps_per_sm"]) == (163, 8)
     # Level 7's 2 x 2 patches of 8 x 4: 128 outputs a thread, 128 threads.
     warp = next(r for r in rows if r["level"] == "7" and r["threads"] == 128)
-    assert warp["outputs"] == 128 and warp["tiles"] == ladder.warp_config_label(warp["config"])
+    assert warp["outputs"] == 128 and warp["tiles"] == sgemm_gap.warp_config_label(warp["config"])
     config = sgemm.WarpTileConfig(**warp["config"])
     assert warp["warps_per_sm"] == ladder.occupancy(
         warp["registers_per_thread"], config.shared_bytes, 128)["warps_per_sm"]
-    _fails(ladder.unroll_variant, rows, old["config"], 4, naming="exactly one")
-    _fails(ladder.unroll_variant, rows, {"bm": 64}, 2, naming="config must be")
+    _fails(sgemm_gap.unroll_variant, rows, old["config"], 4, naming="exactly one")
+    _fails(sgemm_gap.unroll_variant, rows, {"bm": 64}, 2, naming="config must be")
 
 
 def test_what_the_chapter_says_of_the_unroll_run(unroll):
     ladder_run = ladder.load_results()
-    rows = ladder.unroll_variants(unroll)
-    old = ladder.unroll_variant(rows, ladder_run["level6_config"], ladder_run["dot_unroll"])
+    rows = sgemm_gap.unroll_variants(unroll)
+    old = sgemm_gap.unroll_variant(rows, ladder_run["level6_config"], ladder_run["dot_unroll"])
     cap = sgemm.REGISTERS_PER_SM // (2 * old["threads"])
-    capped = ladder.unroll_variant(rows, ladder_run["level6_config"], "tile", cap)
-    uncapped = ladder.unroll_variant(rows, ladder_run["level6_config"], "tile")
+    capped = sgemm_gap.unroll_variant(rows, ladder_run["level6_config"], "tile", cap)
+    uncapped = sgemm_gap.unroll_variant(rows, ladder_run["level6_config"], "tile")
     tuned = sgemm.tuned_config(unroll["gpu"])
-    wide = ladder.unroll_variant(rows, tuned, "tile")
+    wide = sgemm_gap.unroll_variant(rows, tuned, "tile")
     # The ladder's level 6, as profiled, is the run's baseline; the whole tile alone
     # gains little and loses warps, the cap keeps them and gains more.
     assert old["vs_cublas"] < uncapped["vs_cublas"] < capped["vs_cublas"] < wide["vs_cublas"]
@@ -182,14 +182,14 @@ def test_the_shapes_run_of_the_named_gpu_is_read(shapes, tmp_path):
     # Another GPU's file of the same date is not taken for the H100's.
     others = [p for p in results.find_results("sgemm_shapes") if "-h100-" not in p.name]
     for other in others:
-        assert results.gpu_slug(ladder.load_shapes_results(gpu=other.stem.split("-")[1])["gpu"]) \
+        assert results.gpu_slug(sgemm_gap.load_shapes_results(gpu=other.stem.split("-")[1])["gpu"]) \
             == other.stem.split("-")[1]
-    _fails(ladder.load_shapes_results, gpu="h 100", naming="gpu must be")
-    _fails(ladder.load_shapes_results, tmp_path, naming="found none")
+    _fails(sgemm_gap.load_shapes_results, gpu="h 100", naming="gpu must be")
+    _fails(sgemm_gap.load_shapes_results, tmp_path, naming="found none")
 
 
 def test_shapes_table_and_call_cost(shapes):
-    table = ladder.shapes_table(shapes)
+    table = sgemm_gap.shapes_table(shapes)
     raw = shapes["results"]
     assert [(r["m"], r["n"], r["k"]) for r in table] == list(dict.fromkeys(
         (r["m"], r["n"], r["k"]) for r in raw))
@@ -205,20 +205,20 @@ def test_shapes_table_and_call_cost(shapes):
             assert row["auto_numba"] == pytest.approx(row["cublas_s"] / row["auto_numba_s"])
         else:
             assert row["auto_numba_s"] is None and row["auto_numba"] is None
-    costs = ladder.call_cost_s(shapes)
+    costs = sgemm_gap.call_cost_s(shapes)
     assert {"cublas", "level6", "auto"} <= set(costs) <= {"cublas", "level6", "auto", "auto_numba"}
     assert all(0 < s < 1e-4 for s in costs.values())
     older = {**shapes, "results": [r for r in raw if r["variant"] != "auto_numba"]}
-    assert set(ladder.call_cost_s(older)) == {"cublas", "level6", "auto"}
-    _fails(ladder.call_cost_s, {**shapes, "results": [r for r in raw if r["m"] > 1]},
+    assert set(sgemm_gap.call_cost_s(older)) == {"cublas", "level6", "auto"}
+    _fails(sgemm_gap.call_cost_s, {**shapes, "results": [r for r in raw if r["m"] > 1]},
            naming="1 x 1 x 1")
-    _fails(ladder.shapes_table, {**shapes, "results": [r for r in raw if r["variant"] != "auto"]},
+    _fails(sgemm_gap.shapes_table, {**shapes, "results": [r for r in raw if r["variant"] != "auto"]},
            naming="lacks one")
-    _fails(ladder.shapes_table, {"benchmark": "sgemm"}, naming="sgemm_shapes")
+    _fails(sgemm_gap.shapes_table, {"benchmark": "sgemm"}, naming="sgemm_shapes")
 
 
 def test_what_the_chapter_says_of_every_shape(shapes):
-    table = {(r["m"], r["n"], r["k"]): r for r in ladder.shapes_table(shapes)}
+    table = {(r["m"], r["n"], r["k"]): r for r in sgemm_gap.shapes_table(shapes)}
     tuned = sgemm.tuned_config(shapes["gpu"])
     assert all(r["level6_config"] == {f: getattr(tuned, f) for f in ("bm", "bn", "bk", "tm", "tn")}
                for r in table.values())
@@ -236,23 +236,23 @@ def test_the_new_plots_draw_every_row(unroll, shapes):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ax = ladder.plot_unroll(unroll)
-    assert len(ax.patches) == len(ladder.unroll_variants(unroll))
-    ax = ladder.plot_shapes(shapes)
-    assert len(ax.patches) == 2 * (len(ladder.shapes_table(shapes)) - 1)  # all but 1 x 1 x 1
+    ax = sgemm_gap.plot_unroll(unroll)
+    assert len(ax.patches) == len(sgemm_gap.unroll_variants(unroll))
+    ax = sgemm_gap.plot_shapes(shapes)
+    assert len(ax.patches) == 2 * (len(sgemm_gap.shapes_table(shapes)) - 1)  # all but 1 x 1 x 1
     plt.close("all")
 
 
 def test_interior_gain_pairs_each_kernel_with_and_without_edge_checks():
     # benchmarks/sgemm_unroll.py --interior: each configuration timed with and
     # without edge checks, in turns with cuBLAS, at 4096^3 and 8192^3.
-    record = ladder.load_interior_results()
-    rows = ladder.interior_gain(record)
+    record = sgemm_gap.load_interior_results()
+    rows = sgemm_gap.interior_gain(record)
     raw = [r for r in record["results"] if r["variant"] != "cublas"]
     assert len(rows) * 2 == len(raw)
     for row in rows:
         pair = [r for r in raw if r["level"] == row["level"] and r["m"] == row["m"]
-                and ladder._tiles_label(r["level"], r["config"]) == row["tiles"]]
+                and sgemm_gap._tiles_label(r["level"], r["config"]) == row["tiles"]]
         by_kind = {r["interior"]: r["vs_cublas"] for r in pair}
         assert (row["checked"], row["interior"]) == (by_kind[False], by_kind[True])
         assert row["gain"] == pytest.approx(row["interior"] - row["checked"])
@@ -261,7 +261,7 @@ def test_interior_gain_pairs_each_kernel_with_and_without_edge_checks():
     assert all(row["gain"] > 0 for row in rows)
     level7 = [r for r in rows if r["level"] == "7"]
     for m in (4096, 8192):
-        assert max(r["interior"] for r in level7 if r["m"] == m) >= ladder.LEVEL7_TARGET_SHARE
-    _fails(ladder.interior_gain, {"benchmark": "sgemm_unroll", "results": []},
+        assert max(r["interior"] for r in level7 if r["m"] == m) >= sgemm_gap.LEVEL7_TARGET_SHARE
+    _fails(sgemm_gap.interior_gain, {"benchmark": "sgemm_unroll", "results": []},
            naming="sgemm_interior results record")
-    _fails(ladder.interior_gain, {**record, "results": raw[:1]}, naming="no such pair")
+    _fails(sgemm_gap.interior_gain, {**record, "results": raw[:1]}, naming="no such pair")

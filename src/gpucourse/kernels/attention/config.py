@@ -141,7 +141,7 @@ CAUSAL_FLASH_CONFIGS = {
          (2048, FlashConfig(64, block_rows=128, block_cols=32, thread_rows=8, thread_cols=8,
                             steps_per_pass=4))),
 }
-# The tensor-core kernel (attention_tensor_cores: both tile products in
+# The tensor-core kernel (attention.tensor_cores: both tile products in
 # 3xTF32 on mma.sync, the way PyTorch's memory-efficient attention computes in
 # fp32), which flash_attention runs where the GPU has TF32 tensor cores
 # (compute capability 8.0 and later). Tuned on the H100 by

@@ -135,7 +135,7 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
     return_lse: also return the log-sum-exp of each row of scaled scores,
     shape (batch, heads, seq), which a backward pass would need.
     tensor_cores: run both tile products on the tensor cores in 3xTF32 (about
-    fp32's accuracy; ``attention_tensor_cores``) rather than as fp32 FMAs on
+    fp32's accuracy; ``attention.tensor_cores``) rather than as fp32 FMAs on
     the CUDA cores. None (the default): on a GPU with TF32 tensor cores
     (compute capability 8.0 on), for head dims 64 and 128; on CUDA cores
     elsewhere, the simulator included. True asks for them wherever the head

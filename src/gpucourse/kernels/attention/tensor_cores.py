@@ -66,9 +66,8 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
-from gpucourse.kernels.attention.limits import (  # noqa: F401 (STATIC_SHARED_LIMIT_BYTES:
-    DYNAMIC_SHARED_LIMIT_BYTES, FLOAT32_BYTES, STATIC_SHARED_LIMIT_BYTES,  # re-exported by
-    WARP_SIZE, _INLINE, unsigned, unsigned64)  # gpucourse.kernels.attention_tensor_cores)
+from gpucourse.kernels.attention.limits import (DYNAMIC_SHARED_LIMIT_BYTES, FLOAT32_BYTES,
+                                               WARP_SIZE, _INLINE, unsigned, unsigned64)
 from gpucourse.kernels.attention.shared_tiles import PaddedTiles
 from gpucourse.kernels.tensor_cores import cvt_rna_tf32, mma_m16n8k8_tf32
 from numba import float32  # noqa: E402 (after gpucourse.device)

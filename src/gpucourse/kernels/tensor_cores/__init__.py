@@ -21,7 +21,7 @@ bottom up:
 * ``tf32gemm``: the fp32 GEMM through TF32, in one pass or in three
   (3xTF32, CUTLASS's "fast fp32", for about fp32's accuracy).
 
-``attention_tensor_cores`` builds the attention forward pass on the TF32
+``attention.tensor_cores`` builds the attention forward pass on the TF32
 instruction. Every name that callers use is importable from here, as
 ``gpucourse.kernels.tensor_cores.hgemm`` and the like, as it was when this
 was a single module; the simulator's scratch state (``_SCRATCH``,
