@@ -64,3 +64,15 @@ def test_chapters_are_found_from_their_imports():
     uses = layout.chapter_uses()
     assert "08_sgemm" in uses["gpucourse.kernels.sgemm"]
     assert "09_flash_attention" in uses["gpucourse.kernels.attention"]
+
+
+def test_no_part_imports_a_part_above_it():
+    assert layout.upward_imports() == []
+    # The check can fail: a model importing a chapter module would be one.
+    assert layout.upward_imports({("models", "chapters"): 1, ("chapters", "models"): 4}) == [
+        ("models", "chapters")]
+
+
+def test_every_module_belongs_to_a_drawn_part():
+    parts = {layout.part_of(m.name) for m in layout.modules()} - {None}
+    assert parts <= set(layout.LAYERS) | {"old names"}

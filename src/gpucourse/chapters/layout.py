@@ -230,3 +230,106 @@ def layout_markdown(found: list[Module] | None = None,
             lines.append(f"| `{short}` | {module.lines} | {summary} | {chapters} |")
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
+
+
+# -----------------------------------------------------------------------------
+# The parts, and who imports whom: the page's figure
+
+# Modules kept only so that old imports keep working: each re-exports names
+# that now live elsewhere. The figure draws them apart, as "old names".
+OLD_NAMES = ("verify", "grading", "instructor", "exercise_processes", "kernels.inspection",
+             "kernels.sgemm_checks", "kernels.attention_checks", "kernels.puzzles",
+             "kernels.attention_backward")
+# The parts, top to bottom as the figure stacks them: a part imports the
+# parts below it.
+PARTS = (("chapters", "chapters: tables, plots, results"),
+         ("grader", "grader"),
+         ("old names", "old names (shims)"),
+         ("models", "models: hpc, parallelism,\ncollectives, memory,\nnetwork, training, ..."),
+         ("kernels.sgemm", "kernels.sgemm"),
+         ("kernels.attention", "kernels.attention"),
+         ("kernels.tensor_cores", "kernels.tensor_cores"),
+         ("timing", "kernels.timing_attention"),
+         ("kernels (helpers)", "kernels: 128-bit loads,\ntiming"),
+         ("kernels.launch", "kernels.launch"),
+         ("shared", "device, results, checks"))
+# The layer of each part, top (0) to bottom: a part may import parts of its
+# own layer or below, never above (tests/test_layout.py holds the package to
+# it; the shims, which only forward names, are exempt).
+LAYERS = {"chapters": 0, "grader": 1, "timing": 1, "models": 2, "kernels.sgemm": 2,
+          "kernels.attention": 2, "kernels.tensor_cores": 2, "kernels (helpers)": 3,
+          "kernels.launch": 3, "shared": 4}
+_SHARED = ("device", "results", "checks", "moved")
+_KERNEL_FAMILIES = ("sgemm", "attention", "tensor_cores", "launch")
+
+
+def part_of(name: str) -> str | None:
+    """The part of the package a module belongs to (one of PARTS' keys), or None
+    for the package's own __init__."""
+    inner = name.split(".")[1:]
+    if not inner:
+        return None
+    if ".".join(inner) in OLD_NAMES:
+        return "old names"
+    if inner[0] == "kernels":
+        if len(inner) > 1 and inner[1] == "timing_attention":
+            return "timing"  # times a student's kernel at the grader's launch shapes
+        if len(inner) > 1 and inner[1] in _KERNEL_FAMILIES:
+            return f"kernels.{inner[1]}"
+        return "kernels (helpers)"
+    if inner[0] in ("chapters", "grader"):
+        return inner[0]
+    return "shared" if inner[0] in _SHARED else "models"
+
+
+def part_graph(graph: dict[str, set[str]] | None = None) -> dict[tuple[str, str], int]:
+    """(part, part it imports) -> how many module-level imports go that way,
+    from the import graph, imports within a part left out."""
+    graph = import_graph() if graph is None else graph
+    edges: dict[tuple[str, str], int] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            ends = (part_of(module), part_of(target))
+            if None not in ends and ends[0] != ends[1]:
+                edges[ends] = edges.get(ends, 0) + 1
+    return edges
+
+
+def upward_imports(edges: dict[tuple[str, str], int] | None = None) -> list[tuple[str, str]]:
+    """(part, part) pairs where a part imports a part in a layer above its own
+    (LAYERS), the shims left out; [] when the layers hold."""
+    edges = part_graph() if edges is None else edges
+    return sorted((a, b) for a, b in edges
+                  if a != "old names" and LAYERS[b] < LAYERS[a])
+
+
+def plot_parts(ax=None):
+    """The package's parts as boxes, in layers, with an arrow from each part to
+    each part it imports (thicker for more imports)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(11, 7))
+    # Where each part sits: rows top to bottom, a part above the parts it
+    # imports. The shims ("old names") only point elsewhere and are left out.
+    where = {"chapters": (0.5, 1.0), "grader": (0.3, 0.75), "timing": (0.78, 0.75),
+             "models": (0.08, 0.45), "kernels.sgemm": (0.38, 0.45),
+             "kernels.attention": (0.66, 0.45), "kernels.tensor_cores": (0.94, 0.45),
+             "kernels (helpers)": (0.3, 0.18), "kernels.launch": (0.72, 0.18),
+             "shared": (0.5, -0.08)}
+    labels = dict(PARTS)
+    boxes = dict(boxstyle="round,pad=0.5", facecolor="#EAF1FB", edgecolor="#4C72B0")
+    for part, (x, y) in where.items():
+        ax.text(x, y, labels[part], ha="center", va="center", fontsize=9, bbox=boxes, zorder=3)
+    for (source, target), count in sorted(part_graph().items()):
+        if source in where and target in where:
+            ax.add_patch(FancyArrowPatch(where[source], where[target], arrowstyle="-|>",
+                                         mutation_scale=10, linewidth=0.6 + 0.15 * min(count, 12),
+                                         color="#888888", alpha=0.7, shrinkA=18, shrinkB=18,
+                                         connectionstyle="arc3,rad=0.12", zorder=2))
+    ax.set_xlim(-0.08, 1.08)
+    ax.set_ylim(-0.16, 1.08)
+    ax.axis("off")
+    ax.set_title("Who imports whom: each arrow points from a part to a part it imports")
+    return ax

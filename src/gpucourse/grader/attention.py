@@ -47,8 +47,8 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from gpucourse import verify
 from gpucourse.device import cuda
+from gpucourse.grader.expect import expect_array
 from gpucourse.grader import ptx, tracing
 from gpucourse.kernels import attention
 # The kernel checks' shared helpers: tiles covering a size, whole-number arguments,
@@ -209,9 +209,9 @@ def expect_attention(kernel, heads: int, seq: int, head_dim: int, *, causal: boo
     if np.isnan(out).all() and np.isnan(lse).all():
         raise AssertionError(f"{what}: nothing was written to out or lse (both start as "
                              "NaN). Check the launch the exercise states and the bounds test")
-    verify.expect_array(out, expected, dtype=np.float32, rel=OUT_REL,
+    expect_array(out, expected, dtype=np.float32, rel=OUT_REL,
                         abs=OUT_ABS + rounding, name=f"out of {what}")
-    verify.expect_array(lse, expected_lse, dtype=np.float32, rel=LSE_REL,
+    expect_array(lse, expected_lse, dtype=np.float32, rel=LSE_REL,
                         abs=LSE_ABS + rounding,
                         name=f"lse (the log-sum-exp of each row's scores) of {what}")
     return out, lse

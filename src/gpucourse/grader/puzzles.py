@@ -25,7 +25,8 @@ import types
 
 import numpy as np
 
-from gpucourse import verify
+from gpucourse.grader.expect import expect_array
+from gpucourse.grader.own_work import expect_own_work as _expect_own_work
 from gpucourse.grader import ptx, tracing
 # Shared with the other kernel checks (and the puzzles' own: `puzzles.blocks`,
 # `puzzles.random_vector`, `puzzles.random_matrix`).
@@ -272,7 +273,7 @@ def check_puzzle(kernel, grid, block, args, expected, *, output: str = "out",
     run = tracing.trace(kernel, grid, block, *args)
     expect_each_written_once(run, output)
     exact = result.dtype.kind in "iu"
-    verify.expect_array(result, reference, dtype=result.dtype, rel=0.0 if exact else rel,
+    expect_array(result, reference, dtype=result.dtype, rel=0.0 if exact else rel,
                         abs=0.0 if exact else abs, name=f"{output} of {_name(kernel)}")
     run.expect(reads=reads, writes=writes, shared_reads=shared_reads,
                shared_writes=shared_writes, uses_shared=uses_shared)
@@ -295,11 +296,11 @@ def check_compiles(kernel, *example_args, what: str | None = None,
     ``example_args``: arguments like those of a launch (their types matter).
     ``shared``/``barriers``: the kernel must (True) declare shared memory and
     read it / synchronise its block. Also fails a kernel that calls the
-    course's package (:func:`gpucourse.verify.expect_own_work`). Returns the
+    course's package (:func:`gpucourse.grader.own_work.expect_own_work`). Returns the
     :class:`ptx.PTXFacts`.
     """
     _check_kernel(kernel)
-    verify.expect_own_work(kernel)
+    _expect_own_work(kernel)
     return ptx.expect_structure(kernel, *example_args, what=what or _name(kernel),
                                 shared=shared, barriers=barriers)
 

@@ -5,7 +5,7 @@ check each kernel three ways, none of which needs a GPU:
 
 * **by value** (:func:`expect_product`): the kernel runs on the launch its
   exercise states, on ragged shapes, a single row, K = 1, and matrices holding
-  NaN and Inf, against NumPy in float64 (``verify.expect_array``);
+  NaN and Inf, against NumPy in float64 (``grader.expect.expect_array``);
 * **by what each thread touches** (:func:`expect_accesses`): on the
   simulator, with :func:`gpucourse.grader.tracing.trace`, each thread's
   reads of A and B, its shared-memory reads and the elements of C it writes
@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucourse import verify
 from gpucourse.device import cuda
+from gpucourse.grader.expect import expect_array
+from gpucourse.grader.own_work import expect_own_work as _expect_own_work
 from gpucourse.grader import ptx, tracing
 # Shared by the three kernel-exercise modules (and re-exported: `check.blocks`,
 # `check.random_matrix`).
@@ -174,7 +175,7 @@ def expect_product(kernel, level, m: int, n: int, k: int, config=None, *, seed: 
     if np.isnan(c).all() and not np.isnan(expected).all():
         raise AssertionError(f"{what}: no element of C was written (C starts as NaN). Check "
                              "the launch the exercise states and the bounds test")
-    verify.expect_array(c, expected, dtype=np.float32, rel=REL, abs=ABS, name=what)
+    expect_array(c, expected, dtype=np.float32, rel=REL, abs=ABS, name=what)
     return c
 
 
@@ -333,8 +334,8 @@ def expect_level_structure(kernel, level, config=None):
 # and the attention kernels use as it is): SGEMM's levels 5 and 6 may call the
 # course's 128-bit load and store helpers.
 def expect_own_work(function) -> None:
-    """``verify.expect_own_work``, allowing the course's 128-bit load and store helpers."""
-    verify.expect_own_work(function, allowed=ptx.ALLOWED_HELPER_MODULES)
+    """``own_work.expect_own_work``, allowing the course's 128-bit load and store helpers."""
+    _expect_own_work(function, allowed=ptx.ALLOWED_HELPER_MODULES)
 
 
 # --------------------------------------------------------------------------
