@@ -174,3 +174,25 @@ def test_a_failing_thread_takes_its_spinning_neighbours_down_with_it():
         with tracing.stopping_simulated_threads():
             one_fails_the_others_spin[1, 8](np.zeros(1, np.float32))
     assert not _still_running()
+
+
+@pytest.mark.parametrize("level, split, name", [(6, False, "sgemm_vectorized"),
+                                                (6, True, "sgemm_vectorized_split"),
+                                                (7, False, "sgemm_warp_tiled"),
+                                                (7, True, "sgemm_warp_tiled_split")])
+def test_the_library_kernels_named_by_their_level_compile_from_their_source(level, split, name):
+    # Levels 5-7 build their kernels with one factory (sgemm.building_blocks._make_kernel)
+    # that names each kernel after its level: the module written for the PTX
+    # compiler must define the kernel under that name.
+    from gpucourse.kernels import sgemm
+
+    if split:
+        kernel = sgemm.split_kernel_for(level, (256, 256, 256), 2)[0]
+    else:
+        kernel = sgemm.kernel_for(level, (256, 256, 256))[0]
+    source, found = ptx.kernel_module_source(kernel)
+    assert found == name
+    # The module binds the kernel's name at its top level, by a def or (for a
+    # renamed function) an assignment, so that the compiler process finds it.
+    assert re.search(rf"^(def {name}\(|{name} = )", source, re.M), f"{name} is not defined"
+    compile(source, "<kernel module>", "exec")  # and it is valid Python
