@@ -97,11 +97,18 @@ def finite_array(name, value, ndim=None, *, min_ndim=None):
     return array
 
 
+def whole(name, value, least: int = 1) -> int:
+    """An integer >= `least`, given as one: a Python or NumPy int (no float,
+    however whole, and no bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    return int(value)
+
+
 def whole_seed(seed) -> int:
     """A random seed: a whole number >= 0 (bools refused)."""
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-    return int(seed)
+    return whole("seed", seed, 0)
 
 
 def scalar_or_array(x):

@@ -18,14 +18,9 @@ from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
+from gpucourse.checks import whole as _whole
 from gpucourse.device import on_gpu
 from gpucourse.grader import tracing
-
-
-def _whole(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
 
 
 def blocks(size: int, per_block: int) -> int:

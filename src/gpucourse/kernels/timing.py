@@ -25,17 +25,13 @@ import math
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
+from gpucourse.checks import whole as _whole
+from gpucourse.moved import served_from
 
 DEFAULT_SIZES = (512, 1024, 2048)
 # A result further than this from NumPy's float64 product (relative to its
 # largest element) is wrong: float32 rounding over K = 2048 terms stays near 1e-6.
 WRONG_ABOVE = 1e-3
-
-
-def _whole(name: str, value, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
-    return int(value)
 
 
 def _need_gpu(what: str) -> None:
@@ -171,15 +167,7 @@ def _launcher(kernel, grid, block, a, b, c):
     return run
 
 
-# The chapter's readers and views of the rows moved to gpucourse.chapters.sgemm;
-# these names are kept here for old imports (`timing.format_table(rows)`),
-# looked up when first asked for, since that module imports this one.
-_MOVED_TO_CHAPTERS = ("committed_rows", "format_table", "plot_tflops", "_check_rows", "_variants")
-
-
-def __getattr__(name):
-    if name in _MOVED_TO_CHAPTERS:
-        from gpucourse.chapters import sgemm as chapter
-
-        return getattr(chapter, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The chapter's readers and views of the rows moved to gpucourse.chapters.sgemm
+# (which imports this module); they are served from here for old imports.
+__getattr__ = served_from(__name__, "gpucourse.chapters.sgemm", (
+    "committed_rows", "format_table", "plot_tflops", "_check_rows", "_variants"))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucourse.device import on_gpu  # first: it decides GPU or simulator before Numba loads
+from gpucourse.checks import whole
 
 
 # -----------------------------------------------------------------------------
@@ -324,10 +325,7 @@ def _blocks(size: int, tile: int) -> int:
 
 
 def _whole_or_zero(name, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-            or value < 0:
-        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
-    return int(value)
+    return whole(name, value, 0)
 
 
 # -----------------------------------------------------------------------------
