@@ -12,6 +12,7 @@ that every other module can build on it.
 from __future__ import annotations
 
 from gpucourse.device import on_gpu
+from gpucourse.kernels import launch
 from numba import uint32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 # Inside the tiled kernel, shared-memory indices are unsigned on a GPU: Numba
@@ -23,8 +24,9 @@ unsigned64 = uint64 if on_gpu() else int  # for offsets into the whole q, k, v a
 # The tiled kernel's small device functions are inlined into it on a GPU.
 _INLINE = {"forceinline": True} if on_gpu() else {}
 
-# The shared memory a block may declare statically.
-STATIC_SHARED_LIMIT_BYTES = 48 * 1024
+# The shared memory a block may declare statically: kernels.launch's, which
+# decides when a launch opts in to more.
+STATIC_SHARED_LIMIT_BYTES = launch.STATIC_SHARED_LIMIT_BYTES
 # Past 48 KiB a block's shared memory must be dynamic, and the kernel must opt
 # in to it; 227 KiB is the most a block may have on compute capability 9.0
 # (H100, H200).

@@ -25,6 +25,7 @@ import numpy as np
 
 from gpucourse.device import on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.checks import whole
+from gpucourse.kernels import launch
 
 
 # -----------------------------------------------------------------------------
@@ -44,7 +45,7 @@ LEVEL_NAMES = {
 
 NAIVE_BLOCK = 32  # levels 1 and 2: 32 x 32 threads, one per output
 SHARED_TILE = 32  # level 3: 32 x 32 tiles of A and B in shared memory
-STATIC_SHARED_LIMIT_BYTES = 48 * 1024  # static shared memory a block may declare
+STATIC_SHARED_LIMIT_BYTES = launch.STATIC_SHARED_LIMIT_BYTES  # a block may declare statically
 MAX_THREADS_PER_BLOCK = 1024
 MAX_REGISTERS_PER_THREAD = 255
 WARP_SIZE = 32
