@@ -390,3 +390,83 @@ def test_every_chapter_records_what_was_checked_against_what():
         if not any(item.startswith("- ") for item in items):
             problems.append(f"{path.name}: the 'Sources checked' section lists nothing")
     assert not problems, "\n".join(problems)
+
+
+# -----------------------------------------------------------------------------
+# Tables and case studies reproduced from a paper cite that paper, in their cell
+
+REPRODUCED_FILE = ROOT / "book" / "reproduced.yml"
+WRONG_PAPER = "rosgiralt2022quantitative"  # where the RNP case study's credit once drifted
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    where: str  # the page, relative to the repository root
+    cell: str  # the id of the cell that shows or introduces the reproduction
+    what: str
+    source: str  # the bib key of the paper it comes from
+
+
+def load_reproductions(path: Path = REPRODUCED_FILE) -> list[Reproduction]:
+    import yaml
+
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    return [Reproduction(item["where"], str(item["cell"]), item["what"], item["source"]) for item in raw]
+
+
+def credits(cell: dict, key: str) -> bool:
+    """Whether a notebook cell credits the paper `key`: a citation role naming
+    it in a markdown cell, or the key in a comment of a code cell."""
+    text = "".join(cell["source"])
+    if cell["cell_type"] == "markdown":
+        return any(key in (k.strip() for k in role.split("`")[1].split(","))
+                   for role in CITE_ROLE.findall(text))
+    return any(key in line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
+
+
+def uncredited(reproductions, root: Path = ROOT) -> list[str]:
+    """The reproductions whose cell is missing or does not credit its paper."""
+    problems = []
+    for r in reproductions:
+        cells = json.loads((root / r.where).read_text(encoding="utf-8"))["cells"]
+        found = [c for c in cells if c.get("id") == r.cell]
+        if len(found) != 1:
+            problems.append(f"{r.where}: no cell with id {r.cell!r} ({r.what})")
+        elif not credits(found[0], r.source):
+            problems.append(f"{r.where}, cell {r.cell}: {r.what} does not cite {r.source}")
+    return problems
+
+
+def test_every_reproduced_table_and_case_study_cites_its_paper():
+    reproductions = load_reproductions()
+    assert any(r.source == "zanotelli_bottleneck_design" for r in reproductions)
+    assert not uncredited(reproductions), "\n".join(uncredited(reproductions))
+
+
+def test_the_check_fails_when_the_case_study_loses_its_citation(tmp_path):
+    """On a copy of the network chapter with the case study's credit moved to
+    the neighbouring theory paper, every listed cell of the case study fails,
+    by name; the same check passes on an untouched copy."""
+    case = [r for r in load_reproductions() if r.source == "zanotelli_bottleneck_design"]
+    page = ROOT / case[0].where
+    copy = tmp_path / case[0].where
+    copy.parent.mkdir(parents=True)
+    copy.write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+    assert uncredited(case, root=tmp_path) == []
+
+    notebook = json.loads(page.read_text(encoding="utf-8"))
+    for cell in notebook["cells"]:
+        cell["source"] = [line.replace("zanotelli_bottleneck_design", WRONG_PAPER)
+                          for line in cell["source"]]
+    copy.write_text(json.dumps(notebook), encoding="utf-8")
+    problems = uncredited(case, root=tmp_path)
+    assert [p.split(":")[0] for p in problems] == [f"{r.where}, cell {r.cell}" for r in case]
+    assert all(p.endswith("does not cite zanotelli_bottleneck_design") for p in problems)
+
+
+def test_a_citation_names_its_key_exactly():
+    cell = {"cell_type": "markdown", "source": ["As in {cite}`zanotelli_bottleneck_design_v2,other`."]}
+    assert not credits(cell, "zanotelli_bottleneck_design")
+    assert credits(cell, "other")
+    code = {"cell_type": "code", "source": ["x = zanotelli_bottleneck_design  # no credit here\n"]}
+    assert not credits(code, "zanotelli_bottleneck_design")
