@@ -55,6 +55,19 @@ def test_capacity_block_prices_match_the_per_accelerator_rates_aws_prints():
     assert trn1.price_per_chip_hour_usd == pytest.approx(0.968, abs=5e-4)
 
 
+
+def test_the_june_2025_cut_is_a_bound_the_reported_cut_respects():
+    # The headline's "up to 45%" bounds every family and pricing model, so the
+    # cut reported for AWS's H100 instances cannot exceed it; and the chapter's
+    # verdict (the March 2026 report lies below the floor the cut leaves) holds
+    # at either cut.
+    assert 0 < econ.AWS_JUNE_2025_P5_CUT_REPORTED <= econ.AWS_JUNE_2025_CUT_UP_TO < 1
+    listed = econ.INSTANCES["p5.48xlarge on demand, list price as quoted"].price_per_chip_hour_usd
+    reported = econ.INSTANCES["p5.48xlarge on demand, March 2026"].price_per_chip_hour_usd
+    assert listed * (1 - econ.AWS_JUNE_2025_CUT_UP_TO) == pytest.approx(6.759, abs=1e-3)  # 98.32 / 8 * 0.55
+    for cut in (econ.AWS_JUNE_2025_CUT_UP_TO, econ.AWS_JUNE_2025_P5_CUT_REPORTED):
+        assert reported < listed * (1 - cut)
+
 def test_prices_of_a_chip():
     h100 = econ.prices_of("H100")
     assert [i.price_per_chip_hour_usd for i in h100] == sorted(i.price_per_chip_hour_usd for i in h100)

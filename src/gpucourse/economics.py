@@ -134,10 +134,15 @@ INSTANCES = {
         "Capacity Block, ap-southeast-4", "2024-12"),
 }
 
-# AWS's own announcement of June 2025: On-Demand prices of P5 (H100) instances
-# cut by "up to 45%" from June 1, 2025 (aws_gpu_price_update_2025). It gives the
-# size of the cut, not the new prices.
-AWS_JUNE_2025_P5_CUT = 0.45
+# AWS's announcement of June 2025 (aws_gpu_price_update_2025): prices "up to 45%"
+# lower for its P4d, P4de, P5 and P5en instances, On-Demand from June 1, 2025 and
+# under Savings Plans bought after June 4. The 45% is the headline's upper bound
+# across those four families and both pricing models, not a figure stated for the
+# p5.48xlarge On-Demand, so the course uses it only as a bound: a price cut by at
+# most 45% keeps at least 55% of the old one. A secondary page reports "about 44%"
+# for AWS's H100 instances (costnimbus_gpu_2026). Neither gives the new prices.
+AWS_JUNE_2025_CUT_UP_TO = 0.45
+AWS_JUNE_2025_P5_CUT_REPORTED = 0.44
 
 # The instance types, whatever their price: (chip, chips per instance). The
 # trn2.48xlarge has 16 Trainium2 chips (AWS Neuron documentation, "Amazon EC2
