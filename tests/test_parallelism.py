@@ -288,6 +288,36 @@ def test_second_choices_queue_behind_first_choices():
     np.testing.assert_array_equal(r.expert_index, [[0, -1], [1, 3]])
 
 
+
+def test_gshard_random_second_expert_by_hand():
+    # GShard's Algorithm 1: the second expert gets the token only if a uniform draw
+    # is below 2 * g2 (g1, g2 renormalised). A tie (g2 = 1/2) always goes; a second
+    # choice with a gate of e^-20 never does, and takes no place, so it is not dropped.
+    logits = np.array([[0.0, 0.0, -50.0], [10.0, -10.0, -50.0]])
+    r = par.route_tokens(logits, k=2, capacity_factor=2.0, second_expert="random", seed=3)
+    np.testing.assert_array_equal(r.expert_index, [[0, 1], [0, -1]])
+    np.testing.assert_array_equal(r.not_sampled, [[False, False], [False, True]])
+    assert (r.routed, r.dropped, r.skipped) == (3, 0, 1)
+    assert r.gates[1, 1] == 0 and r.gates[0, 1] == pytest.approx(0.5)
+
+
+def test_gshard_random_second_expert_goes_with_probability_twice_its_gate():
+    # Room for every token: the share of second choices dispatched is the mean of 2 * g2,
+    # computed here from the softmax directly; first choices are the same as with "always".
+    logits = par.synthetic_router_logits(20_000, 8, skew=1.0, seed=5)
+    r = par.route_tokens(logits, k=2, capacity_factor=8.0, second_expert="random", seed=11)
+    always = par.route_tokens(logits, k=2, capacity_factor=8.0)
+    np.testing.assert_array_equal(r.expert_index[:, 0], always.expert_index[:, 0])
+    p = np.sort(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True), axis=1)[:, ::-1]
+    chance = 2 * p[:, 1] / (p[:, 0] + p[:, 1])
+    sent = r.expert_index[:, 1] >= 0
+    assert r.dropped == 0 and sent.sum() + r.skipped == len(logits)
+    assert abs(sent.mean() - chance.mean()) < 4 * np.sqrt(np.sum(chance * (1 - chance))) / len(logits)
+    # Same seed, same draws; "always" skips nothing.
+    again = par.route_tokens(logits, k=2, capacity_factor=8.0, second_expert="random", seed=11)
+    np.testing.assert_array_equal(again.expert_index, r.expert_index)
+    assert always.skipped == 0
+
 router_cases = st.tuples(st.integers(1, 40), st.integers(1, 10), st.integers(0, 10_000),
                          st.floats(0.05, 4.0), st.floats(0, 4))
 
@@ -298,10 +328,12 @@ def test_router_invariants(case, k_choice):
     tokens, experts, seed, capacity_factor, skew = case
     k = min(k_choice, experts)
     logits = par.synthetic_router_logits(tokens, experts, skew, seed)
-    r = par.route_tokens(logits, k, capacity_factor)
+    policy = "random" if k == 2 and seed % 2 else "always"
+    r = par.route_tokens(logits, k, capacity_factor, second_expert=policy, seed=seed)
     assert r.capacity == par.expert_capacity(tokens, experts, k, capacity_factor)
     assert np.all(r.tokens_per_expert <= r.capacity)  # no expert above capacity
-    assert r.dropped + r.routed == tokens * k
+    assert r.dropped + r.routed + r.skipped == tokens * k
+    assert policy == "random" or r.skipped == 0
     assert r.tokens_per_expert.sum() == r.routed
     np.testing.assert_array_equal(
         r.tokens_per_expert, np.bincount(r.expert_index[r.expert_index >= 0], minlength=experts))
@@ -310,7 +342,7 @@ def test_router_invariants(case, k_choice):
     chosen_probs = np.take_along_axis(r.probs, r.choices, axis=1)
     assert np.all(np.diff(chosen_probs, axis=1) <= 0)
     # A dropped assignment happens only to a full expert.
-    for t, j in zip(*np.nonzero(r.expert_index < 0)):
+    for t, j in zip(*np.nonzero((r.expert_index < 0) & ~r.not_sampled)):
         assert r.tokens_per_expert[r.choices[t, j]] == r.capacity
     # Gates: zero where dropped, in [0, 1] everywhere.
     assert np.all(r.gates[r.expert_index < 0] == 0)
@@ -400,6 +432,8 @@ def test_zero_stages_shard_one_more_state_each():
     (lambda: par.route_tokens(np.zeros((4, 2)), 0), "k"),
     (lambda: par.route_tokens(np.zeros(4), 1), "router_logits"),
     (lambda: par.route_tokens(np.array([[np.nan, 0.0]]), 1), "logits"),
+    (lambda: par.route_tokens(np.zeros((4, 2)), 2, second_expert="gumbel"), "second_expert"),
+    (lambda: par.route_tokens(np.zeros((4, 3)), 1, second_expert="random"), "second_expert"),
     (lambda: par.load_balancing_loss(np.array([[0.5, 0.6]])), "router_probs"),
     (lambda: par.load_balancing_loss(np.ones(3)), "router_probs"),
     (lambda: par.synthetic_router_logits(0, 4), "tokens"),

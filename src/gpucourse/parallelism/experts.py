@@ -23,7 +23,8 @@ from gpucourse.checks import (count as _count, finite_array as _array, real as _
 # A mixture-of-experts layer replaces one MLP by `experts` MLPs and a router:
 # a linear layer that gives each token a logit per expert. Softmax turns the
 # logits into probabilities; each token goes to its k most probable experts
-# (k = 1 in Switch Transformers, k = 2 in GShard). Each expert accepts at
+# (k = 1 in Switch Transformers, k = 2 in GShard, which sends a token to its
+# second expert only at random; see route_tokens). Each expert accepts at
 # most `capacity` tokens per batch, so that every expert's work has a fixed
 # size; tokens beyond it are dropped (they skip the layer through the
 # residual connection).
@@ -80,10 +81,13 @@ class Routing:
     """The outcome of routing a batch of tokens.
 
     expert_index: (tokens, k) the expert each token's j-th choice went to,
-        or -1 where it was dropped for lack of capacity;
+        or -1 where it was dropped for lack of capacity or not sampled;
     choices: (tokens, k) the experts chosen before capacity was applied;
     gates: (tokens, k) the weight of each expert's output (0 where dropped);
-    tokens_per_expert: (experts,) tokens each expert accepted.
+    tokens_per_expert: (experts,) tokens each expert accepted;
+    not_sampled: (tokens, k) True where GShard's random second-expert choice
+        left a choice out (never with second_expert="always"); such a choice
+        takes no place and is not counted as dropped.
     """
 
     probs: np.ndarray
@@ -93,6 +97,11 @@ class Routing:
     expert_index: np.ndarray
     gates: np.ndarray
     tokens_per_expert: np.ndarray
+    not_sampled: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.not_sampled is None:
+            self.not_sampled = np.zeros(self.choices.shape, dtype=bool)
 
     @property
     def experts(self) -> int:
@@ -110,7 +119,12 @@ class Routing:
     @property
     def dropped(self) -> int:
         """Assignments dropped because the chosen expert was full."""
-        return int(np.sum(self.expert_index < 0))
+        return int(np.sum((self.expert_index < 0) & ~self.not_sampled))
+
+    @property
+    def skipped(self) -> int:
+        """Second choices that GShard's random dispatch left out."""
+        return int(np.sum(self.not_sampled))
 
     @property
     def dropped_fraction(self) -> float:
@@ -121,7 +135,10 @@ class Routing:
         return load_balancing_loss(self.probs)
 
 
-def route_tokens(router_logits, k=1, capacity_factor=1.25) -> Routing:
+SECOND_EXPERT_POLICIES = ("always", "random")
+
+
+def route_tokens(router_logits, k=1, capacity_factor=1.25, second_expert="always", seed=0) -> Routing:
     """Route tokens to their top-k experts, each expert taking at most
     `expert_capacity(tokens, experts, k, capacity_factor)` of them.
 
@@ -129,6 +146,14 @@ def route_tokens(router_logits, k=1, capacity_factor=1.25) -> Routing:
     (as in GShard), so a token's second choice is dropped before anyone's
     first. With k = 1 the gate is the chosen expert's probability (Switch);
     with k > 1 the k probabilities are renormalised to sum to 1 (GShard).
+
+    second_expert says which second choices are dispatched at all:
+    "always" (the default, a simplification of GShard: every token tries its
+    second expert) or "random" (GShard's Algorithm 1, k = 2 only: the second
+    expert gets the token only if a uniform draw falls below 2 * g2, where g2
+    is its renormalised gate, so a weak second choice is often skipped and
+    saves the expert's capacity; a skipped choice takes no place). `seed`
+    fixes the draws.
     """
     probs = softmax(router_logits)
     if probs.ndim != 2 or probs.shape[0] == 0:
@@ -136,22 +161,31 @@ def route_tokens(router_logits, k=1, capacity_factor=1.25) -> Routing:
                          f"token, got shape {probs.shape}")
     tokens, experts = probs.shape
     k = _count("k", k)
+    if second_expert not in SECOND_EXPERT_POLICIES:
+        raise ValueError(f"second_expert must be one of {', '.join(SECOND_EXPERT_POLICIES)}, "
+                         f"got {second_expert!r}")
+    if second_expert == "random" and k != 2:
+        raise ValueError(f"second_expert='random' is GShard's top-2 rule and needs k=2, got k={k}")
     capacity = expert_capacity(tokens, experts, k, capacity_factor)
     # Most probable first; a stable sort breaks ties towards the lower expert number.
     choices = np.argsort(-probs, axis=1, kind="stable")[:, :k]
     gates = np.take_along_axis(probs, choices, axis=1)
     if k > 1:
         gates = gates / gates.sum(axis=1, keepdims=True)
+    not_sampled = np.zeros((tokens, k), dtype=bool)
+    if second_expert == "random":
+        draws = np.random.default_rng(_whole_seed(seed)).uniform(size=tokens)
+        not_sampled[:, 1] = ~(2 * gates[:, 1] > draws)
     expert_index = np.full((tokens, k), -1)
     load = np.zeros(experts, dtype=int)
     for j in range(k):
         for t in range(tokens):
             e = choices[t, j]
-            if load[e] < capacity:
+            if not not_sampled[t, j] and load[e] < capacity:
                 load[e] += 1
                 expert_index[t, j] = e
     gates = np.where(expert_index >= 0, gates, 0.0)
-    return Routing(probs, k, capacity, choices, expert_index, gates, load)
+    return Routing(probs, k, capacity, choices, expert_index, gates, load, not_sampled)
 
 
 def synthetic_router_logits(tokens, experts, skew=1.0, seed=0):
