@@ -1,0 +1,389 @@
+"""The fast half-precision GEMMs, levels 3 to 7: one kernel factory, each level a set of its switches.
+
+``hgemm`` levels 1 and 2 show the instruction; they reach 2% of cuBLAS. These
+levels take the same ``mma.sync.m16n8k16`` to production speed, in fp16 and
+bf16, one idea at a time. Each idea is a switch of ``make_hgemm_kernel``, and
+each level turns one more on (``LEVELS`` below); what a switch does is told
+where its code is:
+
+* level 3, **large block tiles**: a block of 4 warps computes a 128 x 128
+  tile of C, each warp 64 x 64 of it, a grid of 4 x 8 instruction tiles;
+  it stages 128 x 32 of A and 32 x 128 of B in shared memory per step along K,
+  copied through registers 16 bytes at a time; each lane reads its fragments
+  from shared memory two halves (one 32-bit register) at a time. Each half
+  read from shared memory now feeds 8 or 4 mma instead of 1 or 2;
+* level 4, **ldmatrix and a swizzled layout**: a warp reads its fragments
+  with ``ldmatrix`` (four 8 x 8 matrices in one instruction, each lane
+  receiving exactly its fragment); the tiles are laid out with an XOR
+  swizzle, so that the eight 16-byte rows an ``ldmatrix`` reads at once lie
+  in different banks (no conflicts, no padding);
+* level 5, **a cp.async pipeline**: tiles go from global to shared memory by
+  ``cp.async``, with no round trip through registers and no waiting, three
+  steps ahead (``stages`` copies of the tiles): the tensor cores work on one
+  while the next ones are in flight;
+* level 6, **register double buffering**: a warp reads its fragments for the
+  next 16 of K before it multiplies the ones it has, so the reads of
+  ``ldmatrix`` overlap the mma;
+* level 7, **tuned tiles and block order**: the tile shape and the number of
+  stages come from ``hgemm_tuned.json`` (measured per GPU and shape by
+  ``benchmarks/hgemm.py --tune``), and blocks walk C in groups of
+  ``group_m`` rows of tiles, so that the tiles of A and B that neighbouring
+  blocks read are still in L2.
+
+Halves travel as ``uint16``: the kernels only move them and hand them to the
+tensor cores (``moves``), so one kernel serves fp16 and bf16, the ``kind``
+choosing the instruction. C is written in halves (rounded once, at the end)
+or in float32. K and N must be multiples of 8 (a 16-byte copy is 8 halves);
+``half_matmul`` pads other shapes. Every level runs on Numba's simulator, where
+the instructions have stand-ins (``moves``), at small tiles
+(``SIMULATOR_TILES``).
+"""
+
+from __future__ import annotations
+
+from gpucourse.device import cuda
+from numba import float32, uint16, uint32  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.tensor_cores.fragments import WARP
+from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
+                                                 ldmatrix_x4, ldmatrix_x4_trans, mma_packed,
+                                                 mma_packed_bf16, pack_bf16x2, pack_f16x2)
+
+CHUNK = 8  # halves in 16 bytes: one cp.async, one row of an ldmatrix matrix
+KINDS = ("f16", "bf16")
+OUTS = ("half", "float32")
+
+# What each level switches on, over the one before (see the module's docstring).
+_LEVEL_3 = dict(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, ldmatrix=False, swizzle=False,
+                async_copy=False, stages=1, double_fragments=False, group_m=1)
+LEVELS = {
+    3: _LEVEL_3,
+    4: dict(_LEVEL_3, ldmatrix=True, swizzle=True),
+    5: dict(_LEVEL_3, ldmatrix=True, swizzle=True, async_copy=True, stages=3),
+    6: dict(_LEVEL_3, ldmatrix=True, swizzle=True, async_copy=True, stages=3,
+            double_fragments=True),
+}
+# Level 7 is level 6 with the tile shape, stages and group_m tuned per shape
+# (half_matmul reads them from the tuned table); these are its defaults.
+LEVELS[7] = dict(LEVELS[6], warps_n=2, stages=4, group_m=8)
+# Small tiles that every level accepts, for Numba's simulator (whose threads
+# are OS threads and whose barriers are slow): 2 warps of 32 x 16.
+SIMULATOR_TILES = dict(bm=32, bn=32, bk=16, warps_m=1, warps_n=2)
+
+
+def check_config(config: dict) -> dict:
+    """The configuration with every switch, checked: ValueError naming what is
+    accepted when the tiles do not divide among warps, lanes and copies."""
+    full = dict(LEVELS[7], kind="f16", out="half")
+    unknown = set(config) - set(full)
+    if unknown:
+        raise ValueError(f"unknown switches {sorted(unknown)}; accepted: {sorted(full)}")
+    full.update(config)
+    bm, bn, bk = full["bm"], full["bn"], full["bk"]
+    threads = full["warps_m"] * full["warps_n"] * WARP
+    problems = []
+    if full["kind"] not in KINDS or full["out"] not in OUTS:
+        problems.append(f"kind must be one of {KINDS} and out one of {OUTS}")
+    if bm % (16 * full["warps_m"]) or bn % (16 * full["warps_n"]):
+        problems.append("each warp's part must be a multiple of 16 x 16 (bm / warps_m, "
+                        "bn / warps_n)")
+    if bk % 16 or (bm * bk // CHUNK) % threads or (bk * bn // CHUNK) % threads:
+        problems.append("bk must be a multiple of 16 and each tile's 16-byte pieces must "
+                        "divide among the threads")
+    if full["stages"] < 1 or (not full["async_copy"] and full["stages"] != 1) \
+            or full["stages"] > 8:
+        problems.append("stages must be 1 without async_copy, and 2 to 8 with it")
+    if full["async_copy"] and full["stages"] < 2:
+        problems.append("async_copy needs 2 or more stages")
+    if full["group_m"] < 1:
+        problems.append("group_m must be 1 or more")
+    if problems:
+        raise ValueError(f"invalid hgemm configuration {config}: " + "; ".join(problems))
+    return full
+
+
+def _swizzle(chunks_per_row: int):
+    """(shift, modulus) of the XOR swizzle for a tile whose rows hold
+    `chunks_per_row` 16-byte chunks: chunk c of row r is stored at chunk
+    c ^ ((r // shift) % modulus). Shared memory serves 128 bytes (8 chunks,
+    32 banks) at once; rows of fewer than 8 chunks share such a line, so the
+    XOR changes every `shift` rows. Any 8 consecutive rows then put a given
+    chunk in 8 different places of their lines: the 8 addresses of an
+    ldmatrix matrix, one per row, hit different banks."""
+    return max(1, 8 // chunks_per_row), min(chunks_per_row, 8)
+
+
+def make_hgemm_kernel(**config):
+    """The kernel for a configuration (check_config's switches): a function of
+    (a, b, c), A (M x K) and B (K x N) as uint16 bits of fp16 or bf16
+    (`kind`), C (M x N) as uint16 bits (`out` "half") or float32; K and N
+    multiples of 8. Its attributes say how to launch it: ``threads``,
+    ``shared_bytes`` (dynamic shared memory), ``tile`` (bm, bn) and
+    ``blocks(m, n)``."""
+    cfg = check_config(config)
+    bm, bn, bk, warps_n = cfg["bm"], cfg["bn"], cfg["bk"], cfg["warps_n"]
+    threads = cfg["warps_m"] * warps_n * WARP
+    wm, wn = bm // cfg["warps_m"], bn // warps_n  # a warp's part of the block's tile
+    tiles_m, tiles_n = wm // 16, wn // 8  # the warp's 16 x 8 instruction tiles
+    pairs_n = tiles_n // 2  # one ldmatrix.x4.trans reads B for two n-tiles
+    acc_size = tiles_m * tiles_n * 4
+    buffers = 2 if cfg["double_fragments"] else 1
+    a_registers, b_registers = tiles_m * 4, pairs_n * 4
+    a_held, b_held = buffers * a_registers, buffers * b_registers
+    chunks_a, chunks_b = bk // CHUNK, bn // CHUNK  # 16-byte chunks per row of each tile
+    loads_a, loads_b = bm * chunks_a // threads, bk * chunks_b // threads
+    held = (loads_a + loads_b) * CHUNK // 2  # registers a thread carries them in (levels 3-4)
+    shift_a, mod_a = _swizzle(chunks_a) if cfg["swizzle"] else (1, 1)
+    shift_b, mod_b = _swizzle(chunks_b) if cfg["swizzle"] else (1, 1)
+    stage_a = bm * bk  # halves of one stage's tiles
+    stage = stage_a + bk * bn
+    stages, steps, group_m = cfg["stages"], bk // 16, cfg["group_m"]
+    use_ldmatrix, async_copy = cfg["ldmatrix"], cfg["async_copy"]
+    wait = cp_async_wait(max(stages - 2, 0))
+    mma = mma_packed if cfg["kind"] == "f16" else mma_packed_bf16
+    pack = pack_f16x2 if cfg["kind"] == "f16" else pack_bf16x2
+    half_out = cfg["out"] == "half"
+
+    @cuda.jit(device=True, inline=True)
+    def a_place(base, row, col):
+        """Where A's tile keeps element (row, col): its chunk swizzled."""
+        return base + row * bk + (((col // CHUNK) ^ ((row // shift_a) % mod_a)) * CHUNK) \
+            + col % CHUNK
+
+    @cuda.jit(device=True, inline=True)
+    def b_place(base, row, col):
+        """Where B's tile (k rows, n columns) keeps element (row, col)."""
+        return base + stage_a + row * bn \
+            + (((col // CHUNK) ^ ((row // shift_b) % mod_b)) * CHUNK) + col % CHUNK
+
+    # Copies, global to shared. Thread `thread` copies chunks thread,
+    # thread + threads, ... of each tile, row by row, so neighbouring threads
+    # read neighbouring 16 bytes of a row. Beyond the matrices' edges the tile
+    # holds zeros.
+    @cuda.jit(device=True, inline=True)
+    def copy_tiles_async(smem, base, a, b, row0, col0, k0, thread):
+        m, k = a.shape
+        n = b.shape[1]
+        for i in range(loads_a):
+            index = i * threads + thread
+            row, col = index // chunks_a, (index % chunks_a) * CHUNK
+            cp_async_16(smem, a_place(base, row, col), a, row0 + row, k0 + col,
+                        row0 + row < m and k0 + col < k)
+        for i in range(loads_b):
+            index = i * threads + thread
+            row, col = index // chunks_b, (index % chunks_b) * CHUNK
+            cp_async_16(smem, b_place(base, row, col), b, k0 + row, col0 + col,
+                        k0 + row < k and col0 + col < n)
+
+    @cuda.jit(device=True, inline=True)
+    def fetch_pair(x, row, col, inside):
+        """x[row, col] and x[row, col + 1] in one 32-bit register (zeros outside x)."""
+        if inside:
+            return uint32(x[row, col]) | (uint32(x[row, col + 1]) << uint32(16))
+        return uint32(0)
+
+    @cuda.jit(device=True, inline=True)
+    def fetch_tiles(carried, a, b, row0, col0, k0, thread):
+        """Levels 3-4: the same chunks, into this thread's registers, two
+        halves to a register."""
+        m, k = a.shape
+        n = b.shape[1]
+        for i in range(loads_a):
+            index = i * threads + thread
+            row, col = row0 + index // chunks_a, k0 + (index % chunks_a) * CHUNK
+            for j in range(CHUNK // 2):
+                carried[i * 4 + j] = fetch_pair(a, row, col + 2 * j, row < m and col < k)
+        for i in range(loads_b):
+            index = i * threads + thread
+            row, col = k0 + index // chunks_b, col0 + (index % chunks_b) * CHUNK
+            for j in range(CHUNK // 2):
+                carried[(loads_a + i) * 4 + j] = fetch_pair(b, row, col + 2 * j,
+                                                            row < k and col < n)
+
+    @cuda.jit(device=True, inline=True)
+    def store_pairs(smem, place, carried, first):
+        """carried[first:first + 4], 8 halves, into smem[place:place + 8]."""
+        for j in range(CHUNK // 2):
+            both = carried[first + j]
+            smem[place + 2 * j] = uint16(both & uint32(0xFFFF))
+            smem[place + 2 * j + 1] = uint16(both >> uint32(16))
+
+    @cuda.jit(device=True, inline=True)
+    def store_tiles(carried, smem, thread):
+        """Levels 3-4: the fetched chunks, from registers into shared memory."""
+        for i in range(loads_a):
+            index = i * threads + thread
+            store_pairs(smem, a_place(0, index // chunks_a, (index % chunks_a) * CHUNK),
+                        carried, i * 4)
+        for i in range(loads_b):
+            index = i * threads + thread
+            store_pairs(smem, b_place(0, index // chunks_b, (index % chunks_b) * CHUNK),
+                        carried, (loads_a + i) * 4)
+
+    @cuda.jit(device=True, inline=True)
+    def two_halves(smem, first, second):
+        """One 32-bit register holding smem[first] (low bits) and smem[second]."""
+        return uint32(smem[first]) | (uint32(smem[second]) << uint32(16))
+
+    @cuda.jit(device=True, inline=True)
+    def read_fragments(smem, base, af, bf, slot, ks, lane, warp_row, warp_col):
+        """The warp's fragments of A and B for the 16 of K at ks * 16, into
+        af and bf at buffer `slot`: A's 4 registers per m-tile (the order of
+        A_FRAGMENT: row g, row g + 8, then both 8 columns on); B's 4 per pair
+        of n-tiles (b0b1 and b2b3 of the first, then of the second)."""
+        a0, b0 = slot * a_registers, slot * b_registers
+        if use_ldmatrix:
+            # Lane l gives the address of row l % 16 of a 16-row tile, at
+            # column 8 (l // 16): matrices 0-3 are then the four 8 x 8
+            # quarters in fragment order. For B (k rows, n columns) the same
+            # lanes give rows of k, and .trans hands each lane its columns.
+            r, c = lane % 16, (lane // 16) * 8
+            for tm in range(tiles_m):
+                x = ldmatrix_x4(smem, a_place(base, warp_row + tm * 16 + r, ks * 16 + c))
+                for j in range(4):
+                    af[a0 + tm * 4 + j] = x[j]
+            for tp in range(pairs_n):
+                x = ldmatrix_x4_trans(smem, b_place(base, ks * 16 + r,
+                                                     warp_col + tp * 16 + c))
+                bf[b0 + tp * 4] = x[0]
+                bf[b0 + tp * 4 + 1] = x[1]
+                bf[b0 + tp * 4 + 2] = x[2]
+                bf[b0 + tp * 4 + 3] = x[3]
+        else:
+            # Each lane reads its own fragment's halves, two per register
+            # (fragments.A_FRAGMENT and B_FRAGMENT with g = lane // 4, t = lane % 4).
+            g, t = lane // 4, lane % 4
+            for tm in range(tiles_m):
+                for j in range(4):
+                    row = warp_row + tm * 16 + g + 8 * (j % 2)
+                    col = ks * 16 + 2 * t + 8 * (j // 2)
+                    af[a0 + tm * 4 + j] = two_halves(smem, a_place(base, row, col),
+                                                     a_place(base, row, col + 1))
+            for tp in range(pairs_n):
+                for j in range(4):
+                    row = ks * 16 + 2 * t + 8 * (j % 2)
+                    col = warp_col + tp * 16 + 8 * (j // 2) + g
+                    bf[b0 + tp * 4 + j] = two_halves(smem, b_place(base, row, col),
+                                                     b_place(base, row + 1, col))
+
+    @cuda.jit(device=True, inline=True)
+    def multiply(acc, af, bf, slot):
+        """acc += the warp's A fragments times its B fragments (buffer `slot`):
+        tiles_m x tiles_n instructions."""
+        a0, b0 = slot * a_registers, slot * b_registers
+        for tm in range(tiles_m):
+            for tn in range(tiles_n):
+                j = (tm * tiles_n + tn) * 4
+                bj = b0 + (tn // 2) * 4 + (tn % 2) * 2  # tn is the (tn % 2)-th of its pair
+                aj = a0 + tm * 4
+                d = mma(af[aj], af[aj + 1], af[aj + 2], af[aj + 3], bf[bj], bf[bj + 1],
+                        acc[j], acc[j + 1], acc[j + 2], acc[j + 3])
+                acc[j] = d[0]
+                acc[j + 1] = d[1]
+                acc[j + 2] = d[2]
+                acc[j + 3] = d[3]
+
+    @cuda.jit(device=True, inline=True)
+    def multiply_tile(smem, base, acc, af, bf, lane, warp_row, warp_col):
+        """acc += the warp's part of one stage's tiles, 16 of K at a time.
+        With double_fragments the fragments of step ks + 1 are read before
+        step ks's instructions, into the other buffer."""
+        if buffers == 2:
+            read_fragments(smem, base, af, bf, 0, 0, lane, warp_row, warp_col)
+            for ks in range(steps):
+                if ks + 1 < steps:
+                    read_fragments(smem, base, af, bf, (ks + 1) % 2, ks + 1, lane, warp_row,
+                                   warp_col)
+                multiply(acc, af, bf, ks % 2)
+        else:
+            for ks in range(steps):
+                read_fragments(smem, base, af, bf, 0, ks, lane, warp_row, warp_col)
+                multiply(acc, af, bf, 0)
+
+    @cuda.jit(device=True, inline=True)
+    def block_tile(m, n):
+        """(row0, col0) of the block's tile of an m x n C. Blocks walk C in
+        groups of group_m rows of tiles, column by column within a group, so
+        that the blocks running together read a few rows of A and columns of
+        B (group_m = 1: row by row)."""
+        blocks_m, blocks_n = (m + bm - 1) // bm, (n + bn - 1) // bn
+        block = cuda.blockIdx.x
+        in_group = group_m * blocks_n
+        first = (block // in_group) * group_m
+        rows = min(blocks_m - first, group_m)
+        return (first + (block % in_group) % rows) * bm, ((block % in_group) // rows) * bn
+
+    @cuda.jit(device=True, inline=True)
+    def store_c(c, acc, row0, col0, lane):
+        """The lane's sums into C (C_FRAGMENT's places), rounded to halves two
+        at a time, or as float32; within C's edges."""
+        m, n = c.shape
+        g, t = lane // 4, lane % 4
+        for tm in range(tiles_m):
+            for tn in range(tiles_n):
+                j = (tm * tiles_n + tn) * 4
+                col = col0 + tn * 8 + 2 * t
+                for h in range(2):
+                    row = row0 + tm * 16 + g + 8 * h
+                    if row < m and col < n:
+                        if half_out:
+                            both = pack(acc[j + 2 * h], acc[j + 2 * h + 1])
+                            c[row, col] = uint16(both & uint32(0xFFFF))
+                            c[row, col + 1] = uint16(both >> uint32(16))
+                        else:
+                            c[row, col] = acc[j + 2 * h]
+                            c[row, col + 1] = acc[j + 2 * h + 1]
+
+    @cuda.jit
+    def kernel(a, b, c):
+        k = a.shape[1]
+        smem = cuda.shared.array(0, uint16)
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        row0, col0 = block_tile(c.shape[0], c.shape[1])
+        warp_row, warp_col = (warp // warps_n) * wm, (warp % warps_n) * wn
+        acc = cuda.local.array(acc_size, float32)
+        af = cuda.local.array(a_held, uint32)
+        bf = cuda.local.array(b_held, uint32)
+        for i in range(acc_size):
+            acc[i] = float32(0.0)
+        k_tiles = (k + bk - 1) // bk
+        if async_copy:
+            # The pipeline: stages - 1 tiles in flight before the first step;
+            # each step waits for its own tile (at most stages - 2 groups still
+            # in flight), lets every warp see it (the barrier, which also says
+            # that all warps are done with the stage about to be refilled),
+            # starts the copy of the tile stages - 1 ahead, and multiplies.
+            for s in range(stages - 1):
+                if s < k_tiles:
+                    copy_tiles_async(smem, s * stage, a, b, row0, col0, s * bk, thread)
+                cp_async_commit()
+            for kt in range(k_tiles):
+                wait()
+                cuda.syncthreads()
+                ahead = kt + stages - 1
+                if ahead < k_tiles:
+                    copy_tiles_async(smem, (ahead % stages) * stage, a, b, row0, col0,
+                                     ahead * bk, thread)
+                cp_async_commit()
+                multiply_tile(smem, (kt % stages) * stage, acc, af, bf, lane, warp_row,
+                              warp_col)
+        else:
+            carried = cuda.local.array(held, uint32)
+            for kt in range(k_tiles):
+                fetch_tiles(carried, a, b, row0, col0, kt * bk, thread)
+                cuda.syncthreads()  # every warp is done with the last tile
+                store_tiles(carried, smem, thread)
+                cuda.syncthreads()  # the tile is whole
+                multiply_tile(smem, 0, acc, af, bf, lane, warp_row, warp_col)
+        store_c(c, acc, row0 + warp_row, col0 + warp_col, lane)
+
+    def blocks(m: int, n: int) -> int:
+        """The blocks that cover an m x n C (a one-dimensional grid)."""
+        return ((m + bm - 1) // bm) * ((n + bn - 1) // bn)
+
+    kernel.threads = threads
+    kernel.shared_bytes = stages * stage * 2
+    kernel.tile = (bm, bn)
+    kernel.config = cfg
+    kernel.blocks = blocks
+    return kernel

@@ -1,0 +1,344 @@
+"""Moving half-precision tiles: ``cp.async`` into shared memory, ``ldmatrix`` out of it, and the mma on packed registers.
+
+The first two HGEMM levels move every element of A and B by itself: a thread
+loads a half from global memory into a register, stores it to shared memory,
+and later each lane reads its fragment's halves one at a time. Fast kernels on
+tensor cores move data in larger pieces and never through registers when they
+can help it. Three instructions do that (PTX ISA, "Data Movement and
+Conversion Instructions"), and this module gives each to Numba:
+
+* ``cp_async_16(tile, i, matrix, row, col, valid)``:
+  ``cp.async.cg.shared.global``, 16 bytes (8 halves) copied from
+  ``matrix[row, col:col + 8]`` in global memory straight into
+  ``tile[i:i + 8]`` in shared memory, without passing through the thread's
+  registers, and without waiting for it: the thread goes on while the copy
+  is in flight. When ``valid`` is false nothing is read and the 16 bytes are
+  zeros (the instruction's source size of 0), which pads tiles beyond the
+  matrices' edges. ``cp_async_commit()`` closes a group of copies;
+  ``cp_async_wait(n)`` waits until at most ``n`` groups are still in flight
+  (``cp.async.wait_group n``; n must be a constant: one function per n).
+* ``ldmatrix_x4(tile, i)`` and ``ldmatrix_x4_trans(tile, i)``:
+  ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``. A warp reads four 8 x
+  8 matrices of halves from shared memory. Lanes 8j to 8j + 7 each give the
+  address (``tile[i]``) of one 16-byte row of matrix j; lane l receives, in
+  register j, the two halves of matrix j at row l // 4, columns 2(l % 4) and
+  2(l % 4) + 1: exactly a fragment of the mma (``fragments``). With
+  ``.trans`` each matrix arrives transposed, so a B stored row by row (k, then
+  n) arrives as the "col" fragment the mma wants.
+* ``mma_packed(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` for fp16 and
+  ``mma_packed_bf16`` for bf16: ``mma.sync.aligned.m16n8k16`` on registers
+  as ``ldmatrix`` leaves them, two halves per 32-bit register, the first in
+  the low bits; ``pack_f16x2`` and ``pack_bf16x2`` round two float32 into such
+  a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output.
+
+Halves travel as ``uint16`` (their bits): numpy has no bfloat16, and the
+kernels never compute with a half themselves, they only move it and hand it
+to the tensor cores.
+
+On Numba's simulator each instruction has a stand-in with the same meaning:
+``cp_async_16`` copies at once (waiting is then a no-op), ``ldmatrix_x4``
+gathers the warp's addresses through a scratch area and a block-wide barrier
+(like the mma stand-ins; every thread of the block must call it together),
+and the mma unpacks the bits, multiplies in float64 and rounds to float32.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels.tensor_cores.fragments import C_FRAGMENT, WARP, K, M, N
+
+_MMA = {"f16": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};"),
+        "bf16": ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, {$10,$11,$12,$13};")}
+_LDMATRIX = {False: "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4];",
+             True: "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];"}
+_CP_ASYNC = "cp.async.cg.shared.global [$0], [$1], 16, $2;"
+_PACK = {"f16": "cvt.rn.f16x2.f32 $0, $1, $2;", "bf16": "cvt.rn.bf16x2.f32 $0, $1, $2;"}
+SHARED_SPACE = 3  # NVVM's address space of shared memory
+
+
+if on_gpu():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.core.errors import NumbaTypeError
+    from numba.cuda.extending import intrinsic
+
+    def _element_pointer(context, builder, array_type, array_value, indices, index_types):
+        """The generic address of array[indices] (no bounds check, no wrap-around)."""
+        array = context.make_array(array_type)(context, builder, value=array_value)
+        indices = [context.cast(builder, value, kind, types.intp)
+                   for value, kind in zip(indices, index_types)]
+        return cgutils.get_item_pointer(context, builder, array_type, array, indices,
+                                        wraparound=False)
+
+    def _shared_address(builder, pointer):
+        """A generic pointer into shared memory as the 32-bit shared-space
+        address that ldmatrix and cp.async take (the compiler folds the casts
+        when it knows the pointer came from a shared array)."""
+        shared = builder.addrspacecast(pointer, ir.PointerType(pointer.type.pointee,
+                                                               SHARED_SPACE))
+        return builder.ptrtoint(shared, ir.IntType(32))
+
+    def _check_tile(name, tile, index):
+        if not (isinstance(tile, types.Array) and tile.ndim == 1
+                and tile.dtype == types.uint16):
+            raise NumbaTypeError(f"{name} needs a 1D uint16 shared array, got {tile}")
+        if not isinstance(index, types.Integer):
+            raise NumbaTypeError(f"{name} needs an integer index, got {index}")
+
+    def _make_ldmatrix(trans):
+        @intrinsic
+        def ldmatrix(typingctx, tile, index):
+            _check_tile("ldmatrix_x4", tile, index)
+            signature = types.UniTuple(types.uint32, 4)(tile, index)
+
+            def codegen(context, builder, sig, args):
+                pointer = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
+                                           [sig.args[1]])
+                i32 = ir.IntType(32)
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32]),
+                                   _LDMATRIX[trans], "=r,=r,=r,=r,r,~{memory}",
+                                   side_effect=True)
+                out = builder.call(asm, [_shared_address(builder, pointer)])
+                return context.make_tuple(builder, sig.return_type,
+                                          [builder.extract_value(out, j) for j in range(4)])
+
+            return signature, codegen
+
+        return ldmatrix
+
+    ldmatrix_x4 = _make_ldmatrix(False)
+    ldmatrix_x4_trans = _make_ldmatrix(True)
+
+    @intrinsic
+    def cp_async_16(typingctx, tile, index, matrix, row, col, valid):
+        """tile[index:index + 8] = matrix[row, col:col + 8] (or zeros when not
+        valid), asynchronously; see the module's docstring."""
+        _check_tile("cp_async_16", tile, index)
+        if not (isinstance(matrix, types.Array) and matrix.ndim == 2
+                and matrix.dtype == types.uint16):
+            raise NumbaTypeError(f"cp_async_16 needs a 2D uint16 matrix, got {matrix}")
+        signature = types.void(tile, index, matrix, row, col, valid)
+
+        def codegen(context, builder, sig, args):
+            destination = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
+                                           [sig.args[1]])
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            valid_value = context.cast(builder, args[5], sig.args[5], types.boolean)
+            # An invalid copy reads nothing; its address is the matrix's start.
+            zero = ir.Constant(i64, 0)
+            row_value = builder.select(valid_value, context.cast(builder, args[3], sig.args[3],
+                                                                 types.intp), zero)
+            col_value = builder.select(valid_value, context.cast(builder, args[4], sig.args[4],
+                                                                 types.intp), zero)
+            source = _element_pointer(context, builder, sig.args[2], args[2],
+                                      [row_value, col_value], [types.intp, types.intp])
+            size = builder.select(valid_value, ir.Constant(i32, 16), ir.Constant(i32, 0))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), _CP_ASYNC,
+                               "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [_shared_address(builder, destination),
+                               builder.ptrtoint(source, i64), size])
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    def _make_asm_statement(text, name):
+        @intrinsic
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        statement.__name__ = name
+        return statement
+
+    cp_async_commit = _make_asm_statement("cp.async.commit_group;", "cp_async_commit")
+    _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
+              for n in range(8)}
+
+    def _make_mma(kind):
+        @intrinsic
+        def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            registers, sums = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
+            if not all(isinstance(x, types.Integer) and x.bitwidth == 32 for x in registers) \
+                    or not all(x == types.float32 for x in sums):
+                raise NumbaTypeError(f"mma_packed takes 6 uint32 registers (A, B) and 4 "
+                                     f"float32 (C), got {registers + sums}")
+            signature = types.UniTuple(types.float32, 4)(*registers, *sums)
+
+            def codegen(context, builder, sig, args):
+                i32, f32 = ir.IntType(32), ir.FloatType()
+                asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([f32] * 4),
+                                                   [i32] * 6 + [f32] * 4), _MMA[kind],
+                                   "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f")
+                out = builder.call(asm, list(args))
+                return context.make_tuple(builder, sig.return_type,
+                                          [builder.extract_value(out, j) for j in range(4)])
+
+            return signature, codegen
+
+        return mma
+
+    mma_packed = _make_mma("f16")
+    mma_packed_bf16 = _make_mma("bf16")
+
+    def _make_pack(kind):
+        @intrinsic
+        def pack(typingctx, low, high):
+            if not (low == types.float32 and high == types.float32):
+                raise NumbaTypeError(f"pack takes two float32, got {low}, {high}")
+
+            def codegen(context, builder, sig, args):
+                i32, f32 = ir.IntType(32), ir.FloatType()
+                asm = ir.InlineAsm(ir.FunctionType(i32, [f32, f32]), _PACK[kind], "=r,f,f")
+                return builder.call(asm, [args[1], args[0]])  # the first operand goes high
+
+            return types.uint32(types.float32, types.float32), codegen
+
+        return pack
+
+    pack_f16x2 = _make_pack("f16")
+    pack_bf16x2 = _make_pack("bf16")
+
+else:
+    # The simulator's stand-ins (see the module's docstring).
+    from gpucourse.kernels.tensor_cores.intrinsics import _warp_and_lane
+    _LDMATRIX_SCRATCH: dict = {}
+    _LOCK = threading.Lock()
+
+    def _halves_as_float(bits, kind):
+        """uint16 bits as the float32 values of fp16 or bf16 halves."""
+        bits = np.asarray(bits, dtype=np.uint16)
+        if kind == "f16":
+            return bits.view(np.float16).astype(np.float32)
+        return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+    def round_to_bf16_bits(x):
+        """float32 values rounded to bf16, to nearest with ties to even (what
+        cvt.rn.bf16x2.f32 does), as uint16 bits; NaN stays NaN."""
+        x = np.asarray(x, dtype=np.float32)
+        bits = x.view(np.uint32).astype(np.uint64)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        nan = np.isnan(x)
+        return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+    def _unpack(register):
+        register = int(register)
+        return register & 0xFFFF, register >> 16
+
+    @cuda.jit(device=True)
+    def cp_async_16(tile, index, matrix, row, col, valid):
+        """tile[index:index + 8] = matrix[row, col:col + 8], or zeros."""
+        for j in range(8):
+            tile[index + j] = matrix[row, col + j] if valid else 0
+
+    def cp_async_commit():
+        """Nothing to do: the stand-in's copies are done when issued."""
+
+    def _wait():
+        """Nothing to wait for on the simulator."""
+
+    _WAITS = {n: _wait for n in range(8)}
+
+    @cuda.jit(device=True)
+    def _ldmatrix(tile, index, trans):
+        key, lane = _warp_and_lane()
+        with _LOCK:
+            call = _LDMATRIX_SCRATCH.setdefault(("calls",) + key + (lane,), 0) + 1
+            _LDMATRIX_SCRATCH[("calls",) + key + (lane,)] = call
+            _LDMATRIX_SCRATCH.setdefault(key + (call,), {})[lane] = int(index)
+        cuda.syncthreads()
+        addresses = _LDMATRIX_SCRATCH[key + (call,)]
+        registers = []
+        for j in range(4):  # matrix j: rows at the addresses of lanes 8j .. 8j + 7
+            rows = np.array([[tile[addresses[8 * j + r] + c] for c in range(8)]
+                             for r in range(8)], dtype=np.uint16)
+            if trans:
+                rows = rows.T
+            low, high = rows[lane // 4, 2 * (lane % 4)], rows[lane // 4, 2 * (lane % 4) + 1]
+            registers.append(np.uint32(int(low) | (int(high) << 16)))
+        cuda.syncthreads()  # all have read the addresses before the next call's
+        return tuple(registers)
+
+    @cuda.jit(device=True)
+    def ldmatrix_x4(tile, index):
+        """Four 8 x 8 matrices of halves, each lane's fragment of each."""
+        return _ldmatrix(tile, index, False)
+
+    @cuda.jit(device=True)
+    def ldmatrix_x4_trans(tile, index):
+        """The same, each matrix transposed."""
+        return _ldmatrix(tile, index, True)
+
+    _MMA_SCRATCH: dict = {}
+
+    def _make_mma(kind):
+        @cuda.jit(device=True)
+        def mma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+            """D = A B + C on packed registers (see the module's docstring)."""
+            key, lane = _warp_and_lane()
+            with _LOCK:
+                call = _MMA_SCRATCH.setdefault(("calls",) + key + (lane,), 0) + 1
+                _MMA_SCRATCH[("calls",) + key + (lane,)] = call
+                _MMA_SCRATCH.setdefault(key + (call,), {})[lane] = (a0, a1, a2, a3, b0, b1,
+                                                                    c0, c1, c2, c3)
+            cuda.syncthreads()
+            parts = _MMA_SCRATCH[key + (call,)]
+            a = np.zeros((M, K))
+            b = np.zeros((K, N))
+            c = np.zeros((M, N))
+            for other in range(WARP):
+                g, t = other // 4, other % 4
+                regs = parts[other]
+                halves_a = [h for r in regs[:4] for h in _unpack(r)]
+                halves_b = [h for r in regs[4:6] for h in _unpack(r)]
+                values_a = _halves_as_float(halves_a, kind)
+                values_b = _halves_as_float(halves_b, kind)
+                for i in range(8):  # A_FRAGMENT: row g (+8), column 2t (+1) (+8)
+                    a[g + 8 * ((i // 2) % 2), 2 * t + i % 2 + 8 * (i // 4)] = values_a[i]
+                for i in range(4):  # B_FRAGMENT: row 2t (+1) (+8), column g
+                    b[2 * t + i % 2 + 8 * (i // 2), g] = values_b[i]
+                for i in range(4):
+                    c[C_FRAGMENT[other, i, 0], C_FRAGMENT[other, i, 1]] = regs[6 + i]
+            d = (a @ b + c).astype(np.float32)
+            cuda.syncthreads()
+            return tuple(np.float32(d[C_FRAGMENT[lane, i, 0], C_FRAGMENT[lane, i, 1]])
+                         for i in range(4))
+
+        return mma
+
+    mma_packed = _make_mma("f16")
+    mma_packed_bf16 = _make_mma("bf16")
+
+    def pack_f16x2(low, high):
+        """Two float32 rounded to fp16, in one register, the first low."""
+        bits = np.array([low, high], dtype=np.float32).astype(np.float16).view(np.uint16)
+        return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+
+    def pack_bf16x2(low, high):
+        """Two float32 rounded to bf16, in one register, the first low."""
+        bits = round_to_bf16_bits(np.array([low, high], dtype=np.float32))
+        return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+
+
+def cp_async_wait(n: int):
+    """The device function that waits until at most `n` groups of copies are
+    in flight (`cp.async.wait_group n`), for n from 0 to 7."""
+    return _WAITS[n]
+
+
+def forget_earlier_moves():
+    """Forget the simulator stand-ins' record of earlier calls, before a launch."""
+    if not on_gpu():
+        _LDMATRIX_SCRATCH.clear()
+        _MMA_SCRATCH.clear()
