@@ -17,8 +17,10 @@ passes too). The checks here trust none of the first two:
   could have replaced.
 
 The third, that the answer is the student's own work, is read from the
-function's code in :mod:`gpucourse.grader.own_work`; it is a separate module
-because it reads bytecode rather than values. Students import both through
+function's code in :mod:`gpucourse.grader.own_work`, and watched as it runs
+by :mod:`gpucourse.grader.runtime`; every check here first fails an answer
+the watch caught. They are separate modules because they read code, not
+values. Students import both through
 ``gpucourse.verify``, the name the test cells use.
 
 Each check raises ``AssertionError`` with a message that says what was
@@ -35,6 +37,8 @@ from gpucourse.grader.captured import (_FLOAT_SCALARS, _INT_SCALARS, _float, _in
                                        _len, _ndarray, _np_array, _np_dtype, _np_float64,
                                        _trace_memory, _trace_reset_peak, _trace_start,
                                        _trace_stop, _tracing, _type, _unravel_index)
+# Every check first fails an answer that the run-time watch caught running forbidden code.
+from gpucourse.grader.runtime import raise_if_caught
 
 
 def _check_tolerance(name, value):
@@ -91,6 +95,7 @@ def expect_float(value, expected, *, rel: float = 1e-9, abs: float = 0.0,
     bools, strings, subclasses and arrays are not. Returns the value as a
     plain float.
     """
+    raise_if_caught()
     rel = _check_tolerance("rel", rel)
     abs_ = _check_tolerance("abs", abs)
     expected = _float(expected)
@@ -105,6 +110,7 @@ def expect_float(value, expected, *, rel: float = 1e-9, abs: float = 0.0,
 
 def expect_int(value, expected: int, *, name: str = "the result") -> int:
     """Check that ``value`` is an integer (``int`` or numpy integer) equal to ``expected``."""
+    raise_if_caught()
     kind = _type(value)
     if not (kind is int or kind in _INT_SCALARS):
         raise AssertionError(f"{name} must be an int, got {_describe_type(value)}")
@@ -132,6 +138,7 @@ def expect_array(value, expected, *, dtype=None, rel: float = 1e-9, abs: float =
     NaN and infinities match themselves. The message names the first
     ``show`` elements that differ.
     """
+    raise_if_caught()
     rel = _check_tolerance("rel", rel)
     abs_ = _check_tolerance("abs", abs)
     reference = _np_array(expected, dtype=_np_float64)
@@ -230,6 +237,7 @@ def expect_equal(value, expected, *, name: str = "the result"):
     agree to a relative 1e-12); subclasses and look-alikes are refused, so an
     object whose ``==`` is always True fails. Returns ``value``.
     """
+    raise_if_caught()
     _plain(value, expected, name)
     return value
 
@@ -240,6 +248,7 @@ def expect_raises(function, *args, error=ValueError, naming: str = "", **kwargs)
     Any other exception propagates as it is (a stub's NotImplementedError
     fails loudly); returning normally fails.
     """
+    raise_if_caught()
     if not (_isinstance(error, type) and issubclass(error, BaseException)):
         raise ValueError(f"error must be an exception class, got {error!r}")
     try:
@@ -261,6 +270,7 @@ def peak_allocated_bytes(function, *args, **kwargs):
     before the call). The tracemalloc functions used were captured when this
     module was imported, so a notebook cell that replaces them changes
     nothing here."""
+    raise_if_caught()
     if not callable(function):
         raise ValueError(f"function must be callable, got {_describe_type(function)}")
     was_tracing = _tracing()

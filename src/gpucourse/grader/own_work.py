@@ -21,6 +21,7 @@ from __future__ import annotations
 import dis
 import types
 
+from gpucourse.grader import runtime
 # Captured at import, before any student code runs in the notebook.
 from gpucourse.grader.captured import _isinstance
 
@@ -115,7 +116,13 @@ def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]
 
 def expect_own_work(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> None:
     """Fail when ``function`` (or what it calls) uses the course's package or another
-    forbidden module in place of doing the work itself."""
+    forbidden module in place of doing the work itself.
+
+    First the names its code uses are read (the clearest message); then, for
+    the rest of the notebook cell, what it runs is watched
+    (:mod:`gpucourse.grader.runtime`): a name hidden from this reading
+    (``importlib``, ``__import__``, ``sys.modules``, ``getattr``, ``exec``)
+    still fails as the forbidden code runs."""
     module = _module_of(function)
     if _within(module, forbidden) and not _within(module, allowed):
         raise AssertionError(f"{getattr(function, '__name__', function)} comes from {module}: "
@@ -124,6 +131,7 @@ def expect_own_work(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> None:
     if uses:
         raise AssertionError("your answer must do the work itself, not call the course's "
                              "package or another library: " + "; ".join(uses))
+    runtime.watch(function, forbidden, allowed)
 
 
 # -----------------------------------------------------------------------------
