@@ -42,11 +42,12 @@ the instructions have stand-ins (``moves``), at small tiles
 from __future__ import annotations
 
 from gpucourse.device import cuda
-from numba import float32, uint16, uint32  # noqa: E402 (after gpucourse.device)
+from numba import float32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
-                                                 ldmatrix_x4, ldmatrix_x4_trans, mma_packed,
-                                                 mma_packed_bf16, pack_bf16x2, pack_f16x2)
+                                                 global_address, ldmatrix_x4, ldmatrix_x4_trans,
+                                                 mma_packed, mma_packed_bf16, pack_bf16x2,
+                                                 pack_f16x2, shared_address)
 
 CHUNK = 8  # halves in 16 bytes: one cp.async, one row of an ldmatrix matrix
 KINDS = ("f16", "bf16")
@@ -137,6 +138,7 @@ def make_hgemm_kernel(**config):
     stage_a = bm * bk  # halves of one stage's tiles
     stage = stage_a + bk * bn
     stages, steps, group_m = cfg["stages"], bk // 16, cfg["group_m"]
+    A_TILE_BYTES, B_STEP_BYTES = 16 * bk * 2, 16 * bn * 2  # an m-tile of A; 16 rows of B
     use_ldmatrix, async_copy = cfg["ldmatrix"], cfg["async_copy"]
     wait = cp_async_wait(max(stages - 2, 0))
     mma = mma_packed if cfg["kind"] == "f16" else mma_packed_bf16
@@ -159,20 +161,44 @@ def make_hgemm_kernel(**config):
     # thread + threads, ... of each tile, row by row, so neighbouring threads
     # read neighbouring 16 bytes of a row. Beyond the matrices' edges the tile
     # holds zeros.
+    #
+    # Levels 5-7 work out every address once, before the walk along K: the
+    # shared address each of its copies writes in stage 0, and the global
+    # address it reads for the first tile; per tile they add the stage's
+    # offset and K's advance (bk columns of A, bk rows of B). What changes
+    # along K is one addition per copy, and a comparison of K's edge.
     @cuda.jit(device=True, inline=True)
-    def copy_tiles_async(smem, base, a, b, row0, col0, k0, thread):
+    def plan_copies(smem, a, b, row0, col0, thread, a_to, a_from, a_limit, b_to, b_from,
+                    b_limit):
+        """Each copy's shared address in stage 0 (a_to, b_to), its global
+        address for the first tile (a_from, b_from), and the limit of K's
+        offset below which it is inside the matrices (a_limit, b_limit: 0
+        for a copy beyond M's or N's edge, which is always zeros)."""
         m, k = a.shape
         n = b.shape[1]
         for i in range(loads_a):
             index = i * threads + thread
             row, col = index // chunks_a, (index % chunks_a) * CHUNK
-            cp_async_16(smem, a_place(base, row, col), a, row0 + row, k0 + col,
-                        row0 + row < m and k0 + col < k)
+            a_to[i] = shared_address(smem, a_place(0, row, col))
+            a_from[i] = global_address(a, min(row0 + row, m - 1), col)
+            a_limit[i] = k - col if row0 + row < m else 0
         for i in range(loads_b):
             index = i * threads + thread
             row, col = index // chunks_b, (index % chunks_b) * CHUNK
-            cp_async_16(smem, b_place(base, row, col), b, k0 + row, col0 + col,
-                        k0 + row < k and col0 + col < n)
+            b_to[i] = shared_address(smem, b_place(0, row, col))
+            b_from[i] = global_address(b, row, min(col0 + col, n - CHUNK))
+            b_limit[i] = k - row if col0 + col < n else 0
+
+    @cuda.jit(device=True, inline=True)
+    def copy_tiles_async(stage_offset, k0, a_step, b_step, a_to, a_from, a_limit, b_to, b_from,
+                         b_limit):
+        """Start the copies of the tile at K offset k0 into the stage
+        `stage_offset` bytes on; a_step and b_step: the bytes the sources
+        have advanced by (k0 columns of A, k0 rows of B)."""
+        for i in range(loads_a):
+            cp_async_16(a_to[i] + stage_offset, a_from[i] + a_step, k0 < a_limit[i])
+        for i in range(loads_b):
+            cp_async_16(b_to[i] + stage_offset, b_from[i] + b_step, k0 < b_limit[i])
 
     @cuda.jit(device=True, inline=True)
     def fetch_pair(x, row, col, inside):
@@ -225,29 +251,41 @@ def make_hgemm_kernel(**config):
         return uint32(smem[first]) | (uint32(smem[second]) << uint32(16))
 
     @cuda.jit(device=True, inline=True)
-    def read_fragments(smem, base, af, bf, slot, ks, lane, warp_row, warp_col):
+    def plan_reads(smem, lane, warp_row, warp_col, a_reads, b_reads):
+        """The shared addresses of the warp's ldmatrix reads in stage 0: A's
+        first m-tile for each ks (a_reads), B's first 16 of K for each pair
+        of n-tiles (b_reads). Lane l gives the address of row l % 16 of a
+        16-row tile, at column 8 (l // 16): matrices 0-3 are then the four
+        8 x 8 quarters in fragment order. For B (k rows, n columns) the same
+        lanes give rows of k, and .trans hands each lane its columns. The
+        swizzle repeats every 8 rows, so m-tiles 16 rows apart (and B's
+        16-row steps of K) are a constant number of bytes apart."""
+        r, c = lane % 16, (lane // 16) * 8
+        for ks in range(steps):
+            a_reads[ks] = shared_address(smem, a_place(0, warp_row + r, ks * 16 + c))
+        for tp in range(pairs_n):
+            b_reads[tp] = shared_address(smem, b_place(0, r, warp_col + tp * 16 + c))
+
+    @cuda.jit(device=True, inline=True)
+    def read_fragments(smem, base, a_reads, b_reads, af, bf, slot, ks, lane, warp_row,
+                       warp_col):
         """The warp's fragments of A and B for the 16 of K at ks * 16, into
         af and bf at buffer `slot`: A's 4 registers per m-tile (the order of
         A_FRAGMENT: row g, row g + 8, then both 8 columns on); B's 4 per pair
         of n-tiles (b0b1 and b2b3 of the first, then of the second)."""
         a0, b0 = slot * a_registers, slot * b_registers
         if use_ldmatrix:
-            # Lane l gives the address of row l % 16 of a 16-row tile, at
-            # column 8 (l // 16): matrices 0-3 are then the four 8 x 8
-            # quarters in fragment order. For B (k rows, n columns) the same
-            # lanes give rows of k, and .trans hands each lane its columns.
-            r, c = lane % 16, (lane // 16) * 8
+            # Addresses from plan_reads: A's for this ks (tile tm is 16 rows
+            # further on), B's for each pair of n-tiles (this ks is 16 rows on).
+            stage_offset = uint32(2 * base)
             for tm in range(tiles_m):
-                x = ldmatrix_x4(smem, a_place(base, warp_row + tm * 16 + r, ks * 16 + c))
+                x = ldmatrix_x4(a_reads[ks] + stage_offset + uint32(tm * A_TILE_BYTES))
                 for j in range(4):
                     af[a0 + tm * 4 + j] = x[j]
             for tp in range(pairs_n):
-                x = ldmatrix_x4_trans(smem, b_place(base, ks * 16 + r,
-                                                     warp_col + tp * 16 + c))
-                bf[b0 + tp * 4] = x[0]
-                bf[b0 + tp * 4 + 1] = x[1]
-                bf[b0 + tp * 4 + 2] = x[2]
-                bf[b0 + tp * 4 + 3] = x[3]
+                x = ldmatrix_x4_trans(b_reads[tp] + stage_offset + uint32(ks * B_STEP_BYTES))
+                for j in range(4):
+                    bf[b0 + tp * 4 + j] = x[j]
         else:
             # Each lane reads its own fragment's halves, two per register
             # (fragments.A_FRAGMENT and B_FRAGMENT with g = lane // 4, t = lane % 4).
@@ -283,20 +321,21 @@ def make_hgemm_kernel(**config):
                 acc[j + 3] = d[3]
 
     @cuda.jit(device=True, inline=True)
-    def multiply_tile(smem, base, acc, af, bf, lane, warp_row, warp_col):
-        """acc += the warp's part of one stage's tiles, 16 of K at a time.
-        With double_fragments the fragments of step ks + 1 are read before
-        step ks's instructions, into the other buffer."""
+    def multiply_tile(smem, base, a_reads, b_reads, acc, af, bf, lane, warp_row, warp_col):
+        """acc += the warp's part of the stage at `base` (halves), 16 of K at
+        a time. With double_fragments the fragments of step ks + 1 are read
+        before step ks's instructions, into the other buffer."""
         if buffers == 2:
-            read_fragments(smem, base, af, bf, 0, 0, lane, warp_row, warp_col)
+            read_fragments(smem, base, a_reads, b_reads, af, bf, 0, 0, lane, warp_row, warp_col)
             for ks in range(steps):
                 if ks + 1 < steps:
-                    read_fragments(smem, base, af, bf, (ks + 1) % 2, ks + 1, lane, warp_row,
-                                   warp_col)
+                    read_fragments(smem, base, a_reads, b_reads, af, bf, (ks + 1) % 2, ks + 1,
+                                   lane, warp_row, warp_col)
                 multiply(acc, af, bf, ks % 2)
         else:
             for ks in range(steps):
-                read_fragments(smem, base, af, bf, 0, ks, lane, warp_row, warp_col)
+                read_fragments(smem, base, a_reads, b_reads, af, bf, 0, ks, lane, warp_row,
+                               warp_col)
                 multiply(acc, af, bf, 0)
 
     @cuda.jit(device=True, inline=True)
@@ -346,27 +385,50 @@ def make_hgemm_kernel(**config):
         bf = cuda.local.array(b_held, uint32)
         for i in range(acc_size):
             acc[i] = float32(0.0)
+        a_reads = cuda.local.array(steps, uint32)
+        b_reads = cuda.local.array(pairs_n, uint32)
+        if use_ldmatrix:
+            plan_reads(smem, lane, warp_row, warp_col, a_reads, b_reads)
         k_tiles = (k + bk - 1) // bk
         if async_copy:
+            a_to = cuda.local.array(loads_a, uint32)
+            a_from = cuda.local.array(loads_a, uint64)
+            a_limit = cuda.local.array(loads_a, int64)
+            b_to = cuda.local.array(loads_b, uint32)
+            b_from = cuda.local.array(loads_b, uint64)
+            b_limit = cuda.local.array(loads_b, int64)
+            plan_copies(smem, a, b, row0, col0, thread, a_to, a_from, a_limit, b_to, b_from,
+                        b_limit)
+            a_advance, b_advance = uint64(2 * bk), uint64(2 * bk) * uint64(b.shape[1])
             # The pipeline: stages - 1 tiles in flight before the first step;
             # each step waits for its own tile (at most stages - 2 groups still
             # in flight), lets every warp see it (the barrier, which also says
             # that all warps are done with the stage about to be refilled),
             # starts the copy of the tile stages - 1 ahead, and multiplies.
+            # Which stage a step reads and which it fills go round in turn.
+            a_step, b_step = uint64(0), uint64(0)
             for s in range(stages - 1):
                 if s < k_tiles:
-                    copy_tiles_async(smem, s * stage, a, b, row0, col0, s * bk, thread)
+                    copy_tiles_async(uint32(2 * s * stage), s * bk, a_step, b_step, a_to,
+                                     a_from, a_limit, b_to, b_from, b_limit)
                 cp_async_commit()
+                a_step += a_advance
+                b_step += b_advance
+            read, fill = 0, (stages - 1) * stage
             for kt in range(k_tiles):
                 wait()
                 cuda.syncthreads()
                 ahead = kt + stages - 1
                 if ahead < k_tiles:
-                    copy_tiles_async(smem, (ahead % stages) * stage, a, b, row0, col0,
-                                     ahead * bk, thread)
+                    copy_tiles_async(uint32(2 * fill), ahead * bk, a_step, b_step, a_to,
+                                     a_from, a_limit, b_to, b_from, b_limit)
                 cp_async_commit()
-                multiply_tile(smem, (kt % stages) * stage, acc, af, bf, lane, warp_row,
+                a_step += a_advance
+                b_step += b_advance
+                multiply_tile(smem, read, a_reads, b_reads, acc, af, bf, lane, warp_row,
                               warp_col)
+                read = read + stage if read + stage < stages * stage else 0
+                fill = fill + stage if fill + stage < stages * stage else 0
         else:
             carried = cuda.local.array(held, uint32)
             for kt in range(k_tiles):
@@ -374,7 +436,7 @@ def make_hgemm_kernel(**config):
                 cuda.syncthreads()  # every warp is done with the last tile
                 store_tiles(carried, smem, thread)
                 cuda.syncthreads()  # the tile is whole
-                multiply_tile(smem, 0, acc, af, bf, lane, warp_row, warp_col)
+                multiply_tile(smem, 0, a_reads, b_reads, acc, af, bf, lane, warp_row, warp_col)
         store_c(c, acc, row0 + warp_row, col0 + warp_col, lane)
 
     def blocks(m: int, n: int) -> int:

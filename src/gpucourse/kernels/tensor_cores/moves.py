@@ -92,20 +92,48 @@ if on_gpu():
         if not isinstance(index, types.Integer):
             raise NumbaTypeError(f"{name} needs an integer index, got {index}")
 
+    @intrinsic
+    def shared_address(typingctx, tile, index):
+        """The 32-bit shared-memory address (in bytes) of tile[index]."""
+        _check_tile("shared_address", tile, index)
+
+        def codegen(context, builder, sig, args):
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
+                                       [sig.args[1]])
+            return _shared_address(builder, pointer)
+
+        return types.uint32(tile, index), codegen
+
+    @intrinsic
+    def global_address(typingctx, matrix, row, col):
+        """The 64-bit address (in bytes) of matrix[row, col], a 2D uint16 array."""
+        if not (isinstance(matrix, types.Array) and matrix.ndim == 2
+                and matrix.dtype == types.uint16):
+            raise NumbaTypeError(f"global_address needs a 2D uint16 matrix, got {matrix}")
+
+        def codegen(context, builder, sig, args):
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1:],
+                                       sig.args[1:])
+            return builder.ptrtoint(pointer, ir.IntType(64))
+
+        return types.uint64(matrix, row, col), codegen
+
+    def _as_i32(context, builder, value, kind):
+        return builder.trunc(context.cast(builder, value, kind, types.uint64), ir.IntType(32))
+
     def _make_ldmatrix(trans):
         @intrinsic
-        def ldmatrix(typingctx, tile, index):
-            _check_tile("ldmatrix_x4", tile, index)
-            signature = types.UniTuple(types.uint32, 4)(tile, index)
+        def ldmatrix(typingctx, address):
+            if not isinstance(address, types.Integer):
+                raise NumbaTypeError(f"ldmatrix_x4 needs a shared address, got {address}")
+            signature = types.UniTuple(types.uint32, 4)(address)
 
             def codegen(context, builder, sig, args):
-                pointer = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
-                                           [sig.args[1]])
                 i32 = ir.IntType(32)
                 asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([i32] * 4), [i32]),
                                    _LDMATRIX[trans], "=r,=r,=r,=r,r,~{memory}",
                                    side_effect=True)
-                out = builder.call(asm, [_shared_address(builder, pointer)])
+                out = builder.call(asm, [_as_i32(context, builder, args[0], sig.args[0])])
                 return context.make_tuple(builder, sig.return_type,
                                           [builder.extract_value(out, j) for j in range(4)])
 
@@ -117,36 +145,24 @@ if on_gpu():
     ldmatrix_x4_trans = _make_ldmatrix(True)
 
     @intrinsic
-    def cp_async_16(typingctx, tile, index, matrix, row, col, valid):
-        """tile[index:index + 8] = matrix[row, col:col + 8] (or zeros when not
-        valid), asynchronously; see the module's docstring."""
-        _check_tile("cp_async_16", tile, index)
-        if not (isinstance(matrix, types.Array) and matrix.ndim == 2
-                and matrix.dtype == types.uint16):
-            raise NumbaTypeError(f"cp_async_16 needs a 2D uint16 matrix, got {matrix}")
-        signature = types.void(tile, index, matrix, row, col, valid)
+    def cp_async_16(typingctx, destination, source, valid):
+        """16 bytes from global address `source` to shared address
+        `destination` (zeros when not valid), asynchronously."""
+        if not (isinstance(destination, types.Integer) and isinstance(source, types.Integer)):
+            raise NumbaTypeError(f"cp_async_16 needs a shared and a global address, got "
+                                 f"{destination}, {source}")
 
         def codegen(context, builder, sig, args):
-            destination = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
-                                           [sig.args[1]])
             i32, i64 = ir.IntType(32), ir.IntType(64)
-            valid_value = context.cast(builder, args[5], sig.args[5], types.boolean)
-            # An invalid copy reads nothing; its address is the matrix's start.
-            zero = ir.Constant(i64, 0)
-            row_value = builder.select(valid_value, context.cast(builder, args[3], sig.args[3],
-                                                                 types.intp), zero)
-            col_value = builder.select(valid_value, context.cast(builder, args[4], sig.args[4],
-                                                                 types.intp), zero)
-            source = _element_pointer(context, builder, sig.args[2], args[2],
-                                      [row_value, col_value], [types.intp, types.intp])
+            valid_value = context.cast(builder, args[2], sig.args[2], types.boolean)
             size = builder.select(valid_value, ir.Constant(i32, 16), ir.Constant(i32, 0))
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]), _CP_ASYNC,
                                "r,l,r,~{memory}", side_effect=True)
-            builder.call(asm, [_shared_address(builder, destination),
-                               builder.ptrtoint(source, i64), size])
+            builder.call(asm, [_as_i32(context, builder, args[0], sig.args[0]),
+                               context.cast(builder, args[1], sig.args[1], types.uint64), size])
             return context.get_dummy_value()
 
-        return signature, codegen
+        return types.void(destination, source, valid), codegen
 
     def _make_asm_statement(text, name):
         @intrinsic
@@ -236,11 +252,47 @@ else:
         register = int(register)
         return register & 0xFFFF, register >> 16
 
+    # Addresses on the simulator: an array's number (in _ARRAYS) in the high
+    # bits, the byte offset in the low ones, so that kernels add offsets to
+    # them as they do on a GPU.
+    _ARRAYS: dict = {}  # number -> array
+    _NUMBERS: dict = {}  # id(array) -> number
+    _SHARED_BITS, _GLOBAL_BITS = 24, 40
+
+    def _number(array):
+        with _LOCK:
+            number = _NUMBERS.get(id(array))
+            if number is None:
+                number = _NUMBERS[id(array)] = len(_ARRAYS) + 1
+                _ARRAYS[number] = array
+            return number
+
+    def _read(address, bits):
+        """The half at an address made by shared_address or global_address."""
+        array, element = _ARRAYS[int(address) >> bits], (int(address) & ((1 << bits) - 1)) // 2
+        if array.ndim == 1:
+            return array[element]
+        return array[element // array.shape[1], element % array.shape[1]]
+
     @cuda.jit(device=True)
-    def cp_async_16(tile, index, matrix, row, col, valid):
-        """tile[index:index + 8] = matrix[row, col:col + 8], or zeros."""
+    def shared_address(tile, index):
+        """tile[index]'s address (see above)."""
+        return np.uint32((_number(tile) << _SHARED_BITS) + 2 * int(index))
+
+    @cuda.jit(device=True)
+    def global_address(matrix, row, col):
+        """matrix[row, col]'s address (see above)."""
+        return np.uint64((_number(matrix) << _GLOBAL_BITS)
+                         + 2 * (int(row) * matrix.shape[1] + int(col)))
+
+    @cuda.jit(device=True)
+    def cp_async_16(destination, source, valid):
+        """The 8 halves at `source` to `destination`, or zeros."""
+        destination = int(destination)
+        tile = _ARRAYS[destination >> _SHARED_BITS]
+        first = (destination & ((1 << _SHARED_BITS) - 1)) // 2
         for j in range(8):
-            tile[index + j] = matrix[row, col + j] if valid else 0
+            tile[first + j] = _read(int(source) + 2 * j, _GLOBAL_BITS) if valid else 0
 
     def cp_async_commit():
         """Nothing to do: the stand-in's copies are done when issued."""
@@ -251,18 +303,18 @@ else:
     _WAITS = {n: _wait for n in range(8)}
 
     @cuda.jit(device=True)
-    def _ldmatrix(tile, index, trans):
+    def _ldmatrix(address, trans):
         key, lane = _warp_and_lane()
         with _LOCK:
             call = _LDMATRIX_SCRATCH.setdefault(("calls",) + key + (lane,), 0) + 1
             _LDMATRIX_SCRATCH[("calls",) + key + (lane,)] = call
-            _LDMATRIX_SCRATCH.setdefault(key + (call,), {})[lane] = int(index)
+            _LDMATRIX_SCRATCH.setdefault(key + (call,), {})[lane] = int(address)
         cuda.syncthreads()
         addresses = _LDMATRIX_SCRATCH[key + (call,)]
         registers = []
         for j in range(4):  # matrix j: rows at the addresses of lanes 8j .. 8j + 7
-            rows = np.array([[tile[addresses[8 * j + r] + c] for c in range(8)]
-                             for r in range(8)], dtype=np.uint16)
+            rows = np.array([[_read(addresses[8 * j + r] + 2 * c, _SHARED_BITS)
+                              for c in range(8)] for r in range(8)], dtype=np.uint16)
             if trans:
                 rows = rows.T
             low, high = rows[lane // 4, 2 * (lane % 4)], rows[lane // 4, 2 * (lane % 4) + 1]
@@ -271,14 +323,14 @@ else:
         return tuple(registers)
 
     @cuda.jit(device=True)
-    def ldmatrix_x4(tile, index):
+    def ldmatrix_x4(address):
         """Four 8 x 8 matrices of halves, each lane's fragment of each."""
-        return _ldmatrix(tile, index, False)
+        return _ldmatrix(address, False)
 
     @cuda.jit(device=True)
-    def ldmatrix_x4_trans(tile, index):
+    def ldmatrix_x4_trans(address):
         """The same, each matrix transposed."""
-        return _ldmatrix(tile, index, True)
+        return _ldmatrix(address, True)
 
     _MMA_SCRATCH: dict = {}
 
@@ -340,5 +392,5 @@ def cp_async_wait(n: int):
 def forget_earlier_moves():
     """Forget the simulator stand-ins' record of earlier calls, before a launch."""
     if not on_gpu():
-        _LDMATRIX_SCRATCH.clear()
-        _MMA_SCRATCH.clear()
+        for state in (_LDMATRIX_SCRATCH, _MMA_SCRATCH, _ARRAYS, _NUMBERS):
+            state.clear()
