@@ -6,6 +6,10 @@
   on. In a real headless browser a notebook opens there without those tools,
   while the same checks find them behind `make instructor`, the instructor's
   door, whose formgrader reads the course.
+- Neither door writes into the course: the checkpoints JupyterLab makes when it
+  opens a notebook (and on every save) go to the user's cache folder, set by
+  the doors' jupyter_server_config.py; the tests make one at once through the
+  server's API rather than wait for JupyterLab's timers.
 - `gpucourse.instructor grade` (what `make grade` runs) grades a folder of a
   correct, a blank, a looping and a malformed submission beside things that
   are not submissions; the CSV, the summary, the feedback pages and the
@@ -14,8 +18,11 @@
   zips, and each notebook's chapter is recognised from its nbgrader cells.
 
 Both servers are started by `make` itself (the same command lines and config
-as a user's), from this environment, on a free port with a token; the user's
-own Jupyter folders are replaced by empty temporary ones.
+as a user's), from this environment, on a free port with a token, in a scratch
+copy of the course (so an earlier `make lab` in the checkout cannot change the
+outcome); the user's own Jupyter and cache folders are replaced by empty
+temporary ones. The other tests read the checkout and write only to temporary
+folders.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 import pytest
@@ -102,37 +110,67 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+# What a door needs of the course to run: its settings, the Makefile that starts
+# it, nbgrader's config and the notebooks it serves.
+COURSE_PARTS = ("Makefile", "nbgrader_config.py", "jupyter", "exercises", "solutions")
+
+
+def scratch_course(folder: Path) -> Path:
+    """A copy of the parts of the course that the doors serve and read, so that
+    what a lab writes in these tests cannot touch the checkout, and what an
+    earlier `make lab` left in the checkout cannot change these tests."""
+    ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+    folder.mkdir(parents=True)
+    for part in COURSE_PARTS:
+        source, target = ROOT / part, folder / part
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=ignore)
+        else:
+            shutil.copy2(source, target)
+    return folder
+
+
+class Lab(NamedTuple):
+    base: str  # the server's URL
+    token: str
+    log: Path
+    course: Path  # the scratch copy it serves
+    cache: Path  # the user's cache folder (XDG_CACHE_HOME) it runs with
+
+
 @contextlib.contextmanager
 def jupyterlab(door: str, tmp: Path, options: str = ""):
-    """`make DOOR` running headless, from a shell where the environment is not
-    activated; yields its base URL, its token and its log."""
+    """`make DOOR` running headless on a scratch copy of the course, from a shell
+    where the environment is not activated, with the user's Jupyter and cache
+    folders replaced by empty temporary ones; yields a `Lab`. When it stops,
+    every file of the copy must be as it was: the tree is compared, not `git
+    status`, which does not show .ipynb_checkpoints (the .gitignore hides it)."""
     if not shutil.which("make"):
         pytest.skip("the doors are make targets and this machine has no make")
     token, port = secrets.token_hex(16), _free_port()
-    # Checkpoints go to the temporary folder, not beside the course's notebooks.
     options += (f" --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
-                f"--ServerApp.port_retries=0 --IdentityProvider.token={token} "
-                f"--FileCheckpoints.checkpoint_dir={tmp / 'checkpoints'}")
+                f"--ServerApp.port_retries=0 --IdentityProvider.token={token}")
     env = {key: value for key, value in os.environ.items() if key != "JUPYTER_CONFIG_PATH"}
     here = str(Path(sys.executable).parent)
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != here)
     for name, folder in (("JUPYTER_CONFIG_DIR", "home-config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                         ("JUPYTERLAB_SETTINGS_DIR", "user-settings"),
-                         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
+                         ("JUPYTER_DATA_DIR", "data"), ("JUPYTERLAB_SETTINGS_DIR", "user-settings"),
+                         ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("XDG_CACHE_HOME", "cache")):
         env[name] = str(tmp / folder)
         (tmp / folder).mkdir(parents=True, exist_ok=True)
-    # This user never saves: a notebook left open would otherwise be autosaved into
-    # the course (with the kernel's metadata) while other tests run.
+    # This user never saves: a notebook left open would otherwise be autosaved
+    # (with the kernel's metadata) while other tests run.
     autosave = tmp / "user-settings" / "@jupyterlab" / "docmanager-extension"
     autosave.mkdir(parents=True)
     (autosave / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
-    course = _tree(ROOT / "exercises")
+    course = scratch_course(tmp / "course")
+    before = _tree(course)
     log_path = tmp / f"{door}.log"
     # -o: the environment exists (this test runs in it); never reinstall it from here.
     command = ["make", "-s", "-o", ".venv/.installed", door,
                f"BIN={Path(sys.executable).parent}", f"LAB_OPTIONS={options}"]
     with open(log_path, "w") as log:
-        server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log,
+        server = subprocess.Popen(command, cwd=course, env=env, stdout=log,
                                   stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -144,7 +182,7 @@ def jupyterlab(door: str, tmp: Path, options: str = ""):
                     break
             assert time.monotonic() < deadline, f"make {door} did not answer in 120 s"
             time.sleep(0.5)
-        yield base, token, log_path
+        yield Lab(base, token, log_path, course, tmp / "cache")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -152,7 +190,9 @@ def jupyterlab(door: str, tmp: Path, options: str = ""):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-    assert _tree(ROOT / "exercises") == course, f"make {door} changed the course's notebooks"
+    after = _tree(course)
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"make {door} wrote into the course: {changed}"
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +210,14 @@ def instructor_lab(tmp_path_factory):
         yield server
 
 
+def checkpoints_in_cache(lab: Lab, door: str, path: str) -> list[Path]:
+    """The checkpoint files of the served `path` in the lab's cache folder."""
+    folder, _, name = path.rpartition("/")
+    stem = name.rsplit(".", 1)[0]
+    return sorted(lab.cache.glob(f"gpucourse/*/{door}/checkpoints/{folder}/.ipynb_checkpoints/"
+                                 f"{stem}-checkpoint.ipynb"))
+
+
 def page_config(base: str, token: str) -> dict:
     """The settings JupyterLab's server hands its page (plugins on and off, news)."""
     status, html = _get(f"{base}/lab?token={token}")
@@ -182,13 +230,13 @@ def page_config(base: str, token: str) -> dict:
 
 @pytest.mark.slow
 def test_the_students_server_turns_the_instructor_tools_and_the_news_off(student_lab):
-    base, token, _ = student_lab
+    base, token = student_lab.base, student_lab.token
     config = page_config(base, token)
     disabled = set(config["disabledExtensions"])
     assert INSTRUCTOR_PLUGINS <= disabled, f"still on: {INSTRUCTOR_PLUGINS - disabled}"
     assert NEWS_PLUGIN in disabled and config["news"]["disabled"]
     assert "@jupyter/nbgrader:validate-assignment" not in disabled
-    assert Path(config["serverRoot"]).resolve() == (ROOT / "exercises").resolve()
+    assert Path(config["serverRoot"]).resolve() == (student_lab.course / "exercises").resolve()
     # nbgrader's instructor pages are not served at all, its Validate service is:
     # an untouched exercise validates with its visible tests failing.
     assert _get(f"{base}/formgrader?token={token}")[0] == 404
@@ -199,17 +247,17 @@ def test_the_students_server_turns_the_instructor_tools_and_the_news_off(student
 
 @pytest.mark.slow
 def test_the_instructors_server_has_the_instructor_tools(instructor_lab):
-    base, token, _ = instructor_lab
+    base, token = instructor_lab.base, instructor_lab.token
     config = page_config(base, token)
     disabled = set(config["disabledExtensions"])
     assert not INSTRUCTOR_PLUGINS & disabled, f"turned off: {INSTRUCTOR_PLUGINS & disabled}"
     assert NEWS_PLUGIN in disabled and config["news"]["disabled"]
-    assert Path(config["serverRoot"]).resolve() == ROOT.resolve()
+    assert Path(config["serverRoot"]).resolve() == instructor_lab.course.resolve()
     assert _get(f"{base}/formgrader?token={token}")[0] in (200, 302)
     # The formgrader reads the course: every chapter in solutions/ is an assignment.
     status, text = _get(f"{base}/formgrader/api/assignments?token={token}")
     assert status == 200, "the formgrader cannot read the course"
-    assert sorted(a["name"] for a in json.loads(text)) == chapters(ROOT)
+    assert sorted(a["name"] for a in json.loads(text)) == chapters(ROOT) == chapters(instructor_lab.course)
 
 
 # What the page shows: its menu bar, its side-bar tabs, the notebook's toolbar and text.
@@ -244,11 +292,18 @@ def first_heading() -> str:
 
 @pytest.mark.slow
 def test_a_student_opens_a_notebook_without_instructor_tools(student_lab, browser):  # noqa: F811
-    base, token, _ = student_lab
-    exercise = (ROOT / "exercises" / NOTEBOOK).read_bytes()
+    base, token = student_lab.base, student_lab.token
+    exercise = (student_lab.course / "exercises" / NOTEBOOK).read_bytes()
     shown = open_notebook(browser, f"{base}/lab/tree/{NOTEBOOK}?token={token}", first_heading())
-    assert (ROOT / "exercises" / NOTEBOOK).read_bytes() == exercise, "opening changed the file"
-    assert not (ROOT / "exercises" / CHAPTER / ".ipynb_checkpoints").exists()
+    assert (student_lab.course / "exercises" / NOTEBOOK).read_bytes() == exercise, \
+        "opening changed the file"
+    # JupyterLab checkpoints a notebook it opens that has none: in the cache, not the course
+    # (the fixture checks, when the lab stops, that no file of the course changed).
+    deadline = time.monotonic() + 30
+    while not checkpoints_in_cache(student_lab, "student", NOTEBOOK):
+        assert time.monotonic() < deadline, "JupyterLab made no checkpoint in the cache"
+        time.sleep(0.5)
+    assert not (student_lab.course / "exercises" / CHAPTER / ".ipynb_checkpoints").exists()
     # JupyterLab draws only the cells near the window (its windowing mode), so
     # a long notebook shows a screenful of them, not all.
     assert shown["cells"] >= min(10, len(release_notebook(CHAPTER).cells))
@@ -261,12 +316,77 @@ def test_a_student_opens_a_notebook_without_instructor_tools(student_lab, browse
 
 @pytest.mark.slow
 def test_an_instructor_opens_it_with_the_tools(instructor_lab, browser):  # noqa: F811
-    base, token, _ = instructor_lab
+    base, token = instructor_lab.base, instructor_lab.token
     shown = open_notebook(browser, f"{base}/lab/tree/exercises/{NOTEBOOK}?token={token}",
                           first_heading())
     assert any("Nbgrader" in menu for menu in shown["menus"]), shown["menus"]
     assert shown["createAssignment"]
     assert any("Create Assignment" in tab for tab in shown["tabs"]), shown["tabs"]
+
+
+def _checkpoint(lab: Lab, path: str) -> dict:
+    """Ask the server for a checkpoint of `path`, as JupyterLab does when it opens
+    a notebook that has none and on every save: at once, not on a timer."""
+    return _post_json(f"{lab.base}/api/contents/{path}/checkpoints?token={lab.token}", {})
+
+
+@pytest.mark.slow
+def test_the_students_checkpoints_go_to_the_cache_not_the_course(student_lab):
+    made = _checkpoint(student_lab, NOTEBOOK)
+    assert made["id"] == "checkpoint"
+    saved = checkpoints_in_cache(student_lab, "student", NOTEBOOK)
+    assert len(saved) == 1, f"no checkpoint in the cache, or several: {saved}"
+    assert saved[0].read_bytes() == (student_lab.course / "exercises" / NOTEBOOK).read_bytes()
+    assert not list(student_lab.course.rglob(".ipynb_checkpoints"))
+    # The server finds it again (it could restore from it).
+    status, text = _get(f"{student_lab.base}/api/contents/{NOTEBOOK}/checkpoints?token={student_lab.token}")
+    assert status == 200 and [c["id"] for c in json.loads(text)] == ["checkpoint"]
+
+
+@pytest.mark.slow
+def test_the_instructors_checkpoints_keep_exercise_and_solution_apart(instructor_lab):
+    # exercises/C/C.ipynb and solutions/C/C.ipynb share a name: their checkpoints must not.
+    for folder in ("exercises", "solutions"):
+        _checkpoint(instructor_lab, f"{folder}/{NOTEBOOK}")
+        saved = checkpoints_in_cache(instructor_lab, "instructor", f"{folder}/{NOTEBOOK}")
+        assert len(saved) == 1, f"no checkpoint in the cache, or several: {saved}"
+        assert saved[0].read_bytes() == (instructor_lab.course / folder / NOTEBOOK).read_bytes()
+    assert not list(instructor_lab.course.rglob(".ipynb_checkpoints"))
+
+
+def test_the_doors_settings_move_checkpoints_and_without_them_the_course_gets_them(
+        tmp_path, monkeypatch):
+    """The doors' own config files, loaded as Jupyter loads them, send a
+    checkpoint to the user's cache; the same server settings without the
+    checkpoint lines write it beside the notebook, into the course. (Cheap: a
+    contents manager, no server.)"""
+    import asyncio
+
+    from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
+    from traitlets.config.loader import PyFileConfigLoader
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    course = tmp_path / "course"
+    shutil.copytree(ROOT / "jupyter", course / "jupyter", ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "exercises" / CHAPTER).mkdir(parents=True)
+    shutil.copy2(ROOT / "exercises" / NOTEBOOK, course / "exercises" / NOTEBOOK)
+
+    def checkpoint_files(config) -> set[str]:
+        manager = AsyncLargeFileManager(root_dir=str(course / "exercises"), config=config)
+        asyncio.run(manager.create_checkpoint(NOTEBOOK))
+        return {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*-checkpoint.ipynb")}
+
+    for door in ("student", "instructor"):
+        config = PyFileConfigLoader("jupyter_server_config.py", str(course / "jupyter" / door)).load_config()
+        made = checkpoint_files(config)
+        [only] = made
+        assert only.startswith("cache/gpucourse/"), only
+        assert only.endswith(f"/{door}/checkpoints/{CHAPTER}/.ipynb_checkpoints/{CHAPTER}-checkpoint.ipynb")
+        shutil.rmtree(tmp_path / "cache")
+    # Without the checkpoint settings, Jupyter's default puts it in the course.
+    del config.AsyncContentsManager["checkpoints_class"], config.FileCheckpoints["root_dir"]
+    assert checkpoint_files(config) == {
+        f"course/exercises/{CHAPTER}/.ipynb_checkpoints/{CHAPTER}-checkpoint.ipynb"}
 
 
 # ---------------------------------------------------------------------------
