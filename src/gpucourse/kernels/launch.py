@@ -9,7 +9,8 @@ takes, found once per GPU. This module holds what they share, so that a
 kernel module holds kernels and their entry points and nothing of the driver:
 
 * which GPU, and what it can do: ``current_gpu``, ``gpu_name``,
-  ``has_tf32_tensor_cores``, ``max_shared_bytes_per_block``;
+  ``has_tf32_tensor_cores``, ``max_shared_bytes_per_block``,
+  ``multiprocessors``;
 * a compiled kernel in cuda.core's forms: ``launchable``, and
   ``launchable_with_shared`` for kernels that opt in to more than 48 KiB of
   dynamic shared memory; ``core_launch`` and ``launch_config``;
@@ -139,6 +140,19 @@ def max_shared_bytes_per_block(device_id: int) -> int:
     attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     error, value = cu.cuDeviceGetAttribute(attribute, device_id)
     return int(value) if error == cu.CUresult.CUDA_SUCCESS else STATIC_SHARED_LIMIT_BYTES
+
+
+@lru_cache(maxsize=None)
+def multiprocessors(device_id: int) -> int:
+    """How many streaming multiprocessors (SMs) this GPU has (132 on an H100 SXM)."""
+    from cuda.bindings import driver as cu
+
+    attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    error, value = cu.cuDeviceGetAttribute(attribute, device_id)
+    if error != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"the CUDA driver did not say how many SMs GPU {device_id} has "
+                           f"({error})")
+    return int(value)
 
 
 @lru_cache(maxsize=None)

@@ -15,9 +15,11 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels.launch import (core_launch, current_gpu, is_torch_tensor, launch_config,
-                                      launchable_with_shared, matrix_argument)
+                                      launchable, launchable_with_shared, matrix_argument,
+                                      multiprocessors)
 from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, SIMULATOR_TILES,
-                                                        check_config, make_hgemm_kernel)
+                                                        check_config, make_hgemm_kernel,
+                                                        make_sum_slices)
 from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
 
 DTYPES = ("float16", "bfloat16")
@@ -29,13 +31,44 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def choose_config(level: int, m: int, n: int, k: int) -> dict:
-    """The configuration a level runs with for an m x n x k product: the
-    level's own switches (LEVELS); on the simulator, at SIMULATOR_TILES."""
+# Level 7's choice of tiles and of a split of K, a model of the GPU rather
+# than a table of measured shapes. The GPU runs its SMs' worth of blocks at
+# once (two of these 128-thread blocks per SM fit); a product whose C has
+# fewer tiles of 128 x 128 than the GPU has SMs leaves SMs idle, so it takes
+# tiles of 64 x 64 (four times the blocks); if that still leaves SMs idle and
+# K is deep, K is cut into slices that run side by side (split-K), each
+# block summing one slice, and a second kernel adds the slices up. Measured
+# on an H100 (benchmarks/results/hgemm-h100-2026-11-28.json, the sweep):
+# 64 x 64 tiles at 1024^3 0.68 of cuBLAS against 0.65 with 128 x 128; at
+# 2048^3 (256 tiles of 128 x 128 on 132 SMs) 128 x 128 is better, 0.52
+# against 0.46.
+SMALL_TILES = dict(bm=64, bn=64)
+SLICE_TILES = 8  # the fewest tiles of K (of bk) a slice of split-K gets
+MAX_SLICES = 16
+
+
+def choose_config(level: int, m: int, n: int, k: int) -> tuple[dict, int]:
+    """(configuration, slices of K) for an m x n x k product: the level's
+    switches (LEVELS), and for level 7 on a GPU the tiles and split that
+    the model above gives; on the simulator, SIMULATOR_TILES and no split."""
     config = dict(LEVELS[level])
     if not on_gpu():
         config.update(SIMULATOR_TILES)
-    return config
+        return config, 1
+    if level != 7:
+        return config, 1
+    sms = multiprocessors(current_gpu())
+
+    def tiles(bm, bn):
+        return -(-m // bm) * -(-n // bn)
+
+    if tiles(config["bm"], config["bn"]) >= sms:
+        return config, 1
+    config.update(SMALL_TILES)
+    blocks = tiles(config["bm"], config["bn"])
+    k_tiles = -(-k // config["bk"])
+    slices = max(1, min(-(-2 * sms // blocks), k_tiles // SLICE_TILES, MAX_SLICES))
+    return config, slices
 
 
 _KERNELS: dict = {}
@@ -49,44 +82,89 @@ def kernel_for(config: dict):
     return _KERNELS[key]
 
 
+def _sum_slices_kernel(kind: str, out: str):
+    """make_sum_slices's kernel for a kind and an output, built once."""
+    key = ("sum_slices", kind, out)
+    if key not in _KERNELS:
+        _KERNELS[key] = make_sum_slices(kind, out)
+    return _KERNELS[key]
+
+
 _LAUNCHABLE: dict = {}
+SUM_THREADS = 256
+
+
+def _signature(out: str):
+    from numba import float32, uint16
+
+    return (uint16[:, ::1], uint16[:, ::1], uint16[:, ::1] if out == "half" else float32[:, ::1])
 
 
 def _launchable(kernel, device_id: int):
-    """(function, stream) of a kernel compiled for uint16 A and B and its C."""
+    """(function, stream) of a GEMM kernel, compiled for uint16 A and B and its C."""
     key = (id(kernel), device_id)
     if key not in _LAUNCHABLE:
-        from numba import float32, uint16
-
-        out = uint16[:, ::1] if kernel.config["out"] == "half" else float32[:, ::1]
-        kernel.compile((uint16[:, ::1], uint16[:, ::1], out))
+        kernel.compile(_signature(kernel.config["out"]))
         _LAUNCHABLE[key] = launchable_with_shared(kernel, kernel.shared_bytes, device_id)
     return _LAUNCHABLE[key]
 
 
-def launch_torch(a, b, c, config: dict):
+def _launchable_sum(kind: str, out: str, device_id: int):
+    """(function, stream) of the split-K sum for a kind and an output."""
+    key = ("sum_slices", kind, out, device_id)
+    if key not in _LAUNCHABLE:
+        from numba import float32, uint16
+
+        c = uint16[:, ::1] if out == "half" else float32[:, ::1]
+        _LAUNCHABLE[key] = launchable(_sum_slices_kernel(kind, out), (float32[:, ::1], c))
+    return _LAUNCHABLE[key]
+
+
+def _argument(x):
+    """A C-contiguous 2-D torch tensor as a compiled kernel takes it."""
+    return matrix_argument(x.data_ptr(), x.shape[0], x.shape[1], x.element_size())
+
+
+def launch_torch(a, b, c, config: dict, slices: int = 1, parts=None):
     """C = A B on CUDA torch tensors a (M x K), b (K x N) of halves and c (M x
-    N, halves or float32), C-contiguous, K and N multiples of 8, unchecked:
-    one launch of the configuration's kernel (benchmarks time this beside
-    half_matmul)."""
-    kernel = kernel_for(config)
-    function, stream = _launchable(kernel, current_gpu())
-    m, k = a.shape
-    n = b.shape[1]
-    core_launch()(stream, launch_config(kernel.blocks(m, n), kernel.threads, kernel.shared_bytes),
-                  function, *matrix_argument(a.data_ptr(), m, k, 2),
-                  *matrix_argument(b.data_ptr(), k, n, 2),
-                  *matrix_argument(c.data_ptr(), m, n, c.element_size()))
+    N, halves or float32), C-contiguous, K and N multiples of 8, unchecked,
+    as straight launches of the compiled kernels (benchmarks time this beside
+    half_matmul). With slices > 1, K is split: `parts`, float32 of slices * M
+    x N, takes the partial sums, which a second kernel adds into c."""
+    device = current_gpu()
+    m, n = c.shape
+    if slices == 1:
+        kernel = kernel_for(config)
+        function, stream = _launchable(kernel, device)
+        core_launch()(stream, launch_config(kernel.blocks(m, n), kernel.threads,
+                                            kernel.shared_bytes),
+                      function, *_argument(a), *_argument(b), *_argument(c))
+        return c
+    kernel = kernel_for(dict(config, out="float32"))
+    function, stream = _launchable(kernel, device)
+    core_launch()(stream, launch_config((kernel.blocks(m, n), slices), kernel.threads,
+                                        kernel.shared_bytes),
+                  function, *_argument(a), *_argument(b), *_argument(parts))
+    function, stream = _launchable_sum(config["kind"], config["out"], device)
+    core_launch()(stream, launch_config(-(-m * n // 2 // SUM_THREADS), SUM_THREADS), function,
+                  *_argument(parts), *_argument(c))
     return c
 
 
-def launch_arrays(a, b, c, config: dict):
+def launch_arrays(a, b, c, config: dict, slices: int = 1):
     """The same for Numba device arrays or numpy arrays (the simulator's way):
     a and b of uint16 bits, c uint16 or float32."""
-    kernel = kernel_for(config)
-    forget_earlier_moves()
     m, n = c.shape
-    kernel[kernel.blocks(m, n), kernel.threads, 0, kernel.shared_bytes](a, b, c)
+    forget_earlier_moves()
+    if slices == 1:
+        kernel = kernel_for(config)
+        kernel[kernel.blocks(m, n), kernel.threads, 0, kernel.shared_bytes](a, b, c)
+        return c
+    kernel = kernel_for(dict(config, out="float32"))
+    parts = (cuda.device_array if on_gpu() else np.empty)((slices * m, n), dtype=np.float32)
+    kernel[(kernel.blocks(m, n), slices), kernel.threads, 0, kernel.shared_bytes](a, b, parts)
+    sum_slices = _sum_slices_kernel(config["kind"], config["out"])
+    sum_slices[-(-m * n // 2 // SUM_THREADS), SUM_THREADS](parts, c)
     return c
 
 
@@ -128,12 +206,15 @@ def _padded_to(x, rows: int, cols: int):
         if tuple(x.shape) == (rows, cols):
             return x.contiguous()
         return torch.nn.functional.pad(x, (0, cols - x.shape[1], 0, rows - x.shape[0]))
+    if x.shape == (rows, cols):
+        return np.ascontiguousarray(x)
     out = np.zeros((rows, cols), dtype=x.dtype)
     out[:x.shape[0], :x.shape[1]] = x
     return out
 
 
-def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None):
+def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None,
+                slices: int | None = None):
     """C = A B on the tensor cores, for fp16 or bf16 A (M x K) and B (K x N).
 
     The products are summed in float32 and C is rounded once, to the inputs'
@@ -144,47 +225,53 @@ def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None
     to multiples of 8 when they are not).
 
     level: 3 to 7, the rungs of the ladder (hgemm_ladder's docstring says
-    what each adds); 7, the default, is the fastest. config: switches of
-    hgemm_ladder.make_hgemm_kernel to use instead of the level's (for
-    benchmarks and the chapter's experiments).
-    Raises ValueError naming what is accepted.
+    what each adds); 7, the default, is the fastest, and chooses its tiles
+    and a split of K from the shape and the GPU (choose_config). config
+    and slices: switches of hgemm_ladder.make_hgemm_kernel and a number of
+    slices of K, to use instead of the level's (for benchmarks and the
+    chapter's experiments). Raises ValueError naming what is accepted.
     """
     if isinstance(level, bool) or level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
     dtype, out, m, n, k = _check(a, b, out_dtype)
-    full = check_config(dict(config if config is not None else choose_config(level, m, n, k),
+    chosen, chosen_slices = choose_config(level, m, n, k)
+    if slices is not None and (isinstance(slices, bool) or not isinstance(slices, int)
+                               or not 1 <= slices <= MAX_SLICES):
+        raise ValueError(f"slices must be a whole number from 1 to {MAX_SLICES}, got {slices!r}")
+    slices = slices or (1 if config is not None else chosen_slices)
+    full = check_config(dict(config if config is not None else chosen,
                              kind="f16" if dtype == "float16" else "bf16",
                              out="half" if out != "float32" else "float32"))
     kp, np_ = -(-k // CHUNK) * CHUNK, -(-n // CHUNK) * CHUNK
     a, b = _padded_to(a, m, kp), _padded_to(b, kp, np_)
     if is_torch_tensor(a):
-        return _torch_matmul(a, b, m, n, out, full)
-    if on_gpu():
-        a_bits, b_bits = cuda.to_device(a.view(np.uint16)), cuda.to_device(b.view(np.uint16))
-    else:
-        a_bits, b_bits = a.view(np.uint16), b.view(np.uint16)
+        return _torch_matmul(a, b, m, n, out, full, slices)
     c = np.zeros((m, np_), dtype=np.uint16 if out != "float32" else np.float32)
     if on_gpu():
-        c = launch_arrays(a_bits, b_bits, cuda.to_device(c), full).copy_to_host()
+        c = launch_arrays(cuda.to_device(a.view(np.uint16)), cuda.to_device(b.view(np.uint16)),
+                          cuda.to_device(c), full, slices).copy_to_host()
     else:
-        launch_arrays(a_bits, b_bits, c, full)
+        launch_arrays(a.view(np.uint16), b.view(np.uint16), c, full, slices)
     c = c[:, :n]
     return c.view(np.float16) if out == "float16" else c
 
 
-def _torch_matmul(a, b, m, n, out, config):
+def _torch_matmul(a, b, m, n, out, config, slices):
     """half_matmul for torch tensors (a and b already padded)."""
     import torch
 
     np_ = b.shape[1]
     c = torch.empty((m, np_), dtype=getattr(torch, out), device=a.device)
     if a.is_cuda:
-        launch_torch(a, b, c, config)
+        parts = None if slices == 1 else torch.empty((slices * m, np_), dtype=torch.float32,
+                                                     device=a.device)
+        launch_torch(a, b, c, config, slices, parts)
     elif on_gpu():
         raise ValueError("on a GPU, a and b must be CUDA tensors (a.cuda())")
     else:  # the simulator: the kernels read numpy arrays of bits
-        bits = c.view(torch.int16) if out != "float32" else c
-        launch_arrays(a.view(torch.int16).numpy().view(np.uint16),
-                      b.view(torch.int16).numpy().view(np.uint16),
-                      bits.numpy().view(np.uint16) if out != "float32" else bits.numpy(), config)
+        def bits(x):
+            return x.view(torch.int16).numpy().view(np.uint16)
+
+        launch_arrays(bits(a), bits(b), bits(c) if out != "float32" else c.numpy(), config,
+                      slices)
     return c[:, :n] if np_ != n else c

@@ -168,25 +168,27 @@ def make_hgemm_kernel(**config):
     # offset and K's advance (bk columns of A, bk rows of B). What changes
     # along K is one addition per copy, and a comparison of K's edge.
     @cuda.jit(device=True, inline=True)
-    def plan_copies(smem, a, b, row0, col0, thread, a_to, a_from, a_limit, b_to, b_from,
-                    b_limit):
+    def plan_copies(smem, a, b, row0, col0, k_begin, k_end, thread, a_to, a_from, a_limit, b_to,
+                    b_from, b_limit):
         """Each copy's shared address in stage 0 (a_to, b_to), its global
-        address for the first tile (a_from, b_from), and the limit of K's
-        offset below which it is inside the matrices (a_limit, b_limit: 0
-        for a copy beyond M's or N's edge, which is always zeros)."""
-        m, k = a.shape
+        address for the first tile, at K = k_begin (a_from, b_from), and the
+        limit of K's offset from there below which it is inside the matrices
+        and before k_end (a_limit, b_limit: 0 for a copy beyond M's or N's
+        edge, which is always zeros)."""
+        m = a.shape[0]
         n = b.shape[1]
+        k = k_end - k_begin
         for i in range(loads_a):
             index = i * threads + thread
             row, col = index // chunks_a, (index % chunks_a) * CHUNK
             a_to[i] = shared_address(smem, a_place(0, row, col))
-            a_from[i] = global_address(a, min(row0 + row, m - 1), col)
+            a_from[i] = global_address(a, min(row0 + row, m - 1), k_begin + col)
             a_limit[i] = k - col if row0 + row < m else 0
         for i in range(loads_b):
             index = i * threads + thread
             row, col = index // chunks_b, (index % chunks_b) * CHUNK
             b_to[i] = shared_address(smem, b_place(0, row, col))
-            b_from[i] = global_address(b, row, min(col0 + col, n - CHUNK))
+            b_from[i] = global_address(b, k_begin + row, min(col0 + col, n - CHUNK))
             b_limit[i] = k - row if col0 + col < n else 0
 
     @cuda.jit(device=True, inline=True)
@@ -208,10 +210,10 @@ def make_hgemm_kernel(**config):
         return uint32(0)
 
     @cuda.jit(device=True, inline=True)
-    def fetch_tiles(carried, a, b, row0, col0, k0, thread):
+    def fetch_tiles(carried, a, b, row0, col0, k0, k, thread):
         """Levels 3-4: the same chunks, into this thread's registers, two
-        halves to a register."""
-        m, k = a.shape
+        halves to a register (zeros from K = k on)."""
+        m = a.shape[0]
         n = b.shape[1]
         for i in range(loads_a):
             index = i * threads + thread
@@ -352,10 +354,12 @@ def make_hgemm_kernel(**config):
         return (first + (block % in_group) % rows) * bm, ((block % in_group) // rows) * bn
 
     @cuda.jit(device=True, inline=True)
-    def store_c(c, acc, row0, col0, lane):
+    def store_c(c, acc, m, first, row0, col0, lane):
         """The lane's sums into C (C_FRAGMENT's places), rounded to halves two
-        at a time, or as float32; within C's edges."""
-        m, n = c.shape
+        at a time, or as float32; within C's edges (m rows; they start at
+        row `first` of c, which holds several slices of K's partial sums when
+        K is split)."""
+        n = c.shape[1]
         g, t = lane // 4, lane % 4
         for tm in range(tiles_m):
             for tn in range(tiles_n):
@@ -366,19 +370,27 @@ def make_hgemm_kernel(**config):
                     if row < m and col < n:
                         if half_out:
                             both = pack(acc[j + 2 * h], acc[j + 2 * h + 1])
-                            c[row, col] = uint16(both & uint32(0xFFFF))
-                            c[row, col + 1] = uint16(both >> uint32(16))
+                            c[first + row, col] = uint16(both & uint32(0xFFFF))
+                            c[first + row, col + 1] = uint16(both >> uint32(16))
                         else:
-                            c[row, col] = acc[j + 2 * h]
-                            c[row, col + 1] = acc[j + 2 * h + 1]
+                            c[first + row, col] = acc[j + 2 * h]
+                            c[first + row, col + 1] = acc[j + 2 * h + 1]
 
     @cuda.jit
     def kernel(a, b, c):
-        k = a.shape[1]
+        m = a.shape[0]
+        # Split K: the grid's y blocks each sum one slice of K (whole tiles),
+        # into their own m rows of c, float32 partial sums that half_matmul
+        # adds up (sum_slices). One slice (gridDim.y == 1) is the whole of K.
+        slices, slice_ = cuda.gridDim.y, cuda.blockIdx.y
+        per_slice = ((a.shape[1] + bk - 1) // bk + slices - 1) // slices * bk
+        k_begin = slice_ * per_slice
+        k_end = min(a.shape[1], k_begin + per_slice)
+        k = k_end - k_begin
         smem = cuda.shared.array(0, uint16)
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
-        row0, col0 = block_tile(c.shape[0], c.shape[1])
+        row0, col0 = block_tile(m, c.shape[1])
         warp_row, warp_col = (warp // warps_n) * wm, (warp % warps_n) * wn
         acc = cuda.local.array(acc_size, float32)
         af = cuda.local.array(a_held, uint32)
@@ -397,8 +409,8 @@ def make_hgemm_kernel(**config):
             b_to = cuda.local.array(loads_b, uint32)
             b_from = cuda.local.array(loads_b, uint64)
             b_limit = cuda.local.array(loads_b, int64)
-            plan_copies(smem, a, b, row0, col0, thread, a_to, a_from, a_limit, b_to, b_from,
-                        b_limit)
+            plan_copies(smem, a, b, row0, col0, k_begin, k_end, thread, a_to, a_from, a_limit,
+                        b_to, b_from, b_limit)
             a_advance, b_advance = uint64(2 * bk), uint64(2 * bk) * uint64(b.shape[1])
             # The pipeline: stages - 1 tiles in flight before the first step;
             # each step waits for its own tile (at most stages - 2 groups still
@@ -432,12 +444,12 @@ def make_hgemm_kernel(**config):
         else:
             carried = cuda.local.array(held, uint32)
             for kt in range(k_tiles):
-                fetch_tiles(carried, a, b, row0, col0, kt * bk, thread)
+                fetch_tiles(carried, a, b, row0, col0, k_begin + kt * bk, k_end, thread)
                 cuda.syncthreads()  # every warp is done with the last tile
                 store_tiles(carried, smem, thread)
                 cuda.syncthreads()  # the tile is whole
                 multiply_tile(smem, 0, a_reads, b_reads, acc, af, bf, lane, warp_row, warp_col)
-        store_c(c, acc, row0 + warp_row, col0 + warp_col, lane)
+        store_c(c, acc, m, slice_ * m, row0 + warp_row, col0 + warp_col, lane)
 
     def blocks(m: int, n: int) -> int:
         """The blocks that cover an m x n C (a one-dimensional grid)."""
@@ -449,3 +461,34 @@ def make_hgemm_kernel(**config):
     kernel.config = cfg
     kernel.blocks = blocks
     return kernel
+
+
+def make_sum_slices(kind: str, out: str):
+    """The kernel that finishes a split-K product: c = the sum of the slices'
+    float32 partial sums (parts holds `slices` blocks of m rows, c's m), in
+    float32 or rounded once to halves of `kind` (c as uint16 bits). One
+    thread per pair of neighbouring elements of a row (N is even)."""
+    pack = pack_f16x2 if kind == "f16" else pack_bf16x2
+    half_out = out == "half"
+
+    @cuda.jit
+    def sum_slices(parts, c):
+        m, n = c.shape
+        slices = parts.shape[0] // m
+        pair = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        row, col = pair // (n // 2), (pair % (n // 2)) * 2
+        if row >= m:
+            return
+        first, second = float32(0.0), float32(0.0)
+        for s in range(slices):
+            first += parts[s * m + row, col]
+            second += parts[s * m + row, col + 1]
+        if half_out:
+            both = pack(first, second)
+            c[row, col] = uint16(both & uint32(0xFFFF))
+            c[row, col + 1] = uint16(both >> uint32(16))
+        else:
+            c[row, col] = first
+            c[row, col + 1] = second
+
+    return sum_slices

@@ -257,7 +257,7 @@ else:
     # them as they do on a GPU.
     _ARRAYS: dict = {}  # number -> array
     _NUMBERS: dict = {}  # id(array) -> number
-    _SHARED_BITS, _GLOBAL_BITS = 24, 40
+    _SHARED_BITS, _GLOBAL_BITS = 18, 40  # shared memory: at most 256 KiB a block
 
     def _number(array):
         with _LOCK:
