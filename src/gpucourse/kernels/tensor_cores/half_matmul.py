@@ -28,7 +28,12 @@ OUT_DTYPES = ("float16", "bfloat16", "float32")
 
 def _dtype_name(dtype) -> str:
     """'float16', 'bfloat16', 'float32', ... for a torch or numpy dtype, or a name."""
-    return str(dtype).replace("torch.", "")
+    if str(dtype).startswith("torch."):
+        return str(dtype)[len("torch."):]
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)  # "bfloat16", which numpy does not know
 
 
 # Level 7's choice of tiles and of a split of K, a model of the GPU rather

@@ -1,0 +1,235 @@
+"""The fast half-precision GEMM (kernels.tensor_cores: moves, hgemm_ladder,
+half_matmul): the swizzled layout has no bank conflicts, the simulator's
+ldmatrix hands each lane its mma fragment, every level of the ladder and a
+split of K agree with float64 in fp16 and bf16, NaN and Inf go where they
+should, bad input is named, and the PTX a GPU would run holds the
+instructions each level is about, with no spills. On a GPU, each level is
+held to cuBLAS's error on the same inputs. Nothing is timed here:
+benchmarks/hgemm.py does that."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ptx_helpers import compile_without_a_gpu, ptxas_report
+
+from gpucourse.device import cuda, on_gpu
+from gpucourse.kernels.tensor_cores import A_FRAGMENT, B_FRAGMENT
+from gpucourse.kernels.tensor_cores.half_matmul import MAX_SLICES, half_matmul
+from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, _swizzle,
+                                                        check_config)
+from gpucourse.kernels.tensor_cores.moves import (forget_earlier_moves, ldmatrix_x4,
+                                                 ldmatrix_x4_trans, shared_address)
+from numba import uint16, uint32  # noqa: E402 (after gpucourse.device)
+
+RNG = np.random.default_rng(2026)
+
+
+def halves(shape, dtype=np.float16):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def bank_groups(chunks_per_row: int, swizzle: bool) -> np.ndarray:
+    """For each 8 consecutive rows and each logical chunk: the 16-byte groups
+    of banks (0-7; 32 banks of 4 bytes) that the 8 rows' copies of the chunk
+    land in, as an array [first row, chunk, row] (rows of chunks_per_row
+    16-byte chunks, stored one after another)."""
+    shift, modulus = _swizzle(chunks_per_row) if swizzle else (1, 1)
+    groups = np.zeros((16, chunks_per_row, 8), dtype=int)
+    for first in range(16):
+        for chunk in range(chunks_per_row):
+            for r in range(8):
+                row = first + r
+                stored = chunk ^ ((row // shift) % modulus)
+                groups[first, chunk, r] = (row * chunks_per_row + stored) % 8
+    return groups
+
+
+@pytest.mark.parametrize("chunks_per_row", [2, 4, 8, 16])
+def test_the_swizzle_puts_the_rows_an_ldmatrix_reads_in_different_banks(chunks_per_row):
+    # An ldmatrix matrix is 8 rows of one 16-byte chunk each: with the XOR
+    # swizzle they fall in 8 different groups of banks, one pass of shared
+    # memory; stored plainly, rows 128 bytes apart collide.
+    aligned = bank_groups(chunks_per_row, swizzle=True)[::8]  # tiles start on multiples of 8
+    assert all(len(set(rows)) == 8 for rows in aligned.reshape(-1, 8))
+    plain = bank_groups(chunks_per_row, swizzle=False)[::8]
+    assert any(len(set(rows)) < 8 for rows in plain.reshape(-1, 8))
+
+
+@cuda.jit
+def _ldmatrix_kernel(values, out_plain, out_trans):
+    """One warp: a 16 x 16 tile of halves into shared memory, then each lane's
+    four registers of ldmatrix.x4 (rows l % 16, column 8 (l // 16)) and of
+    its .trans twin."""
+    tile = cuda.shared.array(256, uint16)
+    lane = cuda.threadIdx.x
+    for i in range(8):
+        tile[lane * 8 + i] = values[lane * 8 + i]
+    cuda.syncthreads()
+    address = shared_address(tile, (lane % 16) * 16 + (lane // 16) * 8)
+    plain = ldmatrix_x4(address)
+    trans = ldmatrix_x4_trans(address)
+    for j in range(4):
+        out_plain[lane, j] = plain[j]
+        out_trans[lane, j] = trans[j]
+
+
+def unpack(registers):
+    """[lane, register] uint32 -> [lane, 2 * register + half] uint16 bits."""
+    registers = np.asarray(registers, dtype=np.uint32)
+    return np.stack([registers & 0xFFFF, registers >> 16], axis=-1).reshape(32, -1)
+
+
+@pytest.mark.skipif(on_gpu(), reason="the simulator's stand-in (the GEMM tests cover the GPU)")
+def test_ldmatrix_hands_each_lane_its_mma_fragment():
+    tile = np.arange(256, dtype=np.uint16)  # element (row, col) holds row * 16 + col
+    plain = np.zeros((32, 4), dtype=np.uint32)
+    trans = np.zeros((32, 4), dtype=np.uint32)
+    forget_earlier_moves()
+    _ldmatrix_kernel[1, 32](tile, plain, trans)
+    # Without .trans: the lane's 8 halves are its A fragment of the 16 x 16 tile.
+    expected_a = A_FRAGMENT[..., 0] * 16 + A_FRAGMENT[..., 1]
+    assert (unpack(plain) == expected_a).all()
+    # With .trans, a tile stored k-row by k-row (B, K x N) arrives as two B
+    # fragments: n-tile 0 (columns 0-7) in registers 0-1, n-tile 1 in 2-3.
+    got = unpack(trans)
+    for n_tile in range(2):
+        expected_b = B_FRAGMENT[..., 0] * 16 + B_FRAGMENT[..., 1] + 8 * n_tile
+        assert (got[:, 4 * n_tile:4 * n_tile + 4] == expected_b).all()
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_each_level_matches_float64(level):
+    # Ragged: M, N and K not multiples of the tiles, K and N not of 8 either.
+    a, b = halves((37, 29)), halves((29, 21))
+    c = half_matmul(a, b, out_dtype=np.float32, level=level)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert c.shape == (37, 21) and c.dtype == np.float32
+    np.testing.assert_allclose(c, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_in_torch_is_rounded_once_like_torch():
+    a = torch.randn(40, 24, dtype=torch.bfloat16)
+    b = torch.randn(24, 16, dtype=torch.bfloat16)
+    if on_gpu():
+        a, b = a.cuda(), b.cuda()
+    c = half_matmul(a, b)
+    assert c.dtype == torch.bfloat16 and c.shape == (40, 16) and c.device == a.device
+    # float32 sums rounded once to bf16: the float64 product rounded to bf16,
+    # give or take one unit in the last place where float32's sum rounds the
+    # other way.
+    ref = (a.double() @ b.double()).to(torch.bfloat16).double()
+    ulp = ref.abs().clamp_min(2 ** -120) * 2 ** -7
+    assert ((c.double() - ref).abs() <= ulp).all()
+
+
+def test_a_split_of_k_sums_its_slices():
+    # K = 64 is 4 tiles of 16 on the simulator: 3 slices take 2, 2 and none.
+    a, b = halves((20, 64)), halves((64, 16))
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    split = half_matmul(a, b, out_dtype=np.float32, slices=3)
+    np.testing.assert_allclose(split, ref, rtol=1e-5, atol=1e-5)
+    rounded = half_matmul(a, b, slices=3)  # the slices' sum rounded once to fp16
+    np.testing.assert_array_equal(rounded, split.astype(np.float16))
+
+
+def test_nan_and_inf_go_where_they_belong():
+    a, b = halves((20, 16)), halves((16, 24))
+    a[3, 5], b[7, 9] = np.nan, np.inf
+    c = half_matmul(a, b, out_dtype=np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.array_equal(np.isnan(c), np.isnan(ref))
+    assert np.array_equal(np.isinf(c), np.isinf(ref))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: half_matmul(halves((4, 4), np.float32), halves((4, 4), np.float32)),
+     "must be float16 or bfloat16"),
+    (lambda: half_matmul(halves((4, 5)), halves((4, 4))), "inner dimensions must match"),
+    (lambda: half_matmul(halves((4, 4, 4)), halves((4, 4))), "2-D matrix"),
+    (lambda: half_matmul(halves((0, 4)), halves((4, 4))), "must be positive"),
+    (lambda: half_matmul(halves((4, 4)), torch.zeros(4, 4, dtype=torch.float16)),
+     "both be torch tensors"),
+    (lambda: half_matmul(torch.zeros(4, 4, dtype=torch.float16),
+                         torch.zeros(4, 4, dtype=torch.bfloat16)), "one dtype"),
+    (lambda: half_matmul(halves((4, 4)), halves((4, 4)), out_dtype="bfloat16"),
+     "out_dtype must be None"),
+    (lambda: half_matmul(halves((4, 4)), halves((4, 4)), level=2), "level must be one of"),
+    (lambda: half_matmul(halves((4, 4)), halves((4, 4)), slices=MAX_SLICES + 1),
+     "slices must be a whole number"),
+    (lambda: half_matmul(halves((4, 4)), halves((4, 4)), config=dict(bm=48)),
+     "each warp's part"),
+    (lambda: check_config(dict(tiles=3)), "unknown switches"),
+])
+def test_bad_input_is_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+PTX_SCRIPT = """
+import re, sys
+from numba import types
+from gpucourse.kernels.tensor_cores.hgemm_ladder import LEVELS, make_hgemm_kernel
+bits = types.Array(types.uint16, 2, "C")
+for level, kind in ((3, "f16"), (7, "f16"), (7, "bf16")):
+    kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind))
+    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits), cc=(9, 0))
+    open(f"{sys.argv[1]}/level{level}_{kind}.ptx", "w").write(ptx)
+"""
+
+
+@pytest.fixture(scope="module")
+def ptx(tmp_path_factory):
+    """The PTX of levels 3 and 7 (fp16) and 7 (bf16) for an H100, compiled here."""
+    folder = tmp_path_factory.mktemp("hgemm_ptx")
+    compile_without_a_gpu(PTX_SCRIPT, str(folder))
+    return {name.stem: name.read_text() for name in folder.glob("*.ptx")}
+
+
+def test_level7_copies_with_cp_async_and_reads_with_ldmatrix(ptx):
+    text = ptx["level7_f16"]
+    config = LEVELS[7]
+    warp_m, warp_n = config["bm"] // config["warps_m"], config["bn"] // config["warps_n"]
+    per_step = (warp_m // 16) * (warp_n // 8)  # instructions per 16 of K
+    # The loop over a stage's 32 of K is written out (two steps of 16, the
+    # second's fragments read during the first: double buffering).
+    assert text.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == \
+        per_step * config["bk"] // 16
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in text
+    assert "cp.async.cg.shared.global" in text and "cp.async.wait_group 2" in text
+    assert "ld.shared" not in text and "st.shared" not in text  # nothing through registers
+    assert ".local" not in text  # the sums and fragments stay in registers
+    report = ptxas_report(text)
+    assert "0 bytes spill stores" in report and "0 bytes lmem" in report
+
+
+def test_bf16_uses_the_bf16_instruction(ptx):
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx["level7_bf16"]
+    assert "cvt.rn.bf16x2.f32" in ptx["level7_bf16"]
+    assert "cvt.rn.f16x2.f32" in ptx["level7_f16"]
+
+
+def test_level3_goes_through_registers_without_spilling(ptx):
+    text = ptx["level3_f16"]
+    assert "ldmatrix" not in text and "cp.async" not in text
+    assert "ld.shared" in text and "st.shared" in text
+    assert "0 bytes spill stores" in ptxas_report(text)
+
+
+@pytest.mark.skipif(not on_gpu(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_on_a_gpu_each_level_errs_no_more_than_cublas(level, dtype):
+    for m, n, k in ((1000, 1032, 776), (77, 50, 29), (130, 136, 4104)):
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+        ref = a.double() @ b.double()
+        ours, peer = half_matmul(a, b, level=level), torch.mm(a, b)
+        error = float((ours.double() - ref).norm() / ref.norm())
+        peer_error = float((peer.double() - ref).norm() / ref.norm())
+        assert error <= 2 * peer_error + 1e-6, (m, n, k, error, peer_error)
+        # float32 C: ours within a few times cuBLAS's own float32-output error.
+        ours32 = half_matmul(a, b, out_dtype=torch.float32, level=level)
+        assert torch.allclose(ours32.double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
