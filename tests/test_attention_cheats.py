@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 
 from test_attention_checks import numpy_in_disguise
+from test_dynamic_import_cheats import check_hidden_calls
 from test_grading import cheat_tests
 
 CHAPTER = "09_flash_attention"
@@ -76,3 +77,8 @@ def test_the_honest_exercises_keep_their_points(graded):
     scores, errors = graded
     for test_cell in HONEST:
         assert scores[test_cell][0] == scores[test_cell][1] > 0, errors.get(test_cell)
+
+
+def test_hidden_calls_earn_nothing(graded):
+    """The hidden-call cheats graded in the same run (test_dynamic_import_cheats)."""
+    check_hidden_calls(CHAPTER, graded.hidden)

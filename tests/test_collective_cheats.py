@@ -24,6 +24,7 @@ import re
 
 import pytest
 
+from test_dynamic_import_cheats import check_hidden_calls
 from test_grading import (assert_cheat_lost, filled_in, grade_cheater, nbgrader_meta,
                           source_notebook)
 
@@ -184,3 +185,8 @@ def test_test_cells_meet_the_standards():
                 value_error_checks += "expect_raises(" in line
     assert checks and value_error_checks / checks <= 0.15, (
         f"{value_error_checks} of {checks} checks are about ValueError (at most 15%)")
+
+
+def test_hidden_calls_earn_nothing(graded):
+    """The hidden-call cheats graded in the same run (test_dynamic_import_cheats)."""
+    check_hidden_calls(CHAPTER, graded.hidden)

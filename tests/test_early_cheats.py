@@ -33,6 +33,7 @@ import re
 import nbformat
 import pytest
 
+from test_dynamic_import_cheats import TARGETS, check_hidden_calls
 from test_grading import (exercises_of, filled_in, grade_cheater, nbgrader_meta,
                           source_notebook)
 
@@ -376,13 +377,13 @@ def graded(request, tmp_path_factory):
     chapter = request.param
     replace = {solution: cheat for solution, (_, cheat) in CHEATS[chapter].items()}
     course = tmp_path_factory.mktemp(f"course-cheats-{chapter}")
-    scores, errors = grade_cheater(chapter, replace, course)
-    return chapter, scores, errors
+    graded = grade_cheater(chapter, replace, course)
+    return chapter, *graded, graded.hidden
 
 
 @pytest.mark.slow
 def test_every_cheat_earns_nothing_and_honest_work_keeps_its_points(graded):
-    chapter, scores, errors = graded
+    chapter, scores, errors, _ = graded
     cheated = _tests_of(chapter, CHEATS[chapter])
     honest = set(_tests_of(chapter, exercises_of(source_notebook(chapter)))) - set(cheated)
     assert cheated and honest, "each chapter's submission needs cheats and honest exercises"
@@ -399,6 +400,15 @@ def test_every_cheat_earns_nothing_and_honest_work_keeps_its_points(graded):
     for name in honest:
         score, max_score = scores[name]
         assert score == max_score, f"{chapter}: {name} lost points beside the cheats"
+
+
+@pytest.mark.slow
+def test_hidden_calls_earn_nothing(graded):
+    """The hidden-call cheats graded in the same run (test_dynamic_import_cheats)."""
+    chapter, _, _, hidden = graded
+    if chapter not in TARGETS:
+        pytest.skip(f"{chapter}'s exercises have no namesake in the package")
+    check_hidden_calls(chapter, hidden)
 
 
 @pytest.mark.slow

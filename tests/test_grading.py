@@ -288,11 +288,28 @@ def graded_errors(course: Path, chapter: str, student: str) -> dict[str, str]:
     return errors
 
 
-def grade_cheater(chapter: str, replace: dict, course: Path) -> tuple[dict, dict]:
+class Graded(tuple):
+    """grade_cheater's (scores, errors) of "cheater", with ``hidden``: {student:
+    (scores, errors)} of the students graded in the same run whose answers call
+    the course's code by a hidden name (test_dynamic_import_cheats)."""
+
+    hidden: dict
+
+
+def grade_cheater(chapter: str, replace: dict, course: Path) -> Graded:
     """Autograde one submission, "cheater", whose solution cells ``replace`` gives
-    ({grade_id: source}): its scores and the errors its graded cells raised."""
-    scores = autograde(chapter, {"cheater": filled_in(chapter, replace=replace)}, course)
-    return scores["cheater"], graded_errors(course, chapter, "cheater")
+    ({grade_id: source}): its scores and the errors its graded cells raised. The
+    same nbgrader run grades the chapter's hidden-call cheats (each student costs
+    about a second; a run of its own, nbgrader's start, about ten)."""
+    from test_dynamic_import_cheats import hidden_submissions
+
+    others = hidden_submissions(chapter)
+    scores = autograde(chapter, {"cheater": filled_in(chapter, replace=replace), **others},
+                       course)
+    graded = Graded((scores["cheater"], graded_errors(course, chapter, "cheater")))
+    graded.hidden = {student: (scores[student], graded_errors(course, chapter, student))
+                     for student in others}
+    return graded
 
 
 def cheat_tests(chapter: str, cheats, reasons: dict, folder: str):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 
+from test_dynamic_import_cheats import check_hidden_calls
 from test_grading import cheat_tests, filled_in, nbgrader_meta
 from test_sgemm_checks import _one_output_at_a_time, numpy_in_disguise
 
@@ -102,3 +103,8 @@ graded, test_each_cheat_loses_its_exercise = cheat_tests(CHAPTER, cheats, REASON
 def test_the_honest_exercise_keeps_its_points(graded):
     scores, _ = graded
     assert scores["test_config"][0] == scores["test_config"][1] == 3
+
+
+def test_hidden_calls_earn_nothing(graded):
+    """The hidden-call cheats graded in the same run (test_dynamic_import_cheats)."""
+    check_hidden_calls(CHAPTER, graded.hidden)

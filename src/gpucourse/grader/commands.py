@@ -1,7 +1,7 @@
 """The grader's two command lines: their arguments, and which function does the work.
 
 ``python -m gpucourse.grading`` (``exercises``, ``check``) and
-``python -m gpucourse.instructor`` (``grade``) read their arguments here and
+``python -m gpucourse.instructor`` (``grade``, ``merge``) read their arguments here and
 call :mod:`gpucourse.grader.release`, :mod:`gpucourse.grader.self_check` and
 :mod:`gpucourse.grader.instructor`; the old module names run them. Keeping
 the argument parsing apart leaves each of those modules a plain library a
@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from gpucourse.grader import instructor
-from gpucourse.grader.instructor import format_report, grade
+from gpucourse.grader.instructor import format_report, grade, merge_shards, parse_shard
 from gpucourse.grader.release import generate_exercises
 from gpucourse.grader.self_check import format_scores, score_notebook
 
@@ -75,10 +75,24 @@ def instructor_main(argv: list[str] | None = None) -> int:
     grading.add_argument("--csv", type=Path, default=None, help="default: ROOT/grades.csv")
     grading.add_argument("--timeout", type=int, default=None, metavar="SECONDS",
                          help="time limit per cell (default: nbgrader_config.py's)")
+    grading.add_argument("--jobs", type=int, default=None, metavar="N",
+                         help="worker processes (default: the machine's cores)")
+    grading.add_argument("--shard", default=None, metavar="K/N",
+                         help="grade the K-th of N shares into ROOT/shards/K-of-N")
+    merging = commands.add_parser("merge", help="merge the shares of sharded runs")
+    merging.add_argument("shares", nargs="+", type=Path, help="folders ROOT/shards/K-of-N")
+    merging.add_argument("--root", type=Path, default=Path.cwd(), help="course folder")
+    merging.add_argument("--csv", type=Path, default=None, help="default: ROOT/grades.csv")
     args = parser.parse_args(argv)
 
     try:
-        report = grade(args.submissions, args.root, args.chapter, args.csv, args.timeout)
+        if args.command == "merge":
+            merged = merge_shards(args.root, args.shares, args.csv)
+            print(f"Merged {merged} submission(s) from {len(args.shares)} share(s) into "
+                  f"{args.csv or args.root / 'grades.csv'} and the gradebook")
+            return 0
+        report = grade(args.submissions, args.root, args.chapter, args.csv, args.timeout,
+                       args.jobs, parse_shard(args.shard))
     except ValueError as error:
         parser.error(str(error))
     print(format_report(report))

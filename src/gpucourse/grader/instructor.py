@@ -4,6 +4,8 @@
 
     python -m gpucourse.instructor grade SUBMISSIONS [--root DIR] [--chapter NAME ...]
                                          [--csv PATH] [--timeout SECONDS]
+                                         [--jobs N] [--shard K/N]
+    python -m gpucourse.instructor merge SHARE [SHARE ...] [--root DIR] [--csv PATH]
 
 ``SUBMISSIONS`` is a folder or a ``.zip`` file. Three layouts are read, and may
 be mixed in one folder:
@@ -35,17 +37,28 @@ one student, a notebook nbgrader cannot grade.
 
 Grading is nbgrader's own (``autograde``: locked and test cells restored from
 the gradebook, hidden tests put back, each cell under the time limit of
-``nbgrader_config.py``). It runs in a scratch course folder that holds only
-these submissions, so earlier submissions in the course are neither graded
-again nor touched, and ``exercises/`` is never rewritten. The instructor's
-gradebook (``gradebook.db`` at the course root, or the ``db_url`` set in
-``nbgrader_config.py``) receives the grades, and the chapter itself where it
-has never been recorded there. Afterwards the course root holds, in nbgrader's
+``nbgrader_config.py``). It runs in ``--jobs`` worker processes (default: the
+machine's cores), each a scratch course with its own copy of the gradebook
+(:mod:`gpucourse.grader.workers`), so earlier submissions in the course are
+neither graded again nor touched, and ``exercises/`` is never rewritten; a
+progress bar shows done/total and the time left. The instructor's gradebook
+(``gradebook.db`` at the course root, or the ``db_url`` set in
+``nbgrader_config.py``) then receives the grades of every submission graded
+(:mod:`gpucourse.grader.gradebooks`), and the chapter itself where it has never
+been recorded there; a worker that dies costs only the submission it was
+grading, which is reported. Afterwards the course root holds, in nbgrader's
 layout, each graded submission in ``submitted/``, the graded notebook in
 ``autograded/`` and the feedback page in
 ``feedback/<student>/<chapter>/<chapter>.html``; ``grades.csv`` holds one row
 per submission graded in this run, and the command prints a table of points
-per student and chapter and the cells that failed or timed out.
+per student and chapter, the cells that failed or timed out, and the time each
+submission took.
+
+Past one machine, ``--shard K/N`` grades only every N-th submission from the
+K-th (in the order of chapter and student), into ``shards/K-of-N/`` (its own
+gradebook, ``grades.csv`` and files) without touching the instructor's
+gradebook, so that N jobs of a cluster can grade a class side by side;
+``merge`` then combines the shares into the course as one run would have.
 """
 
 from __future__ import annotations
@@ -56,9 +69,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucourse.grader.gradebooks import (copy_submission, has_chapter, merge_csv, quiet_nbgrader,
+                                         read_csv)
 from gpucourse.grader.release import chapters, nbgrader_command
 from gpucourse.grader.submissions import (Skipped, Submission, _grade_ids, find_submissions,
                                           opened_submissions)
+from gpucourse.grader.workers import Outcome, Progress, Task, WorkerSetup, default_jobs, \
+    grade_in_workers
 
 # nbgrader writes this error into a cell that ran past its time limit
 # (the default of its Execute.error_on_timeout).
@@ -83,6 +100,7 @@ class Result:
     failed: tuple[CellProblem, ...]  # graded cells that earned less than their points
     timed_out: tuple[str, ...]  # grade_ids (or "cell N") of cells stopped at the time limit
     feedback: Path
+    seconds: float = 0.0  # how long its grading took
 
 
 @dataclass(frozen=True)
@@ -172,61 +190,6 @@ def _record_chapter(chapter: str, course: Path, db_url: str) -> None:
         raise RuntimeError(f"nbgrader generate_assignment {chapter} failed:\n{log[-4000:]}")
 
 
-def _nbgrader_error(log: str) -> str:
-    """The first error nbgrader logged, on one line."""
-    records, current = [], None
-    for line in log.splitlines():
-        if line.startswith("["):
-            current = [line.split("]", 1)[1].strip()] if "| ERROR]" in line else None
-            if current is not None:
-                records.append(current)
-        elif current is not None and line.strip():
-            current.append(line.strip())
-    specific = [" ".join(r) for r in records if not r[0].startswith("There was an error")]
-    return ((specific or [" ".join(r) for r in records] or ["no error logged"])[0])[:300]
-
-
-def _autograde(chapter: str, group: list[Submission], course: Path,
-               gradebook: InstructorGradebook, timeout_s: int | None
-               ) -> tuple[list[Submission], list[Skipped]]:
-    """nbgrader autograde on every submission of a chapter in the scratch course.
-
-    One run grades them all. nbgrader stops at some errors, leaving the
-    submissions after the failing one ungraded, so those are graded again one
-    by one, and each that still fails is reported with nbgrader's error. What
-    nbgrader recorded of a failed submission before it failed (the student, an
-    empty submission) is taken out of the gradebook again, unless it was there
-    before this run.
-    """
-    command = ["autograde", chapter, "--force", f"--CourseDirectory.db_url={gradebook.url}"]
-    if timeout_s is not None:
-        command.append(f"--Execute.timeout={timeout_s}")
-
-    def graded(submission):
-        return (course / "autograded" / submission.student / chapter
-                / f"{chapter}.ipynb").is_file()
-
-    with gradebook.open() as grades:
-        students_before = {student.id for student in grades.students}
-        submitted_before = {s.student.id for s in grades.find_assignment(chapter).submissions}
-
-    _run_nbgrader(command, course)
-    failures = []
-    for submission in [s for s in group if not graded(s)]:
-        _, log = _run_nbgrader([*command, f"--CourseDirectory.student_id={submission.student}"],
-                               course)
-        if not graded(submission):
-            failures.append(Skipped(submission.name,
-                                    f"nbgrader could not grade it: {_nbgrader_error(log)}"))
-            with gradebook.open() as grades:
-                if submission.student not in submitted_before:
-                    grades.remove_submission(chapter, submission.student)
-                if (submission.student not in students_before
-                        and not grades.student_submissions(submission.student)):
-                    grades.remove_student(submission.student)
-    return [s for s in group if graded(s)], failures
-
-
 def _cell_problems(autograded: Path, grades) -> tuple[tuple[CellProblem, ...], tuple[str, ...]]:
     """The graded cells that lost points, with their error, and the cells that timed out."""
     import nbformat
@@ -256,94 +219,197 @@ def _replace_tree(source: Path, destination: Path) -> None:
     shutil.copytree(source, destination)
 
 
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"k/n"`` as (k, n) with 1 <= k <= n; None for None or ""."""
+    if not text:
+        return None
+    try:
+        k, n = (int(part) for part in str(text).split("/"))
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        raise ValueError(f"shard must be k/n with 1 <= k <= n (the k-th of n shares), got {text!r}")
+    return k, n
+
+
+def shard_folder(root: Path, shard: tuple[int, int]) -> Path:
+    """Where ``make grade SHARD=k/n`` leaves its share: ROOT/shards/k-of-n."""
+    return Path(root) / "shards" / f"{shard[0]}-of-{shard[1]}"
+
+
+def _template_gradebook(root: Path, gradebook: InstructorGradebook, by_chapter: dict,
+                        scratch: Path, shard, notes: list[str]) -> Path:
+    """A sqlite gradebook in which every chapter to grade is recorded, for the workers
+    to copy: the instructor's own (where it is a sqlite file), with the chapters
+    it lacks recorded (in the instructor's gradebook too, unless this is a share
+    of a run, which must leave it alone)."""
+    template = scratch / "template.db"
+    own_file = gradebook.url.startswith(SQLITE)
+    recorder = scratch / "recorder"
+    recorder.mkdir()
+    shutil.copy(root / "nbgrader_config.py", recorder)
+    for chapter in sorted(by_chapter):
+        shutil.copytree(root / "solutions" / chapter, recorder / "solutions" / chapter,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        stale = _stale_tests(chapter, root, gradebook)
+        if stale is None and shard is None:
+            _record_chapter(chapter, recorder, gradebook.url)
+        elif stale:
+            notes.append(
+                f"{chapter}: the gradebook holds another version of {', '.join(stale)} than "
+                f"solutions/; grades follow the gradebook (to follow solutions/, run "
+                f"`nbgrader generate_assignment {chapter} --force` first, see README)")
+    missing = sorted(by_chapter)
+    if own_file and gradebook.exists():
+        shutil.copy(gradebook.url[len(SQLITE):], template)
+        missing = _missing_chapters(SQLITE + str(template), gradebook.course_id, missing)
+    for chapter in missing:  # a share, or a gradebook that is not a sqlite file
+        _record_chapter(chapter, recorder, SQLITE + str(template))
+    return template
+
+
+def _missing_chapters(url: str, course_id: str, wanted) -> list[str]:
+    """The chapters of ``wanted`` that the gradebook at ``url`` has not recorded."""
+    from nbgrader.api import Gradebook as NbgraderGradebook
+
+    with NbgraderGradebook(url, course_id) as grades:
+        return [chapter for chapter in wanted if not has_chapter(grades, chapter)]
+
+
 def grade(submissions: Path, root: Path = Path("."), only: list[str] | None = None,
-          csv_path: Path | None = None, timeout_s: int | None = None) -> GradingReport:
+          csv_path: Path | None = None, timeout_s: int | None = None, jobs: int | None = None,
+          shard: tuple[int, int] | None = None, progress=None) -> GradingReport:
     """Grade a folder or zip of submissions; see the module's description.
 
     ``timeout_s`` overrides the per-cell time limit of nbgrader_config.py.
+    ``jobs``: worker processes (default: this machine's cores). ``shard``:
+    (k, n) grades only the k-th of n shares of the submissions, into
+    ROOT/shards/k-of-n (its own gradebook, CSV and files), for
+    :func:`merge_shards`. ``progress``: the stream of the progress bar
+    (default stderr).
     """
     root = Path(root).resolve()
     if not (root / "nbgrader_config.py").is_file():
         raise ValueError(f"root must be the course folder holding nbgrader_config.py, got {root}")
     if timeout_s is not None and not (isinstance(timeout_s, int) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a positive whole number of seconds, got {timeout_s!r}")
-    csv_path = Path(csv_path) if csv_path else root / "grades.csv"
+    jobs = default_jobs() if jobs is None else jobs
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise ValueError(f"jobs must be a whole number >= 1, got {jobs!r}")
+    if shard is not None:
+        parse_shard(f"{shard[0]}/{shard[1]}")
+    out = root if shard is None else shard_folder(root, shard)
+    if shard is not None:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+    csv_path = Path(csv_path) if csv_path else out / "grades.csv"
     gradebook = InstructorGradebook.of(root)
-    db_url = gradebook.url
     notes: list[str] = []
     results: list[Result] = []
 
     with opened_submissions(submissions, set(chapters(root))) as folder:
         found, skipped = find_submissions(folder, root, only)
+        found.sort(key=lambda s: (s.chapter, s.student))
+        if shard is not None:  # every n-th, so that each share holds every chapter's
+            found = found[shard[0] - 1::shard[1]]
         by_chapter: dict[str, list[Submission]] = {}
         for submission in found:
             by_chapter.setdefault(submission.chapter, []).append(submission)
 
         with tempfile.TemporaryDirectory(prefix="gpucourse-grading-") as scratch:
-            course = Path(scratch)
-            shutil.copy(root / "nbgrader_config.py", course)
-            for chapter, group in sorted(by_chapter.items()):
-                shutil.copytree(root / "solutions" / chapter, course / "solutions" / chapter,
-                                ignore=shutil.ignore_patterns(".ipynb_checkpoints",
-                                                              "__pycache__"))
-                stale = _stale_tests(chapter, root, gradebook)
-                if stale is None:
-                    _record_chapter(chapter, course, db_url)
-                elif stale:
-                    notes.append(
-                        f"{chapter}: the gradebook holds another version of "
-                        f"{', '.join(stale)} than solutions/; grades follow the gradebook "
-                        f"(to follow solutions/, run `nbgrader generate_assignment {chapter} "
-                        "--force` first, see README)")
-                for submission in group:
-                    target = course / "submitted" / submission.student / chapter
-                    target.mkdir(parents=True)
-                    shutil.copy(submission.notebook, target / f"{chapter}.ipynb")
-                    base = submission.notebook.parent
-                    for companion in submission.companions:
-                        destination = target / companion.relative_to(base)
-                        destination.parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copy(companion, destination)
-
-                graded, failures = _autograde(chapter, group, course, gradebook, timeout_s)
-                skipped += failures
-                if not graded:
-                    continue
-                done, log = _run_nbgrader(["generate_feedback", chapter, "--force",
-                                           f"--CourseDirectory.db_url={db_url}"], course)
-                if done.returncode != 0:
-                    notes.append(f"{chapter}: nbgrader generate_feedback reported an error: "
-                                 + _nbgrader_error(log))
-                results += _collect(chapter, graded, course, root, gradebook)
+            scratch = Path(scratch)
+            template = _template_gradebook(root, gradebook, by_chapter, scratch, shard, notes)
+            target = gradebook
+            if shard is not None:  # the share's own gradebook, the chapters recorded
+                shutil.copy(template, out / "gradebook.db")
+                target = InstructorGradebook(SQLITE + str(out / "gradebook.db"),
+                                             gradebook.course_id)
+            tasks = [Task(i, s.student, s.chapter, s.notebook, s.companions)
+                     for i, s in enumerate(found)]
+            setup = WorkerSetup(root, tuple(sorted(by_chapter)), template, timeout_s)
+            outcomes = grade_in_workers(tasks, setup, jobs, scratch,
+                                        Progress(len(tasks), progress)) if tasks else []
+            for submission, outcome in zip(found, outcomes):
+                if outcome.graded:
+                    results.append(_collect(submission, outcome, out, target))
+                else:
+                    skipped.append(Skipped(submission.name, outcome.error))
 
     results.sort(key=lambda r: (r.student, r.chapter))
-    if results:  # a run that graded nothing leaves an earlier grades.csv as it was
-        _write_csv(csv_path, results, root)
+    # A run that graded nothing leaves an earlier grades.csv as it was; a share
+    # always writes one, for the merge.
+    if results or shard is not None:
+        _write_csv(csv_path, results, out)
     return GradingReport(results, sorted(skipped, key=lambda s: s.name), notes,
-                         csv_path if results else None, db_url)
+                         csv_path if results or shard is not None else None, target.url)
 
 
-def _collect(chapter: str, graded: list[Submission], course: Path, root: Path,
-             gradebook: InstructorGradebook) -> list[Result]:
-    """Read the grades from the gradebook and move the files into the course root."""
-    results = []
-    with gradebook.open() as grades:
-        for submission in graded:
-            student = submission.student
-            notebook = grades.find_submission_notebook(chapter, chapter, student)
-            autograded = course / "autograded" / student / chapter / f"{chapter}.ipynb"
-            failed, timed_out = _cell_problems(autograded, notebook.grades)
+def _collect(submission: Submission, outcome: Outcome, out: Path,
+             gradebook: InstructorGradebook) -> Result:
+    """Copy a graded submission from its worker's gradebook into ``gradebook`` and its
+    files (submitted, autograded, feedback) into ``out``; its Result."""
+    from nbgrader.api import Gradebook as NbgraderGradebook
+
+    student, chapter, course = submission.student, submission.chapter, outcome.course
+    with quiet_nbgrader(), gradebook.open() as grades, \
+            NbgraderGradebook(SQLITE + str(course / "gradebook.db"), gradebook.course_id) as worker:
+        copy_submission(worker, grades, chapter, student)
+        notebook = grades.find_submission_notebook(chapter, chapter, student)
+        autograded = course / "autograded" / student / chapter / f"{chapter}.ipynb"
+        failed, timed_out = _cell_problems(autograded, notebook.grades)
+        score, max_score = float(notebook.score), float(notebook.max_score)
+    for kind in ("submitted", "autograded", "feedback"):
+        destination = out / kind / student / chapter
+        # Submissions read from the course's own submitted/ stay as they are.
+        if kind == "submitted" and submission.notebook.parent.resolve() == destination:
+            continue
+        if (course / kind / student / chapter).is_dir():
+            _replace_tree(course / kind / student / chapter, destination)
+    return Result(student, chapter, score, max_score, failed, timed_out,
+                  out / "feedback" / student / chapter / f"{chapter}.html", outcome.seconds)
+
+
+def merge_shards(root: Path, shares: list[Path], csv_path: Path | None = None) -> int:
+    """Merge the shares that ``make grade SHARD=k/n`` left (ROOT/shards/k-of-n) into
+    the course: each share's graded submissions into the instructor's gradebook
+    (recording a chapter it has never seen), their files into submitted/,
+    autograded/ and feedback/, and the shares' grades.csv into one at
+    ``csv_path`` (default ROOT/grades.csv), as one run would have written it.
+    Returns the number of submissions merged."""
+    from nbgrader.api import Gradebook as NbgraderGradebook
+
+    root = Path(root).resolve()
+    if not (root / "nbgrader_config.py").is_file():
+        raise ValueError(f"root must be the course folder holding nbgrader_config.py, got {root}")
+    shares = [Path(share) for share in shares]
+    for share in shares:
+        if not ((share / "gradebook.db").is_file() and (share / "grades.csv").is_file()):
+            raise ValueError(f"shares must be folders that `make grade SHARD=k/n` wrote (with "
+                             f"gradebook.db and grades.csv), got {share}")
+    gradebook = InstructorGradebook.of(root)
+    total = merge_csv([share / "grades.csv" for share in shares],
+                      Path(csv_path) if csv_path else root / "grades.csv")
+    rows = {share: read_csv(share / "grades.csv")[1] for share in shares}
+    chapters_seen = sorted({row[1] for share_rows in rows.values() for row in share_rows})
+    missing = chapters_seen if not gradebook.exists() else \
+        _missing_chapters(gradebook.url, gradebook.course_id, chapters_seen)
+    if missing:
+        with tempfile.TemporaryDirectory(prefix="gpucourse-merge-") as scratch:
+            shutil.copy(root / "nbgrader_config.py", scratch)
+            for chapter in missing:
+                shutil.copytree(root / "solutions" / chapter, Path(scratch) / "solutions" / chapter)
+                _record_chapter(chapter, Path(scratch), gradebook.url)
+    for share in shares:
+        with quiet_nbgrader(), gradebook.open() as ours, \
+                NbgraderGradebook(SQLITE + str(share / "gradebook.db"), gradebook.course_id) as theirs:
+            for student, chapter, *_ in rows[share]:
+                copy_submission(theirs, ours, chapter, student)
+        for student, chapter, *_ in rows[share]:
             for kind in ("submitted", "autograded", "feedback"):
-                destination = root / kind / student / chapter
-                # Submissions read from the course's own submitted/ stay as they are.
-                if kind == "submitted" and submission.notebook.parent.resolve() == destination:
-                    continue
-                if (course / kind / student / chapter).is_dir():
-                    _replace_tree(course / kind / student / chapter, destination)
-            results.append(Result(student, chapter, float(notebook.score),
-                                  float(notebook.max_score), failed, timed_out,
-                                  root / "feedback" / student / chapter / f"{chapter}.html"))
-    return results
+                if (share / kind / student / chapter).is_dir():
+                    _replace_tree(share / kind / student / chapter,
+                                  root / kind / student / chapter)
+    return total
 
 
 # ---------------------------------------------------------------------------
@@ -388,6 +454,9 @@ def format_report(report: GradingReport) -> str:
                 parts = [f"{c.grade_id} ({c.error})" for c in r.failed]
                 parts += [f"{name} (timed out)" for name in r.timed_out if name not in failed]
                 lines.append(f"  {r.student} {r.chapter}: " + ", ".join(parts))
+    if report.results:
+        lines += ["", "Time per submission:"]
+        lines += [f"  {r.student} {r.chapter}: {r.seconds:.1f} s" for r in report.results]
     if report.skipped:
         lines += ["", "Skipped (not graded):"]
         lines += [f"  {s.name}: {s.reason}" for s in report.skipped]

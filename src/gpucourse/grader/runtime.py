@@ -20,8 +20,9 @@ own helpers and what the exercise allows) or torch.
 * **Kernels.** A Numba kernel launched by the student's code is seen at its
   launch: the simulator's kernel object and the GPU dispatcher both hold the
   kernel's Python function, whose code tells where it was written.
-* **How long.** From ``expect_own_work`` until the code that called it (the
-  test cell) returns, so the student's own cells and the other test cells
+* **How long.** From ``expect_own_work`` to the end of the notebook cell
+  (IPython's ``post_run_cell``; outside a notebook, until the code that
+  called it returns), so the student's own cells and the other test cells
   run unwatched and pay nothing.
 
 Only the thread that calls the function is watched (the simulator runs each
@@ -176,7 +177,8 @@ class Watch:
         self.active: list[tuple[int, _Rules | None]] = []
         self.helpers: set[int] = set()  # code of the callables the grader passed in
         self.caught: list[str] = []
-        self.owner = None  # the frame that asked for the watching (the test cell)
+        # What the watching lasts for: ("cell", IPython's execution count), or a frame.
+        self.owner = None
         self.on = False
 
     # -- what the hooks decide -------------------------------------------------
@@ -349,10 +351,43 @@ def _on_stack(target) -> bool:
     return False
 
 
+def _shell():
+    """IPython's shell when this runs in a notebook's kernel, else None."""
+    return getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+
+
+def _owner(frame):
+    """What the watching lasts for, seen from the first frame outside the grader: the
+    notebook cell (IPython runs each statement of a cell as code of its own, so
+    the cell's end is IPython's post_run_cell), or else that frame's run."""
+    while frame.f_back is not None and \
+            str(frame.f_globals.get("__name__", "")).startswith(GRADER_PACKAGE):
+        frame = frame.f_back
+    shell = _shell()
+    if shell is not None and frame.f_globals is shell.user_ns:
+        callbacks = shell.events.callbacks.get("post_run_cell", [])
+        if _stop_at_cell_end not in callbacks:
+            shell.events.register("post_run_cell", _stop_at_cell_end)
+        return ("cell", shell.execution_count)
+    return frame
+
+
+def _stop_at_cell_end(result=None) -> None:
+    stop()
+
+
 def _forget_a_finished_cell() -> None:
     """Stop a watching whose cell has finished without ending it (the student's code
-    switched the watching off, so the cell's end went unseen)."""
-    if _WATCH.owner is not None and not _on_stack(_WATCH.owner):
+    switched the watching off, or took IPython's post_run_cell away)."""
+    owner = _WATCH.owner
+    if owner is None:
+        return
+    if _isinstance(owner, tuple):
+        shell = _shell()
+        finished = shell is None or shell.execution_count != owner[1]
+    else:
+        finished = not _on_stack(owner)
+    if finished:
         stop()
 
 
@@ -372,11 +407,7 @@ def watch(function, forbidden, allowed=(), name: str | None = None) -> None:
         raise AssertionError(f"{label} runs {home}.{code.co_qualname}: write it yourself "
                              "instead of wrapping the course's version")
     if _WATCH.owner is None:
-        owner = sys._getframe(1)
-        while owner.f_back is not None and \
-                str(owner.f_globals.get("__name__", "")).startswith(GRADER_PACKAGE):
-            owner = owner.f_back
-        _WATCH.owner = owner
+        _WATCH.owner = _owner(sys._getframe(1))
     _WATCH.watched[id(code)] = (function, label, rules)
     _switch(True)
 
