@@ -233,3 +233,43 @@ def test_on_a_gpu_each_level_errs_no_more_than_cublas(level, dtype):
         # float32 C: ours within a few times cuBLAS's own float32-output error.
         ours32 = half_matmul(a, b, out_dtype=torch.float32, level=level)
         assert torch.allclose(ours32.double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+
+
+# ---------------------------------------------------------------------------
+# The committed H100 run (benchmarks/hgemm.py): read, not re-run.
+
+def committed_run():
+    from gpucourse import results
+
+    return results.load_results("hgemm")
+
+
+def share(record, variant, dtype, size):
+    rows = [r for r in record["results"] if r["variant"] == variant and r["dtype"] == dtype
+            and (r["m"], r["n"], r["k"]) == (size, size, size)]
+    assert len(rows) == 1, (variant, dtype, size)
+    return rows[0]["vs_cublas"]
+
+
+def test_the_committed_run_was_validated_before_it_was_timed():
+    record = committed_run()
+    assert record["gpu"].startswith("NVIDIA") and record["versions"]["torch"]
+    cases = record["validation"]
+    assert {c["level"] for c in cases} == set(LEVELS)
+    assert {c["dtype"] for c in cases} == {"float16", "bfloat16"}
+    assert all(c["ok"] for c in cases) and all(c["error"] < 1e-2 for c in cases)
+
+
+def test_the_committed_run_meets_the_issues_targets():
+    # Issue 29: at least 40% of cuBLAS (same dtype, same run) at 4096^3 and
+    # 8192^3, at least 30% at 1024^3 and 2048^3, as a user calls half_matmul.
+    record = committed_run()
+    for dtype in ("fp16", "bf16"):
+        for size, least in ((1024, 0.30), (2048, 0.30), (4096, 0.40), (8192, 0.40)):
+            assert share(record, "half_matmul", dtype, size) >= least, (dtype, size)
+        # Each level is faster than the one before, except level 6 (register
+        # double buffering), which the compiler's own scheduling already gives
+        # level 5: within 10% of it.
+        levels = [share(record, f"level{level}", dtype, 4096) for level in sorted(LEVELS)]
+        assert levels[0] < levels[1] < levels[2] < levels[4]
+        assert abs(levels[3] - levels[2]) <= 0.1 * levels[2]

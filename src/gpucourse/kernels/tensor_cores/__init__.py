@@ -19,7 +19,16 @@ bottom up:
 * ``hgemm``: the fp16 GEMM, level by level (11.9 and 15.4 TFLOP/s at 4096^3
   on an H100, against cuBLAS fp16's 656);
 * ``tf32gemm``: the fp32 GEMM through TF32, in one pass or in three
-  (3xTF32, CUTLASS's "fast fp32", for about fp32's accuracy).
+  (3xTF32, CUTLASS's "fast fp32", for about fp32's accuracy);
+* ``moves``: the instructions that move halves fast, ``cp.async`` into shared
+  memory and ``ldmatrix`` out of it, and the mma on registers as they leave
+  them, in fp16 and bf16;
+* ``hgemm_ladder``: HGEMM levels 3 to 7, one kernel factory whose switches
+  add large tiles, ldmatrix with a swizzled layout, a cp.async pipeline,
+  register double buffering and tuned tiles (22 to 353 TFLOP/s at 4096^3 on
+  an H100, 53% of cuBLAS fp16);
+* ``half_matmul``: the entry point users call, ``half_matmul(a, b)`` for fp16
+  or bf16 torch tensors.
 
 ``attention.tensor_cores`` builds the attention forward pass on the TF32
 instruction. Every name that callers use is importable from here, as
@@ -39,6 +48,7 @@ from gpucourse.kernels.tensor_cores.fragments import (  # noqa: F401
 from gpucourse.kernels.tensor_cores.hgemm import (  # noqa: F401
     BLOCK_K, BLOCK_M, BLOCK_N, LEVELS, SHARED_ROW, THREADS_2, TILES_M, TILES_N, WARPS_M, WARPS_N,
     WARPS_PER_BLOCK, _device_places, _hgemm_kernel, _hgemm_shared_kernel, _launch, hgemm)
+from gpucourse.kernels.tensor_cores.half_matmul import half_matmul  # noqa: F401
 from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
     TF32_MASK, cvt_rna_tf32, forget_earlier_calls, mma_m16n8k8_tf32, mma_m16n8k16,
     round_to_tf32)
@@ -48,5 +58,6 @@ from gpucourse.kernels.tensor_cores.tf32gemm import (  # noqa: F401
     tf32gemm)
 
 if not on_gpu():  # the simulator stand-ins' scratch state: the very objects they use
-    from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
+    from gpucourse.kernels.tensor_cores.half_matmul import half_matmul  # noqa: F401
+from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
         _SCRATCH, _SCRATCH_TF32, _TF32_CALLS, _TF32_RESULTS)

@@ -41,8 +41,9 @@ def _dtype_name(dtype) -> str:
 # once (two of these 128-thread blocks per SM fit); a product whose C has
 # fewer tiles of 128 x 128 than the GPU has SMs leaves SMs idle, so it takes
 # tiles of 64 x 64 (four times the blocks); if that still leaves SMs idle and
-# K is deep, K is cut into slices that run side by side (split-K), each
-# block summing one slice, and a second kernel adds the slices up. Measured
+# K is deep, K is cut into slices that run side by side (split-K), enough
+# for two blocks per SM, each block summing one slice of at least
+# SLICE_TILES tiles of K, and a second kernel adds the slices up. Measured
 # on an H100 (benchmarks/results/hgemm-h100-2026-11-28.json, the sweep):
 # 64 x 64 tiles at 1024^3 0.68 of cuBLAS against 0.65 with 128 x 128; at
 # 2048^3 (256 tiles of 128 x 128 on 132 SMs) 128 x 128 is better, 0.52
@@ -71,6 +72,8 @@ def choose_config(level: int, m: int, n: int, k: int) -> tuple[dict, int]:
         return config, 1
     config.update(SMALL_TILES)
     blocks = tiles(config["bm"], config["bn"])
+    if blocks >= sms:
+        return config, 1
     k_tiles = -(-k // config["bk"])
     slices = max(1, min(-(-2 * sms // blocks), k_tiles // SLICE_TILES, MAX_SLICES))
     return config, slices

@@ -7,24 +7,29 @@ tensor cores move data in larger pieces and never through registers when they
 can help it. Three instructions do that (PTX ISA, "Data Movement and
 Conversion Instructions"), and this module gives each to Numba:
 
-* ``cp_async_16(tile, i, matrix, row, col, valid)``:
-  ``cp.async.cg.shared.global``, 16 bytes (8 halves) copied from
-  ``matrix[row, col:col + 8]`` in global memory straight into
-  ``tile[i:i + 8]`` in shared memory, without passing through the thread's
-  registers, and without waiting for it: the thread goes on while the copy
-  is in flight. When ``valid`` is false nothing is read and the 16 bytes are
-  zeros (the instruction's source size of 0), which pads tiles beyond the
-  matrices' edges. ``cp_async_commit()`` closes a group of copies;
-  ``cp_async_wait(n)`` waits until at most ``n`` groups are still in flight
-  (``cp.async.wait_group n``; n must be a constant: one function per n).
-* ``ldmatrix_x4(tile, i)`` and ``ldmatrix_x4_trans(tile, i)``:
+* ``cp_async_16(to, source, valid)``: ``cp.async.cg.shared.global``, 16
+  bytes (8 halves) copied from global memory straight into shared memory,
+  without passing through the thread's registers, and without waiting for
+  it: the thread goes on while the copy is in flight. When ``valid`` is
+  false nothing is read and the 16 bytes are zeros (the instruction's source
+  size of 0), which pads tiles beyond the matrices' edges.
+  ``cp_async_commit()`` closes a group of copies; ``cp_async_wait(n)``
+  waits until at most ``n`` groups are still in flight (``cp.async.wait_group
+  n``; n must be a constant: one function per n).
+* ``ldmatrix_x4(address)`` and ``ldmatrix_x4_trans(address)``:
   ``ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16``. A warp reads four 8 x
   8 matrices of halves from shared memory. Lanes 8j to 8j + 7 each give the
-  address (``tile[i]``) of one 16-byte row of matrix j; lane l receives, in
-  register j, the two halves of matrix j at row l // 4, columns 2(l % 4) and
-  2(l % 4) + 1: exactly a fragment of the mma (``fragments``). With
-  ``.trans`` each matrix arrives transposed, so a B stored row by row (k, then
-  n) arrives as the "col" fragment the mma wants.
+  address of one 16-byte row of matrix j; lane l receives, in register j,
+  the two halves of matrix j at row l // 4, columns 2(l % 4) and 2(l % 4) +
+  1: exactly a fragment of the mma (``fragments``). With ``.trans`` each
+  matrix arrives transposed, so a B stored row by row (k, then n) arrives as
+  the "col" fragment the mma wants.
+* Addresses are plain integers, as the instructions take them:
+  ``shared_address(tile, i)`` is the 32-bit shared-memory address of
+  ``tile[i]``, ``global_address(matrix, row, col)`` the 64-bit address of
+  ``matrix[row, col]``. A kernel works them out once and then adds offsets
+  (the next stage, the next step along K), which is most of what makes the
+  fast levels fast.
 * ``mma_packed(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` for fp16 and
   ``mma_packed_bf16`` for bf16: ``mma.sync.aligned.m16n8k16`` on registers
   as ``ldmatrix`` leaves them, two halves per 32-bit register, the first in
@@ -36,7 +41,8 @@ kernels never compute with a half themselves, they only move it and hand it
 to the tensor cores.
 
 On Numba's simulator each instruction has a stand-in with the same meaning:
-``cp_async_16`` copies at once (waiting is then a no-op), ``ldmatrix_x4``
+an address holds the array's number in its high bits and the byte offset in
+its low ones, ``cp_async_16`` copies at once (waiting is then a no-op), ``ldmatrix_x4``
 gathers the warp's addresses through a scratch area and a block-wide barrier
 (like the mma stand-ins; every thread of the block must call it together),
 and the mma unpacks the bits, multiplies in float64 and rounds to float32.
