@@ -58,6 +58,5 @@ from gpucourse.kernels.tensor_cores.tf32gemm import (  # noqa: F401
     tf32gemm)
 
 if not on_gpu():  # the simulator stand-ins' scratch state: the very objects they use
-    from gpucourse.kernels.tensor_cores.half_matmul import half_matmul  # noqa: F401
-from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
+    from gpucourse.kernels.tensor_cores.intrinsics import (  # noqa: F401
         _SCRATCH, _SCRATCH_TF32, _TF32_CALLS, _TF32_RESULTS)

@@ -27,7 +27,7 @@ Conversion Instructions"), and this module gives each to Numba:
 * Addresses are plain integers, as the instructions take them:
   ``shared_address(tile, i)`` is the 32-bit shared-memory address of
   ``tile[i]``, ``global_address(matrix, row, col)`` the 64-bit address of
-  ``matrix[row, col]``. A kernel works them out once and then adds offsets
+  ``matrix[row, col]`` (``global_address_flat(array, i)`` of ``array[i]``). A kernel works them out once and then adds offsets
   (the next stage, the next step along K), which is most of what makes the
   fast levels fast.
 * ``mma_packed(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` for fp16 and
@@ -123,6 +123,20 @@ if on_gpu():
             return builder.ptrtoint(pointer, ir.IntType(64))
 
         return types.uint64(matrix, row, col), codegen
+
+    @intrinsic
+    def global_address_flat(typingctx, array, index):
+        """The 64-bit address (in bytes) of array[index], a 1D uint16 array."""
+        if not (isinstance(array, types.Array) and array.ndim == 1
+                and array.dtype == types.uint16):
+            raise NumbaTypeError(f"global_address_flat needs a 1D uint16 array, got {array}")
+
+        def codegen(context, builder, sig, args):
+            pointer = _element_pointer(context, builder, sig.args[0], args[0], [args[1]],
+                                       [sig.args[1]])
+            return builder.ptrtoint(pointer, ir.IntType(64))
+
+        return types.uint64(array, index), codegen
 
     def _as_i32(context, builder, value, kind):
         return builder.trunc(context.cast(builder, value, kind, types.uint64), ir.IntType(32))
@@ -290,6 +304,11 @@ else:
         """matrix[row, col]'s address (see above)."""
         return np.uint64((_number(matrix) << _GLOBAL_BITS)
                          + 2 * (int(row) * matrix.shape[1] + int(col)))
+
+    @cuda.jit(device=True)
+    def global_address_flat(array, index):
+        """array[index]'s address (see above)."""
+        return np.uint64((_number(array) << _GLOBAL_BITS) + 2 * int(index))
 
     @cuda.jit(device=True)
     def cp_async_16(destination, source, valid):
