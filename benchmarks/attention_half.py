@@ -2,17 +2,19 @@
 
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_half.py [--out DIR]
 
-`flash_attention` takes float16 and bfloat16 tensors: it converts each element
-to float32 as it loads it, computes in float32 and rounds its output once. It
-computed on the CUDA cores until 2026-11-26 (the committed run of 2026-11-25
-measured that); since then, on GPUs with TF32 tensor cores, its products run
-there in 3xTF32 (attention.tensor_cores), like the fp32 forward. This script measures what that costs against PyTorch's
-scaled_dot_product_attention in the same precision, whose flash backend does
-its matrix products on tensor cores, and whose memory-efficient backend is the
-fp32 benchmark's peer. For float16 the backward pass is timed too (the
-course's default backward version, recorded as backward_version; version 3
-in the files of 2026-11-25, float16 in and out) against the two backends'
-backward in float16.
+`flash_attention` takes float16 and bfloat16 tensors. Until 2026-11-28 it
+converted each element to float32 as it loaded it and computed in float32
+(on the CUDA cores until 2026-11-26, the committed run of 2026-11-25; then
+in 3xTF32 on the tensor cores, attention.tensor_cores, the run of
+2026-11-26). Since 2026-11-28, on GPUs with tensor cores, its forward pass is
+FlashAttention-2 in half precision (attention.half: products on the
+fp16/bf16 tensor cores, float32 statistics, P rounded to halves). This
+script measures it against PyTorch's scaled_dot_product_attention in the
+same precision, whose flash backend is FlashAttention-2, and whose
+memory-efficient backend is the fp32 benchmark's peer. The backward pass is
+timed too, in float16 and bfloat16 (the course's default backward version,
+recorded as backward_version; halves in and out, float32 inside) against
+the two backends' backward in the same type.
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
 for float16 and bfloat16: ours, SDPA flash, SDPA memory-efficient, and ours in
@@ -62,11 +64,12 @@ TOLERANCE = {"fp16": 4 * 2.0 ** -11, "bf16": 4 * 2.0 ** -8}  # a few half-units 
 ROUNDS = 3
 
 
-def backward_rows(bench, q, k, v, causal, seq, d):
-    """The backward pass in float16: ours (the default version, float16 in and out,
-    float32 inside) against SDPA's flash and memory-efficient backends'
-    backward in float16 (torch.autograd.grad of their output, the forward done
-    once beforehand), timed in turns; errors against float64 autograd."""
+def backward_rows(bench, q, k, v, causal, seq, d, tag):
+    """The backward pass in float16 or bfloat16 (tag): ours (the default
+    version, halves in and out, float32 inside) against SDPA's flash and
+    memory-efficient backends' backward in the same type (torch.autograd.grad
+    of their output, the forward done once beforehand), timed in turns;
+    errors against float64 autograd."""
     from torch.nn.attention import sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
@@ -75,10 +78,10 @@ def backward_rows(bench, q, k, v, causal, seq, d):
     g = torch.Generator(device="cuda").manual_seed(seq + d)
     dout = torch.randn(q.shape, device="cuda", generator=g).to(q.dtype)
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-    calls = {"flash_bwd_fp16": lambda: flash_attention_backward(
+    calls = {f"flash_bwd_{tag}": lambda: flash_attention_backward(
         q, k, v, out, lse, dout, causal=causal, version=DEFAULT_VERSION)}
-    for name, backend in (("sdpa_flash_bwd_fp16", SDPBackend.FLASH_ATTENTION),
-                          ("sdpa_efficient_bwd_fp16", SDPBackend.EFFICIENT_ATTENTION)):
+    for name, backend in ((f"sdpa_flash_bwd_{tag}", SDPBackend.FLASH_ATTENTION),
+                          (f"sdpa_efficient_bwd_{tag}", SDPBackend.EFFICIENT_ATTENTION)):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
         with sdpa_kernel(backend):
             result = scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -97,10 +100,10 @@ def backward_rows(bench, q, k, v, causal, seq, d):
         got = call()
         error = max(float((x.double() - w).abs().max() / w.abs().max())
                     for x, w in zip(got, want))
-        rows.append(dict(variant=name, dtype="fp16", batch=BATCH, heads=HEADS, seq=seq,
+        rows.append(dict(variant=name, dtype=tag, batch=BATCH, heads=HEADS, seq=seq,
                          head_dim=d, causal=causal, ms=ms[name], max_rel_err=error,
-                         passed=error < 8 * 2.0 ** -11))
-    print(f"fp16 backward N{seq} d{d} causal={causal!s:5}: "
+                         passed=error < 2 * TOLERANCE[tag]))
+    print(f"{tag} backward N{seq} d{d} causal={causal!s:5}: "
           + ", ".join(f"{r['variant']} {r['ms']:.3f} ms (err {r['max_rel_err']:.1e})"
                       for r in rows), flush=True)
     return rows
@@ -155,8 +158,7 @@ def main(argv=None):
                   f"({ours / peer if peer else float('nan'):.1f}x), ours fp32 "
                   f"{ms['flash_fp32']:.3f} ms; errors "
                   + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()), flush=True)
-            if tag == "fp16":
-                rows += backward_rows(bench, q, k, v, causal, seq, d)
+            rows += backward_rows(bench, q, k, v, causal, seq, d, tag)
             del q, k, v, q32, k32, v32, ref
     report = {
         "benchmark": "attention_half", "gpu": gpu, "date": date, "versions": bench.versions(),

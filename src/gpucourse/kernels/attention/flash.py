@@ -33,6 +33,8 @@ from gpucourse.kernels.attention.config import (CAUSAL_FLASH_CONFIGS,
                                                 FLASH_CONFIGS, PORTABLE_FLASH_CONFIGS,
                                                 SUPPORTED_HEAD_DIMS, TENSOR_CORE_CONFIGS)
 from gpucourse.kernels.attention.forward import FLASH_DTYPES, _flash_kernel
+from gpucourse.kernels.attention.half import HALF_HEAD_DIMS, KINDS as HALF_KINDS
+from gpucourse.kernels.attention.half import half_config, launch_half
 from gpucourse.kernels.attention.tensor_cores import TensorCoreConfig, reset_simulator
 from gpucourse.kernels.launch import core_launch, launch_config
 from gpucourse.kernels.launch import current_gpu as _current_gpu
@@ -134,13 +136,18 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
     scale: the factor on the scores; None means 1 / sqrt(head_dim).
     return_lse: also return the log-sum-exp of each row of scaled scores,
     shape (batch, heads, seq), which a backward pass would need.
-    tensor_cores: run both tile products on the tensor cores in 3xTF32 (about
-    fp32's accuracy; ``attention.tensor_cores``) rather than as fp32 FMAs on
-    the CUDA cores. None (the default): on a GPU with TF32 tensor cores
-    (compute capability 8.0 on), for head dims 64 and 128; on CUDA cores
-    elsewhere, the simulator included. True asks for them wherever the head
-    dim has a tensor-core shape (on the simulator too: slow, for small
-    inputs); a GPU without them still gets the CUDA-core kernel.
+    tensor_cores: run both tile products on the tensor cores rather than as
+    fp32 FMAs on the CUDA cores. For float32 inputs that is 3xTF32 (about
+    fp32's accuracy; ``attention.tensor_cores``); for fp16 and bf16 CUDA
+    torch tensors it is FlashAttention-2 in half precision
+    (``attention.half``): products on the fp16/bf16 tensor cores summed in
+    float32, scores and statistics in float32, P rounded to the inputs' type
+    for the product with V. None (the default): on a GPU with tensor cores
+    (compute capability 8.0 on), for head dims 64 and 128 in float32 and
+    16 to 128 in half precision; on CUDA cores elsewhere, the simulator
+    included. True asks for them wherever the head dim has a tensor-core
+    shape (on the simulator too, in float32: slow, for small inputs); a GPU
+    without them still gets the CUDA-core kernel.
 
     Returns the output (in the inputs' kind and dtype) and, with return_lse,
     the log-sum-exp (float32).
@@ -158,11 +165,38 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
                          f"got {tensor_cores!r}")
     s = _check_scale(scale, head_dim)
     device_id = _current_gpu() if on_gpu() else None
+    io = _dtype_name(q, kind)
+    if kind == "torch" and _half_kernel_runs(io, head_dim, device_id, tensor_cores):
+        out, lse = _run_half(q, k, v, causal, s * math.log2(math.e), io, device_id)
+        return (out, lse) if return_lse else out
     config = _config_for(head_dim, device_id, causal=causal, seq=int(q.shape[2]),
                          tensor_cores=tensor_cores)
-    out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id,
-                          io=_dtype_name(q, kind))
+    out, lse = _run_flash(kind, q, k, v, config, causal, s, FAST_MATH, device_id, io=io)
     return (out, lse) if return_lse else out
+
+
+def _half_kernel_runs(io: str, head_dim: int, device_id, tensor_cores) -> bool:
+    """Whether fp16/bf16 inputs go to FlashAttention-2 in half precision
+    (attention.half): on a GPU with tensor cores, for HALF_HEAD_DIMS, unless
+    tensor_cores is False."""
+    return (io in HALF_KINDS and tensor_cores is not False and on_gpu()
+            and head_dim in HALF_HEAD_DIMS and _has_tf32_tensor_cores(device_id))
+
+
+def _run_half(q, k, v, causal: bool, scale2: float, io: str, device_id: int):
+    """(out, lse) of the half-precision kernel on CUDA torch tensors."""
+    import torch
+
+    if not q.get_device() == k.get_device() == v.get_device() == device_id:
+        devices = {name: x.device.index for name, x in (("q", q), ("k", k), ("v", v))}
+        raise ValueError(f"q, k and v must be on the GPU Numba launches on (cuda:{device_id}), "
+                         f"got {devices}; move them there, or select that GPU with "
+                         f"numba.cuda.select_device")
+    batch, heads, seq, head_dim = (int(n) for n in q.shape)
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
+    launch_half(half_config(head_dim), causal, HALF_KINDS[io], q, k, v, out, lse, scale2)
+    return out, lse
 
 
 def _quick_torch_flash(q, k, v, causal: bool):
@@ -198,6 +232,12 @@ def _quick_torch_flash(q, k, v, causal: bool):
     device_id = _current_gpu()
     if not q.get_device() == k.get_device() == v.get_device() == device_id:
         return None
+    if io in HALF_KINDS and head_dim in HALF_HEAD_DIMS and _has_tf32_tensor_cores(device_id):
+        out = torch.empty_like(q)
+        lse = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
+        launch_half(half_config(head_dim), causal, HALF_KINDS[io], q, k, v, out, lse,
+                    _default_scale2(head_dim))
+        return out, lse
     config = _config_for(head_dim, device_id, causal=causal, seq=seq)
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)

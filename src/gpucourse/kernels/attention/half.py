@@ -324,11 +324,20 @@ def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuf
 # ---------------------------------------------------------------------------
 # Launching
 
+# The head dims flash_attention sends here on a GPU, and their tiles. Measured
+# on an H100 (B4 H16, N 1024 and 4096, fp16 and bf16, causal or not), against
+# SDPA's flash backend in the same run: 4 warps of 16 rows with 64-key tiles
+# at head dim 64 took 0.78-1.03x its time (8 warps: 0.87-1.34x); at head dim
+# 128, 32-key tiles took 1.06-1.26x (8 warps: 1.31-1.47x), while 64-key
+# tiles put the scores in local memory (7-9x). Notes in benchmarks/NOTES.md.
+HALF_HEAD_DIMS = (16, 32, 64, 128)
+
+
 def half_config(head_dim: int) -> HalfConfig:
     """The tile shape for a head dim: on the simulator, small ones."""
     if not on_gpu():
         return SIMULATOR_CONFIG.get(head_dim, HalfConfig(head_dim, warps=2, block_cols=32))
-    return HalfConfig(head_dim)
+    return HalfConfig(head_dim, warps=4, block_cols=64 if head_dim <= 64 else 32)
 
 
 _LAUNCHABLE: dict = {}
@@ -347,6 +356,9 @@ def _launchable(config, causal, kind, device_id):
         kernel.compile((halves, halves, halves, halves, f32[::1], int32, int32, int32, f32))
         _LAUNCHABLE[key] = launchable_with_shared(kernel, config.shared_bytes, device_id)
     return _LAUNCHABLE[key]
+
+
+KINDS = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def launch_half(config, causal, kind, q, k, v, out, lse, scale2):
