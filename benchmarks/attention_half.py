@@ -62,6 +62,9 @@ CASES = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 TOLERANCE = {"fp16": 4 * 2.0 ** -11, "bf16": 4 * 2.0 ** -8}  # a few half-units at 1
 ROUNDS = 3
+# The types the backward takes (flash_attention_backward): float16 yet, not
+# bfloat16 (issue 29 asks for both; the bf16 rows come with that work).
+BACKWARD_TAGS = ("fp16",)
 
 
 def backward_rows(bench, q, k, v, causal, seq, d, tag):
@@ -158,7 +161,8 @@ def main(argv=None):
                   f"({ours / peer if peer else float('nan'):.1f}x), ours fp32 "
                   f"{ms['flash_fp32']:.3f} ms; errors "
                   + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()), flush=True)
-            rows += backward_rows(bench, q, k, v, causal, seq, d, tag)
+            if tag in BACKWARD_TAGS:
+                rows += backward_rows(bench, q, k, v, causal, seq, d, tag)
             del q, k, v, q32, k32, v32, ref
     report = {
         "benchmark": "attention_half", "gpu": gpu, "date": date, "versions": bench.versions(),

@@ -350,15 +350,47 @@ def test_flash_refuses_mixed_or_unsupported_dtypes():
 @pytest.mark.skipif(_torch_cuda() is None, reason="needs a GPU and torch with CUDA")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_flash_takes_half_precision_torch_tensors(dtype):
+    # With tensor_cores=False, half-precision inputs are converted to float32
+    # as they are loaded and the output is rounded once: float32 attention
+    # on the same values, within half a unit of the type.
     torch = _torch_cuda()
     q, k, v = qkv((2, 4, 300, 128), seed=4)
     tq, tk, tv = (torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v))
-    out, lse = A.flash_attention(tq, tk, tv, causal=True, return_lse=True)
+    out, lse = A.flash_attention(tq, tk, tv, causal=True, return_lse=True, tensor_cores=False)
     assert out.dtype == getattr(torch, dtype) and lse.dtype == torch.float32
     want = A.reference_attention(*(x.float().cpu().numpy() for x in (tq, tk, tv)), causal=True)
     step = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}[dtype]  # half a unit, relative
     got = out.float().cpu().numpy()
     assert np.all(np.abs(got - want) <= step * np.abs(want) + 1e-5)
+
+
+@pytest.mark.skipif(_torch_cuda() is None, reason="needs a GPU and torch with CUDA")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128])
+def test_half_precision_flash_errs_no_more_than_sdpa_flash(dtype, head_dim):
+    # By default half-precision inputs run FlashAttention-2 in half
+    # precision (attention.half), P rounded to the type as FlashAttention-2
+    # does: held to the error of PyTorch's flash backend on the same inputs,
+    # against float64; the log-sum-exp, from float32 scores, to float32's.
+    torch = _torch_cuda()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    q, k, v = qkv((2, 4, 300, head_dim), seed=5)
+    tq, tk, tv = (torch.from_numpy(x).cuda().to(getattr(torch, dtype)) for x in (q, k, v))
+    for causal in (False, True):
+        out, lse = A.flash_attention(tq, tk, tv, causal=causal, return_lse=True)
+        assert out.dtype == tq.dtype and bool(torch.isfinite(out).all())
+        ref = sdpa(tq.double(), tk.double(), tv.double(), is_causal=causal)
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            peer = sdpa(tq, tk, tv, is_causal=causal)
+        error = float((out.double() - ref).abs().max())
+        assert error <= 2 * float((peer.double() - ref).abs().max()) + 1e-4, (causal, error)
+        scores = tq.double() @ tk.double().transpose(-1, -2) * head_dim ** -0.5
+        if causal:
+            scores = scores.masked_fill(torch.ones(300, 300, dtype=torch.bool,
+                                                   device="cuda").triu(1), float("-inf"))
+        assert torch.allclose(lse.double(), torch.logsumexp(scores, -1), atol=1e-4, rtol=1e-5)
 
 
 # -----------------------------------------------------------------------------
