@@ -146,3 +146,52 @@ def test_the_answer_cannot_stop_the_watching_itself():
     expect_own_work(stopping)
     with pytest.raises(AssertionError, match=r"gpucourse\.grader\.runtime\.stop"):
         stopping(0.5, 2)
+
+
+class _Events:
+    def __init__(self):
+        self.callbacks = {"post_run_cell": []}
+
+    def register(self, event, callback):
+        self.callbacks[event].append(callback)
+
+
+class _Shell:
+    """What the watch reads of IPython's shell: the notebook's namespace (here this
+    module's), the cell's number and the post_run_cell event."""
+
+    def __init__(self):
+        self.user_ns, self.execution_count, self.events = globals(), 1, _Events()
+
+    def end_cell(self):
+        for callback in self.events.callbacks["post_run_cell"]:
+            callback(None)
+        self.execution_count += 1
+
+
+def test_in_a_notebook_each_call_is_watched_and_nothing_else(monkeypatch):
+    """In a cell, a trampoline switches the hook on for the watched calls alone (the
+    grader's own work between them runs at full speed), and the cell's end puts
+    the function back as it was."""
+    shell = _Shell()
+    monkeypatch.setattr(runtime, "_shell", lambda: shell)
+    code = through_sys_modules.__code__
+    seen = []
+
+    def probe(parallel_fraction, workers):
+        seen.append(sys.modules["gpucourse.grader.runtime"]._WATCH.on)
+        return honest(parallel_fraction, workers)
+
+    expect_own_work(probe)
+    expect_own_work(through_sys_modules)
+    assert sys.getprofile() is None and not runtime._WATCH.on  # not between calls
+    expect_float(probe(0.5, 2), 4 / 3)
+    assert seen == [True] and sys.getprofile() is None
+    expect_own_work(probe)  # read again in the same cell: its own code, not the trampoline's
+    with pytest.raises(AssertionError, match=HIDDEN):
+        through_sys_modules(0.5, 2)
+    shell.end_cell()
+    assert through_sys_modules.__code__ is code and runtime._WATCH.watched == {}
+    expect_own_work(honest)  # the next cell starts afresh
+    expect_float(honest(0.5, 2), 4 / 3)
+    shell.end_cell()

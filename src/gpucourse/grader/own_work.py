@@ -57,6 +57,13 @@ def _within(module: str, packages) -> bool:
     return any(module == name or module.startswith(name + ".") for name in packages)
 
 
+def _own_code(fn):
+    """A function's code: its own, also while the run-time watch has a trampoline
+    standing in for it (gpucourse.grader.runtime); None for what has none."""
+    return runtime.original_code(fn) if _isinstance(fn, types.FunctionType) \
+        else getattr(fn, "__code__", None)
+
+
 def visible_names(fn) -> dict:
     """What a function's code can name: its module's globals, then the variables
     it captured from an enclosing function (a kernel factory's constants, a
@@ -90,7 +97,7 @@ def library_uses(function, forbidden=FORBIDDEN_MODULES, allowed=()) -> list[str]
 
     def visit(fn, path: str) -> None:
         fn = getattr(fn, "py_func", fn)
-        code = getattr(fn, "__code__", None)
+        code = _own_code(fn)
         if code is None or id(code) in seen:
             return
         seen.add(id(code))
@@ -157,7 +164,7 @@ def referenced_names(function) -> set[str]:
     seen: set[int] = set()
 
     def visit(fn) -> None:
-        code = getattr(fn, "__code__", None)
+        code = _own_code(fn)
         if code is None or id(code) in seen:
             return
         seen.add(id(code))

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucourse.grader.gradebooks import quiet_nbgrader
+
 SQLITE = "sqlite:///"
 # How often the parent looks at its workers while it waits for a report.
 POLL_S = 0.2
@@ -111,6 +113,7 @@ def _work(setup: WorkerSetup, course: Path, tasks, reports) -> None:
     if setup.timeout_s is not None:
         config.Execute.timeout = setup.timeout_s
     api = NbGraderAPI(config=config)
+    quiet_nbgrader().__enter__()  # for this worker's life: nbgrader's SQLAlchemy warnings
     while (task := tasks.get()) is not None:
         reports.put(("start", task.index, os.getpid()))
         started = time.monotonic()
