@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # The CPU machine builds and tests on Numba's CUDA simulator.
 export GPUCOURSE_DEVICE ?= sim
 
-.PHONY: book test lab instructor grade exercises check lock clean help
+.PHONY: book test lab instructor grade grade-merge exercises check lock clean help
 
 help:
 	@echo "make book       build the book into _build/html (executes every chapter)"
@@ -18,7 +18,8 @@ help:
 	@echo "make lab        open JupyterLab on exercises/ (the student's view)"
 	@echo "make check      self-check: points earned per exercise (NB=path to one notebook)"
 	@echo "make instructor instructors: JupyterLab on the course with nbgrader's tools"
-	@echo "make grade      instructors: grade SUBMISSIONS=folder-or-zip [CHAPTER=name]"
+	@echo "make grade      instructors: grade SUBMISSIONS=folder-or-zip [CHAPTER=name] [JOBS=n] [SHARD=k/n]"
+	@echo "make grade-merge instructors: merge the shares of SHARD= runs [SHARDS=folders]"
 	@echo "make exercises  instructors: regenerate exercises/ from solutions/"
 	@echo "make lock       maintainers: re-pin requirements.lock from pyproject.toml"
 
@@ -55,10 +56,19 @@ lab: $(STAMP)
 instructor: $(STAMP)
 	$(call JUPYTERLAB,instructor,.)
 
-# Grades a folder or zip of submissions into gradebook.db, feedback/ and grades.csv.
+# Grades a folder or zip of submissions into gradebook.db, feedback/ and grades.csv,
+# JOBS at a time (default: the machine's cores). SHARD=k/n grades only the k-th of
+# n shares, into shards/k-of-n (one job of a cluster's array each); grade-merge
+# then merges the shares (SHARDS, default every folder in shards/) into the course.
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-zip [CHAPTER=name]"; exit 2; }
-	$(BIN)/python -m gpucourse.instructor grade "$(SUBMISSIONS)" $(if $(CHAPTER),--chapter $(CHAPTER))
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-zip [CHAPTER=name] [JOBS=n] [SHARD=k/n]"; exit 2; }
+	$(BIN)/python -m gpucourse.instructor grade "$(SUBMISSIONS)" $(if $(CHAPTER),--chapter $(CHAPTER)) \
+		$(if $(JOBS),--jobs $(JOBS)) $(if $(SHARD),--shard $(SHARD))
+
+SHARDS ?= $(wildcard shards/*-of-*)
+grade-merge: $(STAMP)
+	@test -n "$(SHARDS)" || { echo "usage: make grade-merge [SHARDS='shards/1-of-4 ...'] (none found in shards/)"; exit 2; }
+	$(BIN)/python -m gpucourse.instructor merge $(SHARDS)
 
 NB ?= $(wildcard exercises/*/*.ipynb)
 check: $(STAMP)
