@@ -16,7 +16,9 @@ ways, each in a module of its own:
   by the sum once, at the end. The score matrix never leaves the chip.
   ``forward`` computes the two tile products on the CUDA cores, one fp32 FMA
   each; ``tensor_cores`` runs them on the tensor cores in 3xTF32, which is
-  what a GPU with TF32 tensor cores gets.
+  what a GPU with TF32 tensor cores gets; ``half`` is FlashAttention-2 in
+  fp16 and bf16 on the half-precision tensor cores (mma.sync m16n8k16,
+  cp.async, ldmatrix), which half-precision CUDA tensors get there.
 
 Around the kernels: ``limits`` holds the GPU's limits that every kernel
 sizes its tiles against; ``shared_tiles`` what the tile shapes and kernels
@@ -34,7 +36,8 @@ operation, ``flash_attention_autograd``, on which chapter 10's model trains.
 
 Inputs are float32 arrays of shape (batch, heads, seq, head_dim) (keys and
 values may have another sequence length than the queries: cross-attention;
-``flash_attention`` also takes float16 and bfloat16, computing in float32):
+``flash_attention`` also takes float16 and bfloat16, computing in half
+precision on a GPU's tensor cores and in float32 elsewhere):
 numpy arrays (the result comes back as numpy), Numba device arrays (the
 result stays on the device) or CUDA torch tensors (the result is a torch
 tensor on the same device). Importing this package imports Numba (through

@@ -4,7 +4,9 @@ A call checks its inputs (``arguments``), picks the tile shape for the head
 dimension, the mask, the sequence length and the GPU (``_config_for``: the
 tensor-core kernel where the GPU has TF32 tensor cores, the CUDA-core kernel
 elsewhere, and the portable shape where the GPU cannot give a block the tuned
-shape's shared memory), and launches the kernel that ``forward`` compiles.
+shape's shared memory), and launches the kernel that ``forward`` compiles;
+fp16 and bf16 CUDA tensors on a GPU with tensor cores go instead to
+FlashAttention-2 in half precision (``half``; ``_half_kernel_runs``).
 
 This module is where the Python cost of a call lives, which is why it is
 apart from the kernels. On a GPU the kernel takes raw pointers and the launch
@@ -127,9 +129,11 @@ def flash_attention(q, k, v, *, causal=False, scale=None, return_lse=False, tens
     alone (cross-attention); C-contiguous, head_dim in SUPPORTED_HEAD_DIMS;
     numpy arrays, Numba device arrays or CUDA torch tensors (all of one
     kind), all float32 or all float16 (or all bfloat16, as CUDA torch
-    tensors: numpy has no bfloat16). Half-precision inputs are converted to
-    float32 as they are loaded; the arithmetic is float32 and the output is
-    rounded back to the inputs' type.
+    tensors: numpy has no bfloat16). On a GPU with tensor cores, half-precision
+    CUDA tensors run FlashAttention-2 in half precision (see tensor_cores
+    below); otherwise half-precision inputs are converted to float32 as they
+    are loaded, the arithmetic is float32 and the output is rounded back to
+    the inputs' type.
     causal: mask keys after each query (and skip key tiles that are fully
     masked): query i sees keys 0..i, PyTorch's ``is_causal``, whose diagonal
     starts at the top left when key_seq differs from seq.
