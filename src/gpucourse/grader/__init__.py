@@ -5,10 +5,11 @@ it. Its modules run in three different places, and that is why they are apart:
 
 * **In a student's notebook**, under a graded test cell:
   ``expect`` (the value checks, ``expect_float``, ``expect_array``, ...,
-  written so that a submission cannot fake them) and ``own_work`` (reading
+  written so that a submission cannot fake them), ``own_work`` (reading
   which names a function's code refers to, to fail an answer that calls the
-  course's own implementation). The test cells import both as
-  ``gpucourse.verify``. ``captured`` holds the built-ins and NumPy
+  course's own implementation) and ``runtime`` (watching what the answer
+  runs as the test calls it, which no hidden name escapes). The test cells
+  import them as ``gpucourse.verify``. ``captured`` holds the built-ins and NumPy
   functions they compare with, taken before any student code runs.
 * **Also in the notebook, for the kernel exercises** of chapters 8 and 9:
   ``tracing`` runs a kernel on the simulator and counts what each thread
@@ -28,9 +29,10 @@ it. Its modules run in three different places, and that is why they are apart:
   ``gpucourse.exercise_processes``).
 * **On a command line**: ``release`` (nbgrader's command line, and
   ``exercises/`` generated from ``solutions/``), ``self_check`` (the
-  students' self-check), ``submissions`` and ``instructor`` (the instructor's
-  ``grade`` command: find the submissions, grade them with nbgrader, report)
-  and ``commands`` (the arguments of both command lines, which keep their
+  students' self-check), ``submissions``, ``instructor``, ``workers`` and
+  ``gradebooks`` (the instructor's ``grade`` and ``merge`` commands: find the
+  submissions, grade them with nbgrader in worker processes or in shares,
+  merge their gradebooks, report) and ``commands`` (the arguments of both command lines, which keep their
   old names: ``python -m gpucourse.grading`` and ``python -m gpucourse.instructor``).
 
 This file imports none of them, so that a test cell that imports the checks
