@@ -13,8 +13,9 @@ first, untimed run records it, as a course's first grading does):
   ``--jobs`` workers: the wall time and the speed-up over one worker.
 
 From these it projects the time to grade a class of ``--class-size`` students
-on every chapter measured, with the most workers measured (the sum over the
-chapters of the time per submission times the class, over that speed-up).
+on every chapter measured, with the most workers measured: the sum over the
+chapters of a worker's median time per submission, times the class, over that
+speed-up.
 It writes benchmarks/results/grading-cpu-<date>.json in the shape of
 CONVENTIONS.md, with a "machine" field for the CPU instead of "gpu".
 
@@ -114,7 +115,9 @@ def main(argv=None) -> None:
     for row in speedups:
         row["speedup"] = round(single / row["wall_s"], 2) if single else None
     best = max(speedups, key=lambda r: r["jobs"])
-    per_student_s = sum(r["per_submission_s"] for r in rows)
+    # A worker's time per submission (the run's fixed start, a few seconds, is
+    # spread over a whole class).
+    per_student_s = sum(r["median_submission_s"] for r in rows)
     projection = {"class_size": args.class_size, "chapters": [r["chapter"] for r in rows],
                   "jobs": best["jobs"], "speedup": best["speedup"],
                   "one_worker_hours": round(per_student_s * args.class_size / 3600, 2),

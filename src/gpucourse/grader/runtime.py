@@ -25,8 +25,10 @@ own helpers and what the exercise allows) or torch.
   called it returns), so the student's own cells and the other test cells
   run unwatched and pay nothing.
 
-Only the thread that calls the function is watched (the simulator runs each
-CUDA thread in a thread of its own, and those run the student's own kernel).
+Only the thread that calls the function is watched. A kernel itself is not
+watched as it runs (the simulator runs each CUDA thread in a thread of its
+own, a GPU runs compiled code): what it may call is read from its code, and
+one launched by the student's Python code is seen at its launch.
 """
 
 from __future__ import annotations
@@ -367,11 +369,10 @@ def original_code(function) -> types.CodeType:
 
 
 def _plain_function(function):
-    """The Python function whose code a trampoline may replace, or None: a kernel
-    (its Python function is compiled, or run on the simulator's threads) and code
-    that runs after its call returns are watched for the whole cell instead."""
+    """The Python function whose code a trampoline may replace, or None: code that
+    runs after its call returns (a generator) is watched for the whole cell instead."""
     inner = getattr(function, "__func__", function)
-    if not _isinstance(inner, types.FunctionType) or hasattr(function, "py_func"):
+    if not _isinstance(inner, types.FunctionType):
         return None
     return None if inner.__code__.co_flags & _RUNS_LATER else inner
 
@@ -506,6 +507,8 @@ def watch(function, forbidden, allowed=(), name: str | None = None) -> None:
     if _WATCH.owner is None:
         _WATCH.owner = _owner(sys._getframe(1))
     _WATCH.watched[id(code)] = (function, label, rules)
+    if hasattr(function, "py_func"):
+        return  # a kernel runs on the simulator's threads or the GPU: its code is read
     if _isinstance(_WATCH.owner, tuple):
         # In a notebook cell: watch each call (see _run_watched), or, where the
         # function cannot be entered that way, the whole cell.

@@ -113,24 +113,24 @@ def _work(setup: WorkerSetup, course: Path, tasks, reports) -> None:
     if setup.timeout_s is not None:
         config.Execute.timeout = setup.timeout_s
     api = NbGraderAPI(config=config)
-    quiet_nbgrader().__enter__()  # for this worker's life: nbgrader's SQLAlchemy warnings
-    while (task := tasks.get()) is not None:
-        reports.put(("start", task.index, os.getpid()))
-        started = time.monotonic()
-        target = course / "submitted" / task.student / task.chapter
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(task.notebook, target / f"{task.chapter}.ipynb")
-        for companion in task.companions:
-            destination = target / companion.relative_to(task.notebook.parent)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(companion, destination)
-        result = api.autograde(task.chapter, task.student, force=True, create=True)
-        graded = (course / "autograded" / task.student / task.chapter
-                  / f"{task.chapter}.ipynb").is_file() and result.get("success", False)
-        error = "" if graded else f"nbgrader could not grade it: {_first_error(result)}"
-        if graded:
-            api.generate_feedback(task.chapter, task.student, force=True)
-        reports.put(("done", task.index, graded, time.monotonic() - started, error))
+    with quiet_nbgrader():  # for this worker's life: nbgrader's SQLAlchemy warnings
+        while (task := tasks.get()) is not None:
+            reports.put(("start", task.index, os.getpid()))
+            started = time.monotonic()
+            target = course / "submitted" / task.student / task.chapter
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(task.notebook, target / f"{task.chapter}.ipynb")
+            for companion in task.companions:
+                destination = target / companion.relative_to(task.notebook.parent)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(companion, destination)
+            result = api.autograde(task.chapter, task.student, force=True, create=True)
+            graded = (course / "autograded" / task.student / task.chapter
+                      / f"{task.chapter}.ipynb").is_file() and result.get("success", False)
+            error = "" if graded else f"nbgrader could not grade it: {_first_error(result)}"
+            if graded:
+                api.generate_feedback(task.chapter, task.student, force=True)
+            reports.put(("done", task.index, graded, time.monotonic() - started, error))
 
 
 class Progress:
