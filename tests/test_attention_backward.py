@@ -141,7 +141,7 @@ def test_versions_3_and_4_in_float16_compute_in_float32(version):
         rounding = np.abs(w.astype(np.float16).astype(np.float64) - w)
         err = np.abs(g.astype(np.float64) - w)
         assert np.all(err <= rounding + 1e-3 * np.abs(w).max()), (name, float(err.max()))
-    with pytest.raises(ValueError, match="versions 3 and 4 alone"):
+    with pytest.raises(ValueError, match="versions 3, 4 and 5 alone"):
         flash_attention_backward(q, k, v, out.astype(np.float16), lse.astype(np.float32), dout,
                                  version=2)
     with pytest.raises(ValueError, match="dout must be float16"):
@@ -258,6 +258,8 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
     with pytest.raises(ValueError, match="version must be one of"):
+        flash_attention_backward(q, k, v, out, lse, dout, version=6)
+    with pytest.raises(ValueError, match="version 5 takes float16 or bfloat16"):
         flash_attention_backward(q, k, v, out, lse, dout, version=5)
 
 
@@ -380,3 +382,41 @@ def test_launch_path_times_pairs_the_quick_and_the_long_way():
                           row("flash_bwd", 1.2, causal=True), row("flash_bwd_long", 2.0, causal=True)]}
     assert launch_path_times(record) == {(1024, 64, False): (2.0, 2.6), (1024, 64, True): (1.2, 2.0)}
     assert launch_path_times({"results": [row("flash_bwd", 2.0)]}) == {}
+
+
+@pytest.mark.skipif(not (A.on_gpu() and torch.cuda.is_available()),
+                    reason="needs a GPU and torch with CUDA")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
+    # Version 5, FlashAttention-2's backward in half precision
+    # (attention.half_backward), against float64 autograd, held to the error
+    # of PyTorch's flash backend's backward on the same inputs.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from gpucourse.kernels.attention import flash_attention_backward
+
+    gen = torch.Generator(device="cuda").manual_seed(head_dim)
+    q, dout = (torch.randn(2, 3, 300, head_dim, device="cuda", generator=gen).to(dtype)
+               for _ in range(2))
+    k, v = (torch.randn(2, 3, 260, head_dim, device="cuda", generator=gen).to(dtype)
+            for _ in range(2))
+    for causal in (False, True):
+        out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+        got = flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=5)
+        leaves = [x.double().requires_grad_() for x in (q, k, v)]
+        want = torch.autograd.grad(sdpa(*leaves, is_causal=causal), leaves, dout.double())
+        if causal:  # SDPA flash puts a cross-attention mask's diagonal at the bottom right
+            peers = [None] * 3
+        else:
+            halves = [x.clone().requires_grad_() for x in (q, k, v)]
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                peers = torch.autograd.grad(sdpa(*halves), halves, dout)
+        for name, g, w, peer in zip(("dq", "dk", "dv"), got, want, peers):
+            assert g.dtype == dtype and bool(torch.isfinite(g).all()), name
+            error = float((g.double() - w).abs().max() / w.abs().max())
+            bound = 4 * {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
+            if peer is not None:
+                bound = 2 * float((peer.double() - w).abs().max() / w.abs().max()) + 1e-4
+            assert error <= bound, (name, causal, error, bound)

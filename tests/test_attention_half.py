@@ -1,10 +1,12 @@
-"""FlashAttention-2 in half precision (kernels.attention.half): on the
-simulator's stand-ins of mma.sync, ldmatrix and cp.async it agrees with
-float64 attention as closely as float32 attention rounded to the type does
-(causal, cross-attention, ragged lengths, fp16 and bf16); the PTX an H100
-would run holds the instructions, with no spills at the tiles flash_attention
-uses; bad tile shapes are named. On a GPU, tests/test_attention.py holds it
-to SDPA flash's error, and benchmarks/attention_half.py times it."""
+"""FlashAttention-2 in half precision (kernels.attention.half and
+half_backward): on the simulator's stand-ins of mma.sync, ldmatrix and
+cp.async the forward agrees with float64 attention as closely as float32
+attention rounded to the type does (causal, cross-attention, ragged lengths,
+fp16 and bf16), and the backward's gradients nearly so; the PTX an H100
+would run holds the instructions, with no spills at the tiles a GPU gets;
+bad tile shapes are named; the committed run meets the issue's forward
+target. On a GPU, tests/test_attention.py and test_attention_backward.py
+hold them to SDPA flash's error, and benchmarks/attention_half.py times them."""
 
 from __future__ import annotations
 
@@ -60,32 +62,41 @@ def test_bad_tiles_are_named():
 PTX_SCRIPT = """
 import sys
 from numba import types
-from gpucourse.kernels.attention.half import HALF_HEAD_DIMS, make_flash_half_kernel
-from gpucourse.kernels.attention import half
-half.on_gpu = lambda: True  # the tiles a GPU gets
-bits, single = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C")
-for head_dim in (64, 128):
-    config = half.half_config(head_dim)
-    kernel = make_flash_half_kernel(config, True, "bf16", True)
-    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits, bits, single, types.int32,
-                                    types.int32, types.int32, types.float32), cc=(9, 0),
-                                    fastmath=True)
-    open(f"{sys.argv[1]}/d{head_dim}.ptx", "w").write(ptx)
+from gpucourse.kernels.attention import half, half_backward
+half.on_gpu = half_backward.on_gpu = lambda: True  # the tiles a GPU gets
+h, f, i = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"), types.int32
+scalars = (i, i, i, types.float32)
+for head_dim in (128,):
+    dkdv, dq = half_backward.backward_configs(head_dim)
+    for name, kernel, signature in (
+            ("forward", half.make_flash_half_kernel(half.half_config(head_dim), True, "bf16", True),
+             (h, h, h, h, f) + scalars),
+            ("dkdv", half_backward.make_dkdv_kernel(dkdv, True, "bf16"),
+             (h, h, h, h, f, f, h, h) + scalars + (types.float32,)),
+            ("dq", half_backward.make_dq_kernel(dq, True, "bf16"),
+             (h, h, h, h, f, f, h) + scalars + (types.float32,))):
+        ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0), fastmath=True)
+        open(f"{sys.argv[1]}/{name}{head_dim}.ptx", "w").write(ptx)
 """
 
 
-def test_the_kernel_a_gpu_runs_uses_the_half_tensor_cores_without_spilling(tmp_path):
+def test_the_kernels_a_gpu_runs_use_the_half_tensor_cores_without_spilling(tmp_path):
+    # The forward, and the backward's two kernels, at the tiles a GPU gets for
+    # head dim 128, where registers are tightest (64 has room to spare).
     compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
-    for head_dim in (64, 128):
-        ptx = (tmp_path / f"d{head_dim}.ptx").read_text()
-        assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
-        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx  # Q and K
-        assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx  # V
-        assert "cp.async.cg.shared.global" in ptx and "cvt.rn.bf16x2.f32" in ptx
-        assert "shfl.sync.bfly" in ptx and "ex2.approx" in ptx
-        assert ".local" not in ptx  # scores, output and fragments in registers
-        report = ptxas_report(ptx)
-        assert "0 bytes spill stores" in report and "0 bytes lmem" in report
+    for head_dim in (128,):
+        for name in ("forward", "dkdv", "dq"):
+            ptx = (tmp_path / f"{name}{head_dim}.ptx").read_text()
+            assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx, name
+            assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx, name
+            assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx, name
+            assert "cp.async.cg.shared.global" in ptx and "cvt.rn.bf16x2.f32" in ptx, name
+            assert "ex2.approx" in ptx, name
+            assert ".local" not in ptx, name  # tiles and sums in registers
+            report = ptxas_report(ptx)
+            assert "0 bytes spill stores" in report and "0 bytes lmem" in report, name
+        forward = (tmp_path / f"forward{head_dim}.ptx").read_text()
+        assert "shfl.sync.bfly" in forward  # the row maxima and sums
     assert set(HALF_HEAD_DIMS) >= {64, 128}
 
 
@@ -105,3 +116,31 @@ def test_the_committed_run_meets_the_issues_forward_target():
     for dtype in ("fp16", "bf16"):
         assert {key[2:] for key in forward if key[1] == dtype} == shapes
     assert max(ms["ours"] / ms["flash"] for ms in forward.values()) <= 1.5
+
+
+@on_the_simulator
+def test_the_half_backward_matches_float64():
+    # attention.half_backward (flash_attention_backward's version 5 on a
+    # GPU): dQ, dK and dV of causal cross-attention in bf16, against float64
+    # autograd. Float32 gradients rounded once to bf16 err by half a unit;
+    # like FlashAttention-2, this kernel also rounds P and dS to bf16 before
+    # their products (a unit each, at most), so it is held to 3x that error.
+    # (On a GPU, tests/test_attention_backward.py holds it to SDPA flash's.)
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
+
+    gen = torch.Generator().manual_seed(7)
+    q, dout = (torch.randn(1, 1, 20, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 1, 40, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    out, lse = half_attention(q, k, v, causal=True)
+    got = half_attention_backward(q, k, v, out, lse, dout, causal=True)
+    leaves = [x.double().requires_grad_() for x in (q, k, v)]
+    want = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+        *leaves, is_causal=True), leaves, dout.double())
+    singles = [x.float().requires_grad_() for x in (q, k, v)]
+    peers = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+        *singles, is_causal=True), singles, dout.float())
+    for name, g, w, peer in zip(("dq", "dk", "dv"), got, want, peers):
+        assert g.dtype == torch.bfloat16 and g.shape == w.shape, name
+        error = float((g.double() - w).abs().max())
+        peer_error = float((peer.to(torch.bfloat16).double() - w).abs().max())
+        assert error <= 3 * peer_error + 1e-6, (name, error, peer_error)

@@ -58,7 +58,7 @@ def _row_dot_kernel(out, dout, delta):
         delta[r] = total
 
 
-VERSIONS = (1, 2, 3, 4)
+VERSIONS = (1, 2, 3, 4, 5)
 # The fastest on an H100 at every timed shape
 # (results/attention_backward-h100-2026-11-25.json): version 4.
 DEFAULT_VERSION = 4
@@ -103,8 +103,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     q, out, dout: shape (batch, heads, seq, head_dim); k, v: shape (batch,
     heads, key_seq, head_dim) (key_seq may differ from seq: cross-attention),
     head_dim in attention.SUPPORTED_HEAD_DIMS; all float32, or all float16
-    (versions 3 and 4 only: they convert each element to float32 as they load
-    it and round each gradient once); lse: float32, shape (batch, heads, seq), as
+    (versions 3 and 4: they convert each element to float32 as they load it
+    and round each gradient once; and version 5), or all bfloat16 (version 5
+    alone); lse: float32, shape (batch, heads, seq), as
     ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
     all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: 4 (default,
@@ -113,7 +114,11 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     plainest form; kept as the reference the speed-ups are measured against),
     2 (tiles of queries and keys with register tiling) or 3 (bigger tiles in
     dynamic shared memory, read four floats at a time; the fastest whose
-    result does not depend on the order blocks run in).
+    result does not depend on the order blocks run in) or 5 (FlashAttention-2
+    in half precision on the tensor cores, ``attention.half_backward``: fp16
+    or bf16 CUDA torch tensors on a GPU with tensor cores (on the simulator,
+    ``half_backward.half_attention_backward`` takes CPU tensors); its gradients are summed in float32 from products
+    of halves, P and dS rounded to the inputs' type).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
     default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim].
@@ -122,8 +127,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     q, k and v. Memory beyond the gradients: one float per query row (D); the
     seq x key_seq matrix is never stored.
     """
-    kind, (batch, heads, seq, head_dim), key_seq = _check_qkv(q, k, v,
-                                                                 dtypes=("float32", "float16"))
+    kind, (batch, heads, seq, head_dim), key_seq = _check_qkv(
+        q, k, v, dtypes=("float32", "float16", "bfloat16"))
     io = _dtype_name(q, kind)
     for name, x in (("out", out), ("dout", dout)):
         if _kind(x) != kind or tuple(x.shape) != tuple(q.shape):
@@ -140,9 +145,17 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     s = _check_scale(scale, head_dim)
     if isinstance(version, bool) or version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
-    if io != "float32" and version not in (3, 4):
-        raise ValueError(f"{io} inputs run on versions 3 and 4 alone (they convert as they "
-                         f"load); pass version=3 or 4, got version={version}")
+    if io == "bfloat16" and version != 5:
+        raise ValueError(f"bfloat16 inputs run on version 5 alone (FlashAttention-2 in half "
+                         f"precision); pass version=5, got version={version}")
+    if io != "float32" and version not in (3, 4, 5):
+        raise ValueError(f"{io} inputs run on versions 3, 4 and 5 alone; pass one of them, "
+                         f"got version={version}")
+    if version == 5:
+        if io == "float32":
+            raise ValueError("version 5 takes float16 or bfloat16 torch tensors; float32 runs "
+                             "on versions 1-4")
+        return _half_backward(kind, io, q, k, v, out, lse, dout, causal, s)
 
     if QUICK_TORCH_PATH and kind == "torch" and version == 4 and io in ("float32", "float16") \
             and on_gpu():
@@ -291,3 +304,24 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
     if io != "float32":
         rounding, _ = launchable(_rounding_kernel(io), (flat32, types.Array(element, 1, "C")))
     return core_launch(), (row_dot, zero, function, rounding), stream, (threads, tile, shared)
+
+
+def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
+    """Version 5 (attention.half_backward) on checked inputs: torch tensors,
+    CUDA ones on a GPU with tensor cores."""
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
+    from gpucourse.kernels.launch import has_tf32_tensor_cores
+
+    if kind != "torch":
+        raise ValueError(f"version 5 takes torch tensors (fp16 or bf16), got {kind} arrays")
+    tensors = (q, k, v, out, lse, dout)
+    if on_gpu():
+        device_id = _current_gpu()
+        if not all(x.is_cuda and x.get_device() == device_id for x in tensors):
+            raise ValueError(f"version 5 needs CUDA tensors on the GPU Numba launches on "
+                             f"(cuda:{device_id})")
+        if not has_tf32_tensor_cores(device_id):
+            raise ValueError("version 5 needs a GPU with tensor cores (compute capability 8.0 "
+                             "or later); use version 4")
+    return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
+                                   scale=float(scale))

@@ -27,14 +27,16 @@ Conversion Instructions"), and this module gives each to Numba:
 * Addresses are plain integers, as the instructions take them:
   ``shared_address(tile, i)`` is the 32-bit shared-memory address of
   ``tile[i]``, ``global_address(matrix, row, col)`` the 64-bit address of
-  ``matrix[row, col]`` (``global_address_flat(array, i)`` of ``array[i]``). A kernel works them out once and then adds offsets
-  (the next stage, the next step along K), which is most of what makes the
-  fast levels fast.
+  ``matrix[row, col]`` (``global_address_flat(array, i)`` of
+  ``array[i]``). A kernel works them out once and then adds offsets (the
+  next stage, the next step along K), which is most of what makes the fast
+  levels fast.
 * ``mma_packed(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)`` for fp16 and
   ``mma_packed_bf16`` for bf16: ``mma.sync.aligned.m16n8k16`` on registers
   as ``ldmatrix`` leaves them, two halves per 32-bit register, the first in
   the low bits; ``pack_f16x2`` and ``pack_bf16x2`` round two float32 into such
-  a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output.
+  a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output;
+  ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32.
 
 Halves travel as ``uint16`` (their bits): numpy has no bfloat16, and the
 kernels never compute with a half themselves, they only move it and hand it
@@ -246,6 +248,27 @@ if on_gpu():
     pack_f16x2 = _make_pack("f16")
     pack_bf16x2 = _make_pack("bf16")
 
+    def _make_widen(kind):
+        @intrinsic
+        def widen(typingctx, bits):
+            if not (isinstance(bits, types.Integer) and bits.bitwidth == 16):
+                raise NumbaTypeError(f"widen takes a half's 16 bits (uint16), got {bits}")
+
+            def codegen(context, builder, sig, args):
+                i16, i32, f32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
+                if kind == "bf16":  # a bf16 is the top half of a float32
+                    shifted = builder.shl(builder.zext(args[0], i32), i32(16))
+                    return builder.bitcast(shifted, f32)
+                asm = ir.InlineAsm(ir.FunctionType(f32, [i16]), "cvt.f32.f16 $0, $1;", "=f,h")
+                return builder.call(asm, [args[0]])
+
+            return types.float32(bits), codegen
+
+        return widen
+
+    f16_to_float = _make_widen("f16")
+    bf16_to_float = _make_widen("bf16")
+
 else:
     # The simulator's stand-ins (see the module's docstring).
     from gpucourse.kernels.tensor_cores.intrinsics import _warp_and_lane
@@ -406,6 +429,14 @@ else:
         """Two float32 rounded to bf16, in one register, the first low."""
         bits = round_to_bf16_bits(np.array([low, high], dtype=np.float32))
         return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+
+    def f16_to_float(bits):
+        """An fp16's bits as the float32 it is."""
+        return np.float32(_halves_as_float([bits], "f16")[0])
+
+    def bf16_to_float(bits):
+        """A bf16's bits as the float32 it is."""
+        return np.float32(_halves_as_float([bits], "bf16")[0])
 
 
 def cp_async_wait(n: int):

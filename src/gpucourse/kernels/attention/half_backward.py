@@ -1,0 +1,565 @@
+"""The backward pass of FlashAttention-2 in fp16 and bf16 on mma.sync.m16n8k16: two kernels and a pre-pass.
+
+With P_ij = exp(s q_i . k_j - L_i) recomputed from the forward's log-sum-exp
+L (``backward`` lists the identities), the gradients are five products of
+tiles, each a tensor-core product here, in half-precision operands with
+float32 sums, the way ``half`` computes the forward:
+
+* a pre-pass, ``D_i = sum_c dO_ic O_ic`` in float32 (one thread per row);
+* ``dK and dV``: a block owns 16 keys per warp, keeps their tiles of K and
+  V in shared memory, and walks the query tiles (cp.async, two stages of Q
+  and dO). It computes the transposed scores S^T = K Q^T, so that the rows
+  of its registers are its keys: P^T = exp2(S^T - L) is then, packed to
+  halves, its A fragment for dV += P^T dO; dP^T = V dO^T; dS^T = P^T (dP^T -
+  D); dK += dS^T Q. The keys' sums stay in registers until the end;
+* ``dQ``: a block owns 16 queries per warp, keeps their Q and dO in shared
+  memory, and walks the key tiles: S = Q K^T, P, dP = dO
+  V^T, dS = P (dP - D), dQ += dS K.
+
+dQ has a kernel of its own rather than FlashAttention-2's atomic additions
+from the dK and dV kernel: it recomputes S and dP (seven products per pair
+of tiles instead of five) but writes each dQ once, deterministically. Every
+operand's fragments come from ``ldmatrix`` with or without ``.trans``, as
+the layout in shared memory asks (the notes in the kernels say which).
+
+Inputs, outputs and tiles as in ``half``: (batch, heads, seq, head_dim) halves
+as uint16 bits, lse float32 in natural log, causal masks at the top left.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+from numba import float32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.attention.half import HalfConfig, check_half_config
+from gpucourse.kernels.tensor_cores.fragments import WARP
+from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
+from gpucourse.kernels.tensor_cores.moves import (bf16_to_float, cp_async_16, cp_async_commit,
+                                                 cp_async_wait, f16_to_float,
+                                                 global_address_flat, ldmatrix_x4,
+                                                 ldmatrix_x4_trans, mma_packed, mma_packed_bf16,
+                                                 pack_bf16x2, pack_f16x2, shared_address)
+
+LOG2E = float32(math.log2(math.e))
+
+
+def make_row_dot_kernel(kind: str):
+    """The pre-pass: delta[r] = sum_c dout[r, c] out[r, c] in float32, one
+    thread per row of (rows, head_dim) halves given as flat uint16 arrays."""
+    widen = f16_to_float if kind == "f16" else bf16_to_float
+
+    @cuda.jit
+    def row_dot(out, dout, delta, head_dim):
+        r = cuda.grid(1)
+        if r < delta.shape[0]:
+            total = float32(0.0)
+            for c in range(head_dim):
+                total += widen(dout[r * head_dim + c]) * widen(out[r * head_dim + c])
+            delta[r] = total
+
+    return row_dot
+
+
+def _tile_pieces(config: HalfConfig, rows: int):
+    """(chunks per row, shift, modulus, copies per thread) for a tile of
+    `rows` rows of head_dim halves copied 16 bytes at a time by a block."""
+    chunks = config.head_dim // CHUNK
+    shift, modulus = _swizzle(chunks)
+    if (rows * chunks) % config.threads:
+        raise ValueError(f"a tile of {rows} rows of head dim {config.head_dim} does not divide "
+                         f"among {config.threads} threads")
+    return chunks, shift, modulus, rows * chunks // config.threads
+
+
+@lru_cache(maxsize=None)
+def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
+    """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
+    scale): dK and dV for the block's keys (16 per warp; config.block_rows
+    of them), walking query tiles of config.block_cols."""
+    check_half_config(config)
+    D, BK, BQ, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
+    chunks, shift, modulus, kv_loads = _tile_pieces(config, BK)
+    q_loads = _tile_pieces(config, BQ)[3]
+    d_steps, q_steps = D // 16, BQ // 16
+    s_tiles, o_tiles = BQ // 8, D // 8
+    s_size, o_size, p_size, pairs_d = s_tiles * 4, o_tiles * 4, q_steps * 4, o_tiles // 2
+    tile_q = BQ * D  # halves of a Q (or dO) tile
+    stage_bytes = 2 * 2 * tile_q  # a stage: Q and dO
+    step_bytes = 16 * D * 2
+    kv_halves = 2 * BK * D  # K and V, before the stages
+    mma = mma_packed if kind == "f16" else mma_packed_bf16
+    pack = pack_f16x2 if kind == "f16" else pack_bf16x2
+    wait_all = cp_async_wait(0)
+
+    @cuda.jit(device=True, inline=True)
+    def place(row, col):
+        return row * D + (((col // CHUNK) ^ ((row // shift) % modulus)) * CHUNK) + col % CHUNK
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
+        smem = cuda.shared.array(0, uint16)
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
+        k_start = cuda.blockIdx.x * BK
+        q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
+        # K and V of the block's keys, once; then the copies of Q and dO,
+        # planned once and advanced a tile at a time.
+        for i in range(kv_loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            at = kv_base + min(k_start + row, key_seq - 1) * D + col
+            inside = k_start + row < key_seq
+            cp_async_16(shared_address(smem, place(row, col)), global_address_flat(k, at),
+                        inside)
+            cp_async_16(shared_address(smem, BK * D + place(row, col)),
+                        global_address_flat(v, at), inside)
+        q_to = cuda.local.array(q_loads, uint32)
+        q_from = cuda.local.array(q_loads, uint64)
+        do_from = cuda.local.array(q_loads, uint64)
+        q_row = cuda.local.array(q_loads, uint32)
+        first_tile = k_start // BQ if causal else 0
+        for i in range(q_loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            q_to[i] = shared_address(smem, kv_halves + place(row, col))
+            q_row[i] = uint32(row)
+            at = q_base + min(first_tile * BQ + row, seq - 1) * D + col
+            q_from[i] = global_address_flat(q, at)
+            do_from[i] = global_address_flat(dout, at)
+        q_tiles = (seq + BQ - 1) // BQ
+        # The ldmatrix addresses, in stage 0 (a stage is Q's tile, then dO's):
+        # K and V as A operands (rows are keys; lane l gives row l % 16,
+        # column 8 (l // 16)); Q and dO as the "col" B operand of S^T and
+        # dP^T (rows are queries, no .trans: lanes give 8 queries, two
+        # 8-column halves, then the next 8 queries) and as the row-major B
+        # operand of dV and dK (.trans: the A operand's lane pattern).
+        r, c = lane % 16, (lane // 16) * 8
+        query_in_pair = (lane % 8) + 8 * (lane // 16)
+        col_in_pair = 8 * ((lane // 8) % 2)
+        k_reads = cuda.local.array(d_steps, uint32)  # K's A fragments, per 16 of D
+        v_reads = cuda.local.array(d_steps, uint32)
+        for ks in range(d_steps):
+            k_reads[ks] = shared_address(smem, place(warp * 16 + r, ks * 16 + c))
+            v_reads[ks] = shared_address(smem, BK * D + place(warp * 16 + r, ks * 16 + c))
+        cols = cuda.local.array(d_steps, uint32)  # Q's (or dO's) "col" reads, per 16 of D
+        rows = cuda.local.array(pairs_d, uint32)  # their .trans reads, per pair of D's 8s
+        for ks in range(d_steps):
+            cols[ks] = shared_address(smem, kv_halves + place(query_in_pair,
+                                                              ks * 16 + col_in_pair))
+        for tp in range(pairs_d):
+            rows[tp] = shared_address(smem, kv_halves + place(r, tp * 16 + c))
+        s = cuda.local.array(s_size, float32)
+        dp = cuda.local.array(s_size, float32)
+        p = cuda.local.array(p_size, uint32)
+        ds = cuda.local.array(p_size, uint32)
+        dk_acc = cuda.local.array(o_size, float32)
+        dv_acc = cuda.local.array(o_size, float32)
+        for i in range(o_size):
+            dk_acc[i] = float32(0.0)
+            dv_acc[i] = float32(0.0)
+        # The first query tile into stage 0.
+        for i in range(q_loads):
+            inside = first_tile * BQ + q_row[i] < seq
+            cp_async_16(q_to[i], q_from[i], inside)
+            cp_async_16(q_to[i] + uint32(2 * tile_q), do_from[i], inside)
+        cp_async_commit()
+        stage = uint32(0)
+        for qi in range(first_tile, q_tiles):
+            wait_all()
+            cuda.syncthreads()
+            if qi + 1 < q_tiles:
+                other = uint32(stage_bytes) - stage
+                advance = uint64((qi + 1 - first_tile) * BQ * D * 2)
+                for i in range(q_loads):
+                    inside = (qi + 1) * BQ + q_row[i] < seq
+                    cp_async_16(q_to[i] + other, q_from[i] + advance, inside)
+                    cp_async_16(q_to[i] + other + uint32(2 * tile_q), do_from[i] + advance,
+                                inside)
+            cp_async_commit()
+            q_start = qi * BQ
+            # S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x BQ queries.
+            for i in range(s_size):
+                s[i] = float32(0.0)
+                dp[i] = float32(0.0)
+            for ks in range(d_steps):
+                a = ldmatrix_x4(k_reads[ks])
+                b = ldmatrix_x4(v_reads[ks])
+                for pair in range(BQ // 16):
+                    x = ldmatrix_x4(cols[ks] + stage + uint32(pair * step_bytes))
+                    y = ldmatrix_x4(cols[ks] + stage + uint32(2 * tile_q + pair * step_bytes))
+                    for half in range(2):
+                        n = (2 * pair + half) * 4
+                        e = mma(a[0], a[1], a[2], a[3], x[2 * half], x[2 * half + 1], s[n],
+                                s[n + 1], s[n + 2], s[n + 3])
+                        f = mma(b[0], b[1], b[2], b[3], y[2 * half], y[2 * half + 1], dp[n],
+                                dp[n + 1], dp[n + 2], dp[n + 3])
+                        for z in range(4):
+                            s[n + z] = e[z]
+                            dp[n + z] = f[z]
+            # P^T and dS^T: element e of n-tile nt is key warp*16 + g + 8(e // 2),
+            # query q_start + nt*8 + 2t + e % 2.
+            for nt in range(s_tiles):
+                for e in range(4):
+                    query = q_start + nt * 8 + 2 * t + e % 2
+                    key = k_start + warp * 16 + g + 8 * (e // 2)
+                    value = float32(0.0)
+                    if query < seq and not (causal and query < key):
+                        value = math.exp2(s[nt * 4 + e] * scale2
+                                          - lse[row_base + query] * LOG2E)
+                        dp[nt * 4 + e] = value * (dp[nt * 4 + e] - delta[row_base + query])
+                    else:
+                        dp[nt * 4 + e] = float32(0.0)
+                    s[nt * 4 + e] = value
+            for kk in range(q_steps):
+                p[kk * 4] = pack(s[8 * kk], s[8 * kk + 1])
+                p[kk * 4 + 1] = pack(s[8 * kk + 2], s[8 * kk + 3])
+                p[kk * 4 + 2] = pack(s[8 * kk + 4], s[8 * kk + 5])
+                p[kk * 4 + 3] = pack(s[8 * kk + 6], s[8 * kk + 7])
+                ds[kk * 4] = pack(dp[8 * kk], dp[8 * kk + 1])
+                ds[kk * 4 + 1] = pack(dp[8 * kk + 2], dp[8 * kk + 3])
+                ds[kk * 4 + 2] = pack(dp[8 * kk + 4], dp[8 * kk + 5])
+                ds[kk * 4 + 3] = pack(dp[8 * kk + 6], dp[8 * kk + 7])
+            # dV += P^T dO and dK += dS^T Q (dO and Q row-major: .trans).
+            for kk in range(q_steps):
+                for tp in range(pairs_d):
+                    x = ldmatrix_x4_trans(rows[tp] + stage + uint32(2 * tile_q
+                                                                     + kk * step_bytes))
+                    y = ldmatrix_x4_trans(rows[tp] + stage + uint32(kk * step_bytes))
+                    for half in range(2):
+                        n = (2 * tp + half) * 4
+                        e = mma(p[kk * 4], p[kk * 4 + 1], p[kk * 4 + 2], p[kk * 4 + 3],
+                                x[2 * half], x[2 * half + 1], dv_acc[n], dv_acc[n + 1],
+                                dv_acc[n + 2], dv_acc[n + 3])
+                        f = mma(ds[kk * 4], ds[kk * 4 + 1], ds[kk * 4 + 2], ds[kk * 4 + 3],
+                                y[2 * half], y[2 * half + 1], dk_acc[n], dk_acc[n + 1],
+                                dk_acc[n + 2], dk_acc[n + 3])
+                        for z in range(4):
+                            dv_acc[n + z] = e[z]
+                            dk_acc[n + z] = f[z]
+            stage = uint32(stage_bytes) - stage
+        # The keys' gradients, rounded to halves two at a time.
+        for h in range(2):
+            key = k_start + warp * 16 + g + 8 * h
+            if key < key_seq:
+                at = kv_base + key * D + 2 * t
+                for ot in range(o_tiles):
+                    both = pack(dk_acc[ot * 4 + 2 * h] * scale, dk_acc[ot * 4 + 2 * h + 1] * scale)
+                    dk[at + ot * 8] = uint16(both & uint32(0xFFFF))
+                    dk[at + ot * 8 + 1] = uint16(both >> uint32(16))
+                    both = pack(dv_acc[ot * 4 + 2 * h], dv_acc[ot * 4 + 2 * h + 1])
+                    dv[at + ot * 8] = uint16(both & uint32(0xFFFF))
+                    dv[at + ot * 8 + 1] = uint16(both >> uint32(16))
+
+    return kernel
+
+
+@lru_cache(maxsize=None)
+def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
+    """kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2,
+    scale): dQ for the block's queries (16 per warp), walking key tiles of
+    config.block_cols."""
+    check_half_config(config)
+    D, BR, BC, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
+    chunks, shift, modulus, q_loads = _tile_pieces(config, BR)
+    kv_loads = _tile_pieces(config, BC)[3]
+    d_steps, key_steps = D // 16, BC // 16
+    s_tiles, o_tiles = BC // 8, D // 8
+    s_size, o_size, p_size, pairs_d = s_tiles * 4, o_tiles * 4, key_steps * 4, o_tiles // 2
+    tile_kv = BC * D
+    stage_bytes = 2 * 2 * tile_kv  # a stage: K and V
+    step_bytes = 16 * D * 2
+    qd_halves = 2 * BR * D  # Q and dO, before the stages
+    mma = mma_packed if kind == "f16" else mma_packed_bf16
+    pack = pack_f16x2 if kind == "f16" else pack_bf16x2
+    wait_all = cp_async_wait(0)
+
+    @cuda.jit(device=True, inline=True)
+    def place(row, col):
+        return row * D + (((col // CHUNK) ^ ((row // shift) % modulus)) * CHUNK) + col % CHUNK
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2, scale):
+        smem = cuda.shared.array(0, uint16)
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
+        q_start = cuda.blockIdx.x * BR
+        q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
+        for i in range(q_loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            at = q_base + min(q_start + row, seq - 1) * D + col
+            inside = q_start + row < seq
+            cp_async_16(shared_address(smem, place(row, col)), global_address_flat(q, at),
+                        inside)
+            cp_async_16(shared_address(smem, BR * D + place(row, col)),
+                        global_address_flat(dout, at), inside)
+        kv_to = cuda.local.array(kv_loads, uint32)
+        k_from = cuda.local.array(kv_loads, uint64)
+        v_from = cuda.local.array(kv_loads, uint64)
+        kv_row = cuda.local.array(kv_loads, uint32)
+        for i in range(kv_loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            kv_to[i] = shared_address(smem, qd_halves + place(row, col))
+            kv_row[i] = uint32(row)
+            at = kv_base + min(row, key_seq - 1) * D + col
+            k_from[i] = global_address_flat(k, at)
+            v_from[i] = global_address_flat(v, at)
+        key_tiles = (key_seq + BC - 1) // BC
+        if causal:
+            key_tiles = min(key_tiles, (q_start + BR + BC - 1) // BC)
+        for i in range(kv_loads):
+            inside = kv_row[i] < key_seq
+            cp_async_16(kv_to[i], k_from[i], inside)
+            cp_async_16(kv_to[i] + uint32(2 * tile_kv), v_from[i], inside)
+        cp_async_commit()
+        wait_all()
+        cuda.syncthreads()
+        # This warp's rows of Q and dO stay in shared memory, their A
+        # fragments read again for each tile: kept in registers, with dQ's
+        # sums, they would not fit at head dim 128.
+        r, c = lane % 16, (lane // 16) * 8
+        q_reads = cuda.local.array(d_steps, uint32)
+        do_reads = cuda.local.array(d_steps, uint32)
+        for ks in range(d_steps):
+            q_reads[ks] = shared_address(smem, place(warp * 16 + r, ks * 16 + c))
+            do_reads[ks] = shared_address(smem, BR * D + place(warp * 16 + r, ks * 16 + c))
+        # K and V as the "col" B operand of S and dP (no .trans), K as the
+        # row-major B operand of dQ (.trans).
+        key_in_pair = (lane % 8) + 8 * (lane // 16)
+        cols = cuda.local.array(d_steps, uint32)
+        rows = cuda.local.array(pairs_d, uint32)
+        for ks in range(d_steps):
+            cols[ks] = shared_address(smem, qd_halves + place(key_in_pair,
+                                                              ks * 16 + 8 * ((lane // 8) % 2)))
+        for tp in range(pairs_d):
+            rows[tp] = shared_address(smem, qd_halves + place(r, tp * 16 + c))
+        lse2 = cuda.local.array(2, float32)
+        dd = cuda.local.array(2, float32)
+        for h in range(2):
+            row = min(q_start + warp * 16 + g + 8 * h, seq - 1)
+            lse2[h] = lse[row_base + row] * LOG2E
+            dd[h] = delta[row_base + row]
+        s = cuda.local.array(s_size, float32)
+        dp = cuda.local.array(s_size, float32)
+        ds = cuda.local.array(p_size, uint32)
+        dq_acc = cuda.local.array(o_size, float32)
+        for i in range(o_size):
+            dq_acc[i] = float32(0.0)
+        stage = uint32(0)
+        for j in range(key_tiles):
+            if j > 0:
+                wait_all()
+                cuda.syncthreads()
+            if j + 1 < key_tiles:
+                other = uint32(stage_bytes) - stage
+                advance = uint64((j + 1) * BC * D * 2)
+                first = uint32((j + 1) * BC)
+                for i in range(kv_loads):
+                    inside = first + kv_row[i] < key_seq
+                    cp_async_16(kv_to[i] + other, k_from[i] + advance, inside)
+                    cp_async_16(kv_to[i] + other + uint32(2 * tile_kv), v_from[i] + advance,
+                                inside)
+            cp_async_commit()
+            # S = Q K^T and dP = dO V^T.
+            for i in range(s_size):
+                s[i] = float32(0.0)
+                dp[i] = float32(0.0)
+            for ks in range(d_steps):
+                qf = ldmatrix_x4(q_reads[ks])
+                dof = ldmatrix_x4(do_reads[ks])
+                for pair in range(BC // 16):
+                    x = ldmatrix_x4(cols[ks] + stage + uint32(pair * step_bytes))
+                    y = ldmatrix_x4(cols[ks] + stage + uint32(2 * tile_kv
+                                                              + pair * step_bytes))
+                    for half in range(2):
+                        n = (2 * pair + half) * 4
+                        e = mma(qf[0], qf[1], qf[2], qf[3], x[2 * half], x[2 * half + 1], s[n],
+                                s[n + 1], s[n + 2], s[n + 3])
+                        f = mma(dof[0], dof[1], dof[2], dof[3], y[2 * half], y[2 * half + 1],
+                                dp[n], dp[n + 1], dp[n + 2], dp[n + 3])
+                        for z in range(4):
+                            s[n + z] = e[z]
+                            dp[n + z] = f[z]
+            # dS = P (dP - D): element e of n-tile nt is query row g + 8(e // 2)
+            # of the warp's 16, key k_start + nt*8 + 2t + e % 2.
+            k_start = j * BC
+            for nt in range(s_tiles):
+                for e in range(4):
+                    h = e // 2
+                    key = k_start + nt * 8 + 2 * t + e % 2
+                    row = q_start + warp * 16 + g + 8 * h
+                    value = float32(0.0)
+                    if key < key_seq and not (causal and key > row):
+                        value = math.exp2(s[nt * 4 + e] * scale2 - lse2[h]) \
+                            * (dp[nt * 4 + e] - dd[h])
+                    dp[nt * 4 + e] = value
+            for kk in range(key_steps):
+                ds[kk * 4] = pack(dp[8 * kk], dp[8 * kk + 1])
+                ds[kk * 4 + 1] = pack(dp[8 * kk + 2], dp[8 * kk + 3])
+                ds[kk * 4 + 2] = pack(dp[8 * kk + 4], dp[8 * kk + 5])
+                ds[kk * 4 + 3] = pack(dp[8 * kk + 6], dp[8 * kk + 7])
+            # dQ += dS K (K row-major: .trans).
+            for kk in range(key_steps):
+                for tp in range(pairs_d):
+                    x = ldmatrix_x4_trans(rows[tp] + stage + uint32(kk * step_bytes))
+                    for half in range(2):
+                        n = (2 * tp + half) * 4
+                        e = mma(ds[kk * 4], ds[kk * 4 + 1], ds[kk * 4 + 2], ds[kk * 4 + 3],
+                                x[2 * half], x[2 * half + 1], dq_acc[n], dq_acc[n + 1],
+                                dq_acc[n + 2], dq_acc[n + 3])
+                        for z in range(4):
+                            dq_acc[n + z] = e[z]
+            stage = uint32(stage_bytes) - stage
+        for h in range(2):
+            row = q_start + warp * 16 + g + 8 * h
+            if row < seq:
+                at = q_base + row * D + 2 * t
+                for ot in range(o_tiles):
+                    both = pack(dq_acc[ot * 4 + 2 * h] * scale, dq_acc[ot * 4 + 2 * h + 1] * scale)
+                    dq[at + ot * 8] = uint16(both & uint32(0xFFFF))
+                    dq[at + ot * 8 + 1] = uint16(both >> uint32(16))
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Launching
+
+
+def backward_configs(head_dim: int) -> tuple[HalfConfig, HalfConfig]:
+    """(dK and dV's tiles, dQ's tiles) for a head dim: 4 warps, 64-wide tiles
+    along the walk up to head dim 64, narrower above (chosen so that the
+    compiled kernels do not spill; not yet timed); small ones on the
+    simulator."""
+    if not on_gpu():
+        small = HalfConfig(head_dim, warps=2, block_cols=32)
+        return small, small
+    if head_dim <= 64:
+        config = HalfConfig(head_dim, warps=4, block_cols=64)
+        return config, config
+    # At head dim 128 dQ's kernel holds dQ's sums (64 registers) besides a
+    # tile's scores, dP and fragments: 16-key tiles keep its spills smallest.
+    return HalfConfig(head_dim, warps=4, block_cols=32), HalfConfig(head_dim, warps=4,
+                                                                    block_cols=16)
+
+
+def _shared_bytes(config: HalfConfig) -> int:
+    """The dynamic shared memory of either kernel: its own two tiles (16 rows
+    a warp) and two stages of the two tiles it walks."""
+    return 2 * config.head_dim * (2 * config.block_rows + 4 * config.block_cols)
+
+
+ROW_THREADS = 128
+_LAUNCHABLE: dict = {}
+
+
+def _compiled(name, kernel, signature, shared, device_id):
+    """(function, stream) of a kernel compiled for `signature`, found once."""
+    key = (name, kernel, device_id)
+    if key not in _LAUNCHABLE:
+        from gpucourse.kernels.launch import launchable_with_shared
+
+        kernel.compile(signature)
+        _LAUNCHABLE[key] = launchable_with_shared(kernel, shared, device_id)
+    return _LAUNCHABLE[key]
+
+
+def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
+                            scale: float | None = None):
+    """(dq, dk, dv) of softmax(scale q k^T) v for fp16 or bf16 torch tensors
+    (CUDA ones on a GPU; CPU ones on the simulator), given the forward's out
+    and lse (float32, natural log) and dout, all C-contiguous, q (batch,
+    heads, seq, head_dim), k, v (batch, heads, key_seq, head_dim); unchecked
+    (flash_attention_backward checks). Gradients in q's dtype."""
+    import torch
+
+    kind = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
+    batch, heads, seq, d = q.shape
+    key_seq = k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    scale2 = scale * math.log2(math.e)
+    dkdv_config, dq_config = backward_configs(d)
+    delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    row_dot = make_row_dot_kernel(kind)
+    dkdv = make_dkdv_kernel(dkdv_config, causal, kind)
+    dq_kernel = make_dq_kernel(dq_config, causal, kind)
+    key_grid = ((key_seq + dkdv_config.block_rows - 1) // dkdv_config.block_rows, heads, batch)
+    rows = batch * heads * seq
+    if q.is_cuda:
+        _launch_on_gpu(kind, causal, (dkdv_config, dq_config), (row_dot, dkdv, dq_kernel),
+                       (q, k, v, out, lse, dout, delta, dq, dk, dv),
+                       (seq, key_seq, heads, scale2, scale, key_grid, rows))
+        return dq, dk, dv
+    from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
+
+    def bits(x):
+        return x.view(torch.int16).numpy().reshape(-1).view(np.uint16)
+
+    flat = [bits(x) for x in (q, k, v, out, dout, dq, dk, dv)]
+    lse_flat, delta_flat = lse.numpy().reshape(-1), delta.numpy().reshape(-1)
+    row_dot[(rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS](flat[3], flat[4], delta_flat,
+                                                                   np.int32(d))
+    scalars = (np.int32(seq), np.int32(key_seq), np.int32(heads), np.float32(scale2),
+               np.float32(scale))
+    forget_earlier_moves()
+    dkdv[key_grid, dkdv_config.threads, 0, _shared_bytes(dkdv_config)](
+        flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat, flat[6], flat[7], *scalars)
+    forget_earlier_moves()
+    dq_kernel[dq_config.grid(batch, heads, seq), dq_config.threads, 0,
+              _shared_bytes(dq_config)](flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat,
+                                        flat[5], *scalars)
+    return dq, dk, dv
+
+
+def _launch_on_gpu(kind, causal, configs, kernels, tensors, sizes):
+    """The three launches, straight to cuda.core with raw pointers."""
+    import ctypes
+
+    from numba import float32 as f32, int32, uint16 as u16
+
+    from gpucourse.kernels.launch import (core_launch, current_gpu, flat_argument,
+                                          launch_config, launchable)
+
+    dkdv_config, dq_config = configs
+    row_dot, dkdv, dq_kernel = kernels
+    q, k, v, out, lse, dout, delta, dq, dk, dv = tensors
+    seq, key_seq, heads, scale2, scale, key_grid, rows = sizes
+    device = current_gpu()
+    halves, floats = u16[::1], f32[::1]
+
+    def arg(x):
+        return flat_argument(x.data_ptr(), x.numel(), x.element_size())
+
+    launch = core_launch()
+    key = ("row_dot", kind, device)
+    if key not in _LAUNCHABLE:
+        _LAUNCHABLE[key] = launchable(row_dot, (halves, halves, floats, int32))
+    function, stream = _LAUNCHABLE[key]
+    launch(stream, launch_config((rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS), function,
+           *arg(out), *arg(dout), *arg(delta), ctypes.c_int32(q.shape[3]))
+    scalars = (ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
+               ctypes.c_float(scale2), ctypes.c_float(scale))
+    function, stream = _compiled("dkdv", dkdv, (halves,) * 4 + (floats, floats, halves, halves,
+                                                                int32, int32, int32, f32, f32),
+                                 _shared_bytes(dkdv_config), device)
+    launch(stream, launch_config(key_grid, dkdv_config.threads, _shared_bytes(dkdv_config)),
+           function, *arg(q), *arg(k), *arg(v), *arg(dout), *arg(lse), *arg(delta), *arg(dk),
+           *arg(dv), *scalars)
+    function, stream = _compiled("dq", dq_kernel, (halves,) * 4 + (floats, floats, halves,
+                                                                  int32, int32, int32, f32, f32),
+                                 _shared_bytes(dq_config), device)
+    batch = q.shape[0]
+    launch(stream, launch_config(dq_config.grid(batch, heads, seq), dq_config.threads,
+                                 _shared_bytes(dq_config)),
+           function, *arg(q), *arg(k), *arg(v), *arg(dout), *arg(lse), *arg(delta), *arg(dq),
+           *scalars)
