@@ -12,7 +12,7 @@ called.
 from __future__ import annotations
 
 from gpucourse.kernels.attention.arguments import _check_flag
-from gpucourse.kernels.attention.backward import flash_attention_backward
+from gpucourse.kernels.attention.backward import DEFAULT_VERSION, flash_attention_backward
 from gpucourse.kernels.attention.flash import flash_attention
 
 
@@ -39,8 +39,12 @@ def _torch_function():
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
-            # The default version, which also takes float16 (converting as it loads).
-            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
+            # The default version, which also takes float16 (converting as it
+            # loads); bfloat16 (CUDA tensors) runs on version 5, FlashAttention-2's
+            # backward in half precision.
+            version = 5 if q.dtype == torch.bfloat16 else DEFAULT_VERSION
+            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale,
+                                             version=version)
             return (*(_torch_side(g, q) for g in grads), None, None)
 
     return FlashAttention
@@ -65,7 +69,8 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
     """Attention that PyTorch can differentiate, on the course's kernels: the
     forward kernel saves its log-sum-exp, the backward kernels use it.
 
-    q, k, v: float32 or float16 torch tensors (all of one dtype) of shape
+    q, k, v: float32 or float16 torch tensors, or bfloat16 CUDA tensors (all
+    of one dtype) of shape
     (batch, heads, seq, head_dim) (k and v: key_seq rows), on a CUDA device
     (the GPU kernels) or on the CPU (through numpy; on Numba's simulator where
     there is no GPU). Returns the output; ``.backward()`` fills q.grad, k.grad
@@ -77,9 +82,10 @@ def flash_attention_autograd(q, k, v, *, causal=False, scale=None):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"{name} must be a torch tensor, got {type(x).__name__}")
-        if x.dtype not in (torch.float32, torch.float16):
-            raise ValueError(f"{name} must be float32 or float16 (the backward kernels take "
-                             f"no bfloat16), got {x.dtype}")
+        if x.dtype not in (torch.float32, torch.float16) and not (
+                x.dtype == torch.bfloat16 and x.is_cuda):
+            raise ValueError(f"{name} must be float32 or float16, or bfloat16 on a CUDA device "
+                             f"(the backward's version 5), got {x.dtype} on {x.device}")
     if _FUNCTION is None:
         _FUNCTION = _torch_function()
     return _FUNCTION.apply(q, k, v, _check_flag("causal", causal), scale)
