@@ -4,7 +4,9 @@ A proportional design gives every link alpha times the bytes that cross it,
 so that every flow finishes at 1 / alpha seconds; a uniform design spends the
 same total capacity evenly. The interference-free test says when the
 proportional design wastes nothing, and the comparison runs both on the same
-flows (the paper's Table 1 is here as data).
+flows (Table 1 of the case study's paper, Zanotelli et al., "Projeto de
+Redes Ciente de Gargalos...", bibliography key zanotelli_bottleneck_design,
+is here as data).
 """
 
 from __future__ import annotations
@@ -67,9 +69,10 @@ def is_interference_free(flow_links, sizes) -> bool:
     return bool(has.all())
 
 
-# Table 1 of the course's source paper, as it reports it for the Rede Ipê
-# topology with one host per point of presence and about 1 GB per flow:
-# (design, total capacity, time in seconds).
+# Table 1 of the case study's paper (Zanotelli, Sampaio, Martinello,
+# Ros-Giralt and Comarella; zanotelli_bottleneck_design in the bibliography),
+# as it reports it for the Rede Ipê topology with one host per point of
+# presence and about 1 GB per flow: (design, total capacity, time in seconds).
 PAPER_TABLE_1 = (
     ("proportional", 2493, 8.0),
     ("uniform at the proportional minimum", 530, 76.3),
@@ -89,7 +92,7 @@ class DesignResult:
 
 
 def compare_designs(flow_links, sizes, alpha, alpha_scale=0.2) -> list[DesignResult]:
-    """The paper's Table 1 for one traffic pattern: the proportional design at
+    """Zanotelli et al.'s Table 1 for one traffic pattern: the proportional design at
     alpha; uniform designs at the smallest, mean and largest proportional
     capacity (over the links the traffic crosses); and the proportional
     design with alpha x alpha_scale."""
