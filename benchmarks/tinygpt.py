@@ -4,8 +4,8 @@
 
 The model is gpucourse.tinygpt's character-level GPT (4 layers, 4 heads of 64,
 width 256, about 3.2 million parameters) learning three-digit addition with
-the sum written backwards. Three runs from each seed (the same initial weights, the same batches in the
-same order), fp32 with TF32 off:
+the sum written backwards. Runs from each seed (the same initial weights, the same batches in the
+same order), fp32 with TF32 off unless named bf16:
 
 * "pytorch": scaled_dot_product_attention (causal) and torch's linear layers;
 * "pytorch_math" (the control): the same, with SDPA held to its math backend,
@@ -14,7 +14,12 @@ same order), fp32 with TF32 off:
   (attention.flash_attention_autograd), torch's linear layers;
 * "course": the course's attention and every linear layer's three products
   (forward, input gradient, weight gradient) on the course's SGEMM
-  (tinygpt.course_linear over sgemm.matmul, level auto).
+  (tinygpt.course_linear over sgemm.matmul, level auto);
+* "pytorch_bf16" and "course_bf16": the same model in mixed precision,
+  bfloat16 products and attention under torch.autocast, float32 weights and
+  optimizer; PyTorch's kernels, and the course's (half_matmul on the tensor
+  cores, FlashAttention-2 in half precision with its backward, version 5).
+  Each bf16 run's final loss is compared with pytorch_bf16's.
 
 Training: 3000 steps (TrainConfig's default) of 256 windows of three lines, AdamW (peak learning rate
 1e-3, 100 warm-up steps, cosine decay), the loss scored on the sums' digits and
@@ -57,7 +62,13 @@ RUNS = {"pytorch": dict(attention="torch", linear="torch"),
         # different order of the same sums (the control for the comparison).
         "pytorch_math": dict(attention="torch", linear="torch"),
         "course_attention": dict(attention="course", linear="torch"),
-        "course": dict(attention="course", linear="course")}
+        "course": dict(attention="course", linear="course"),
+        # Mixed precision in bfloat16 (tinygpt.GPTConfig's precision: weights and
+        # optimizer in float32, products and attention in bf16): PyTorch under
+        # torch.autocast, and the course's half_matmul and FlashAttention-2 in
+        # half precision, each compared with the other.
+        "pytorch_bf16": dict(attention="torch", linear="torch", precision="bf16"),
+        "course_bf16": dict(attention="course", linear="course", precision="bf16")}
 HELD_OUT = 1000
 FINAL_WINDOW = 100
 LEARNED_BELOW = 0.01
@@ -131,7 +142,8 @@ def write(report, kept, done, path):
     rows = sorted([r for r in kept if (r["run"], r["seed"]) not in again] + done,
                   key=lambda r: (r["seed"], order.index(r["run"])))
     for row in rows:
-        reference = next((r for r in rows if r["seed"] == row["seed"] and r["run"] == "pytorch"),
+        peer = "pytorch_bf16" if row.get("precision") == "bf16" else "pytorch"
+        reference = next((r for r in rows if r["seed"] == row["seed"] and r["run"] == peer),
                          None)
         row["final_loss_vs_pytorch"] = (row["final_loss"] / reference["final_loss"]
                                         if reference else None)

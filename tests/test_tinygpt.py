@@ -130,6 +130,31 @@ def test_the_course_linear_layer_matches_torch_forward_and_backward():
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_in_bf16_the_course_linear_layer_runs_on_half_matmul():
+    # The bf16 model's linear layers: every product on half_matmul (the
+    # simulator's tensor cores here), float32 sums rounded once to bf16, so
+    # each output and gradient is within a unit or two of bf16 (2^-8,
+    # relative to the largest) of the float64 product of the same bf16 values.
+    generator = torch.Generator().manual_seed(1)
+    x, weight, bias = (torch.randn(*shape, generator=generator).to(torch.bfloat16)
+                       .requires_grad_() for shape in ((2, 3, 8), (5, 8), (5,)))
+    dy = torch.randn(2, 3, 5, generator=generator).to(torch.bfloat16)
+    ours = T.course_linear(x, weight, bias)
+    grads = torch.autograd.grad(ours, (x, weight, bias), dy)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, weight, bias))
+    want = F.linear(x64, w64, b64)
+    want_grads = torch.autograd.grad(want, (x64, w64, b64), dy.double())
+    assert ours.dtype == torch.bfloat16 and all(g.dtype == torch.bfloat16 for g in grads)
+    for got, expected in zip((ours, *grads), (want, *want_grads)):
+        scale = float(expected.abs().max())
+        assert float((got.double() - expected).abs().max()) <= 2 * 2.0 ** -8 * scale
+
+
+def test_a_bf16_config_is_checked():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        T.GPTConfig(**TINY, precision="fp8")
+
+
 def test_a_model_answers_in_the_format_it_is_scored_on():
     model = T.build(T.GPTConfig(**TINY))
     score = T.addition_accuracy(model, [(12, 34), (500, 500)])

@@ -43,6 +43,7 @@ DIGITS = 3
 LINE_LENGTH = 2 * DIGITS + 2 + (DIGITS + 1) + 1
 ATTENTIONS = ("torch", "course")
 LINEARS = ("torch", "course")
+PRECISIONS = ("fp32", "bf16")
 
 
 # -----------------------------------------------------------------------------
@@ -112,7 +113,12 @@ class GPTConfig:
     attention: "torch" (PyTorch's scaled_dot_product_attention, causal) or
     "course" (the course's FlashAttention forward and backward kernels).
     linear: "torch" (torch.nn.functional.linear) or "course" (the course's
-    SGEMM for each linear layer's forward and backward products).
+    SGEMM for each linear layer's forward and backward products; in bf16, its
+    half_matmul on the tensor cores).
+    precision: "fp32" or "bf16", mixed precision as torch.autocast does it:
+    the weights and the optimizer in float32, the linear layers' products and
+    attention in bfloat16 (the course's kernels or PyTorch's under autocast),
+    layer norms, softmax of the loss and the sums of products in float32.
     """
 
     n_layer: int = 4
@@ -121,6 +127,7 @@ class GPTConfig:
     block_size: int = 3 * LINE_LENGTH
     attention: str = "torch"
     linear: str = "torch"
+    precision: str = "fp32"
 
     def __post_init__(self):
         for name in ("n_layer", "n_head", "n_embd", "block_size"):
@@ -139,6 +146,8 @@ class GPTConfig:
             raise ValueError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.linear not in LINEARS:
             raise ValueError(f"linear must be one of {LINEARS}, got {self.linear!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     @property
     def head_dim(self) -> int:
@@ -160,10 +169,14 @@ def _classes():
 
     from gpucourse.kernels import sgemm
     from gpucourse.kernels.attention import flash_attention_autograd
+    from gpucourse.kernels.tensor_cores.half_matmul import half_matmul
 
     def course_matmul(a, b):
-        """a @ b on the course's SGEMM: CUDA tensors directly, CPU tensors
-        through numpy (on the simulator)."""
+        """a @ b on the course's kernels: half_matmul for fp16 and bf16 (on the
+        tensor cores; CPU tensors on the simulator), the SGEMM for float32
+        (CUDA tensors directly, CPU tensors through numpy)."""
+        if a.dtype in (torch.float16, torch.bfloat16):
+            return half_matmul(a.contiguous(), b.contiguous())
         if a.is_cuda:
             return sgemm.matmul(a.contiguous(), b.contiguous())
         return torch.from_numpy(sgemm.matmul(a.contiguous().numpy(), b.contiguous().numpy()))
@@ -193,6 +206,9 @@ def _classes():
 
     def linear(config, x, weight, bias=None):
         if config.linear == "course":
+            if config.precision == "bf16":  # as autocast casts F.linear's inputs
+                x, weight = x.to(torch.bfloat16), weight.to(torch.bfloat16)
+                bias = None if bias is None else bias.to(torch.bfloat16)
             return CourseLinear.apply(x, weight, bias)
         return F.linear(x, weight, bias)
 
@@ -368,6 +384,18 @@ def loss_floor(block_size: int = 3 * LINE_LENGTH, answers_only: bool = True) -> 
     return random / block_size * math.log(10)
 
 
+def precision_context(config: GPTConfig, device):
+    """torch.autocast to bfloat16 for a bf16 model (on the device's type), a
+    context that does nothing for fp32."""
+    import contextlib
+
+    import torch
+
+    if config.precision == "bf16":
+        return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def _synchronize(device):
     import torch
 
@@ -396,7 +424,7 @@ def train(config: GPTConfig, train_config: TrainConfig = TrainConfig(), device="
                    train_config.answers_only)
     history = dict(loss=[], step_ms=[])
     bar = tqdm(range(train_config.steps), desc=f"training ({config.attention} attention, "
-               f"{config.linear} linear)",
+               f"{config.linear} linear, {config.precision})",
                disable=None if progress is None else not progress)  # None: only on a terminal
     for step in bar:
         x, y = next(data)
@@ -405,7 +433,8 @@ def train(config: GPTConfig, train_config: TrainConfig = TrainConfig(), device="
         start = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, train_config)
-        _, loss = model(x, y)
+        with precision_context(config, device):
+            _, loss = model(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
