@@ -1,0 +1,59 @@
+"""One call of a half-precision kernel, after warm-up, for Nsight Compute to profile.
+
+    # on the GPU machine:
+    ncu --clock-control none -k regex:make_hgemm_kernel -c 1 --set full -o hgemm \\
+        python3 benchmarks/ncu_targets.py hgemm
+    ncu --clock-control none -k regex:make_flash_half_kernel -c 1 --set full -o attention \\
+        python3 benchmarks/ncu_targets.py attention
+    # then benchmarks/ncu_summary.py reduces the reports to what the chapters cite.
+
+`hgemm`: half_matmul (level 7, its default) on a 4096^3 fp16 product.
+`attention`: flash_attention's forward in fp16 at B4 H16 N4096 d64, causal
+(FlashAttention-2 in half precision, attention.half). The warm-up calls
+compile the kernels; Nsight Compute's filter (-k, -c 1) then profiles the
+first launch whose kernel name matches, so warm-up launches are skipped with
+--launch-skip where a name repeats (the script prints how many launches of
+the kernel came before the profiled one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):  # numba-cuda 0.30.4 with numpy 2.5 (PLATFORM.md)
+    np.row_stack = np.vstack
+os.environ.setdefault("GPUCOURSE_DEVICE", "gpu")
+
+WARM_UP = 3
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in (["hgemm"], ["attention"]):
+        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|attention")
+    import torch
+
+    torch.manual_seed(0)
+    if argv == ["hgemm"]:
+        from gpucourse.kernels.tensor_cores.half_matmul import half_matmul
+
+        a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+        call = lambda: half_matmul(a, b)  # noqa: E731
+    else:
+        from gpucourse.kernels.attention import flash_attention
+
+        q, k, v = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.float16)
+                   for _ in range(3))
+        call = lambda: flash_attention(q, k, v, causal=True)  # noqa: E731
+    for _ in range(WARM_UP + 1):
+        call()
+    torch.cuda.synchronize()
+    print(f"{WARM_UP} warm-up launches, then the profiled one: ncu --launch-skip {WARM_UP}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
