@@ -14,8 +14,7 @@ first, untimed run records it, as a course's first grading does):
 
 From these it projects the time to grade a class of ``--class-size`` students
 on every chapter measured, with the most workers measured: the sum over the
-chapters of a worker's median time per submission, times the class, over that
-speed-up.
+chapters of the wall time per submission, times the class, over that speed-up.
 It writes benchmarks/results/grading-cpu-<date>.json in the shape of
 CONVENTIONS.md, with a "machine" field for the CPU instead of "gpu".
 
@@ -115,9 +114,9 @@ def main(argv=None) -> None:
     for row in speedups:
         row["speedup"] = round(single / row["wall_s"], 2) if single else None
     best = max(speedups, key=lambda r: r["jobs"])
-    # A worker's time per submission (the run's fixed start, a few seconds, is
-    # spread over a whole class).
-    per_student_s = sum(r["median_submission_s"] for r in rows)
+    # The wall time per submission, the run's fixed start (a few seconds) included:
+    # an upper bound, since a class spreads that start over many submissions.
+    per_student_s = sum(r["per_submission_s"] for r in rows)
     projection = {"class_size": args.class_size, "chapters": [r["chapter"] for r in rows],
                   "jobs": best["jobs"], "speedup": best["speedup"],
                   "one_worker_hours": round(per_student_s * args.class_size / 3600, 2),
