@@ -24,7 +24,10 @@ with their default configuration, each call allocating its output.
      layers);
    - each level 3-7 at 4096^3 (`half_matmul(a, b, level=L)`), for the
      levels' headers.
-3. `--sweep`: level 7 with other tile shapes, at a few sizes (recorded, not
+3. `tf32_matmul` (tensor_cores.tf32_fast) on float32 inputs, one pass (TF32)
+   and three (3xTF32), against cuBLAS with TF32 on, at 4096^3 and 8192^3,
+   validated first (rows tf32_matmul1, tf32_matmul3 and cublas_tf32).
+4. `--sweep`: level 7 with other tile shapes, at a few sizes (recorded, not
    used by half_matmul unless its table is updated by hand).
 
 Writes <out>/hgemm-<gpu-slug>-<date>[-quick].json: results, rows of variant, dtype, m,
@@ -147,6 +150,43 @@ def time_in_turns(calls: dict) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def tf32_rows(torch) -> list:
+    """tensor_cores.tf32_matmul in one pass (TF32) and three (3xTF32) on
+    float32 inputs at 4096^3 and 8192^3, against cuBLAS with TF32 on (its
+    TF32 kernels, the issue's peer) in the same run; each validated first
+    against float64: one pass within 4x cuBLAS TF32's error, three within 4x
+    cuBLAS's fp32 (TF32 off) error, on the same inputs."""
+    from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
+
+    rows = []
+    for size in (4096, 8192):
+        a = torch.randn(size, size, device="cuda")
+        b = torch.randn(size, size, device="cuda")
+        ref = a.double() @ b.double()
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tf32_peer = relative_error(torch.mm(a, b), ref)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        fp32_peer = relative_error(torch.mm(a, b), ref)
+        for passes, peer in ((1, tf32_peer), (3, fp32_peer)):
+            error = relative_error(tf32_matmul(a, b, passes=passes), ref)
+            if not error <= 4 * peer + 1e-7:
+                print(f"VALIDATION FAILED: tf32_matmul passes={passes} at {size}^3: {error:.2e} "
+                      f"against the peer's {peer:.2e}", flush=True)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        ms = time_in_turns({"1": lambda: tf32_matmul(a, b, passes=1),
+                            "3": lambda: tf32_matmul(a, b, passes=3),
+                            "cublas_tf32": lambda: torch.mm(a, b)})
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for passes in (1, 3):
+            rows.append(row(f"tf32_matmul{passes}", "fp32", size, size, size, ms[str(passes)],
+                            ms["cublas_tf32"]))
+            print(f"tf32_matmul passes={passes} at {size}^3: {rows[-1]['tflops']} TFLOP/s "
+                  f"({rows[-1]['vs_cublas']} of cuBLAS TF32)", flush=True)
+        rows.append(row("cublas_tf32", "fp32", size, size, size, ms["cublas_tf32"],
+                        ms["cublas_tf32"]))
+    return rows
+
+
 def row(variant, dtype, m, n, k, ms, peer_ms):
     tflops = 2 * m * n * k / (ms * 1e-3) / 1e12
     return dict(variant=variant, dtype=dtype, m=m, n=n, k=k, ms=round(ms, 5),
@@ -197,6 +237,7 @@ def main(argv=None):
                             ms["cublas"]))
             print(f"{dtype_name} level {level} at {size}^3: {rows[-1]['tflops']} TFLOP/s "
                   f"({rows[-1]['vs_cublas']} of cuBLAS)", flush=True)
+    rows += tf32_rows(torch)
     sweep = []
     if args.sweep and not args.quick:
         for m, n, k in ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),

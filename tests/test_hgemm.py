@@ -176,12 +176,18 @@ for level, kind in ((3, "f16"), (7, "f16"), (7, "bf16")):
     kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind))
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits), cc=(9, 0))
     open(f"{sys.argv[1]}/level{level}_{kind}.ptx", "w").write(ptx)
+from gpucourse.kernels.tensor_cores.tf32_fast import DEFAULT, make_tf32_kernel
+kernel = make_tf32_kernel(3, **DEFAULT)
+ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
+                                cc=(9, 0))
+open(f"{sys.argv[1]}/tf32_3.ptx", "w").write(ptx)
 """
 
 
 @pytest.fixture(scope="module")
 def ptx(tmp_path_factory):
-    """The PTX of levels 3 and 7 (fp16) and 7 (bf16) for an H100, compiled here."""
+    """The PTX of levels 3 and 7 (fp16) and 7 (bf16), and of tf32_matmul's
+    3xTF32 kernel, for an H100, compiled here."""
     folder = tmp_path_factory.mktemp("hgemm_ptx")
     compile_without_a_gpu(PTX_SCRIPT, str(folder))
     return {name.stem: name.read_text() for name in folder.glob("*.ptx")}
@@ -216,6 +222,36 @@ def test_level3_goes_through_registers_without_spilling(ptx):
     assert "ldmatrix" not in text and "cp.async" not in text
     assert "ld.shared" in text and "st.shared" in text
     assert "0 bytes spill stores" in ptxas_report(text)
+
+
+def test_tf32_matmul_is_tf32_or_near_fp32():
+    from gpucourse.kernels.tensor_cores import round_to_tf32
+    from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
+
+    a = RNG.standard_normal((37, 29)).astype(np.float32)
+    b = RNG.standard_normal((29, 21)).astype(np.float32)
+    # One pass: the product of the inputs rounded to TF32, summed in float32.
+    model = round_to_tf32(a).astype(np.float64) @ round_to_tf32(b).astype(np.float64)
+    np.testing.assert_allclose(tf32_matmul(a, b, passes=1), model, rtol=1e-5, atol=1e-5)
+    # Three (3xTF32): the float64 product to about float32's accuracy, far
+    # closer than TF32 alone (which errs by about 1e-3 here).
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(model - exact).max() > 1e-3
+    np.testing.assert_allclose(tf32_matmul(a, b), exact, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="passes must be 1 or 3"):
+        tf32_matmul(a, b, passes=2)
+    with pytest.raises(ValueError, match="float32"):
+        tf32_matmul(a.astype(np.float64), b)
+
+
+def test_tf32_matmul_reads_a_with_ldmatrix_and_does_not_spill(ptx):
+    text = ptx["tf32_3"]
+    assert text.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") >= 3
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text  # A's fragments
+    assert "cp.async.cg.shared.global" in text and "cvt.rna.tf32.f32" in text
+    assert ".local" not in text
+    report = ptxas_report(text)
+    assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
 @pytest.mark.skipif(not on_gpu(), reason="needs a GPU")

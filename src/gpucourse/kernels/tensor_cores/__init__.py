@@ -28,7 +28,9 @@ bottom up:
   register double buffering and tuned tiles (22 to 353 TFLOP/s at 4096^3 on
   an H100, 53% of cuBLAS fp16);
 * ``half_matmul``: the entry point users call, ``half_matmul(a, b)`` for fp16
-  or bf16 torch tensors.
+  or bf16 torch tensors;
+* ``tf32_fast``: ``tf32_matmul(a, b, passes)``, float32 products through TF32
+  (one pass) or 3xTF32 (three) on the same machinery.
 
 ``attention.tensor_cores`` builds the attention forward pass on the TF32
 instruction. Every name that callers use is importable from here, as

@@ -36,7 +36,9 @@ Conversion Instructions"), and this module gives each to Numba:
   as ``ldmatrix`` leaves them, two halves per 32-bit register, the first in
   the low bits; ``pack_f16x2`` and ``pack_bf16x2`` round two float32 into such
   a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output;
-  ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32.
+  ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32,
+  and ``as_float32`` reads a register's 32 bits as a float32 (ldmatrix moves
+  float32 too, two halves at a time).
 
 Halves travel as ``uint16`` (their bits): numpy has no bfloat16, and the
 kernels never compute with a half themselves, they only move it and hand it
@@ -269,6 +271,18 @@ if on_gpu():
     f16_to_float = _make_widen("f16")
     bf16_to_float = _make_widen("bf16")
 
+    @intrinsic
+    def as_float32(typingctx, bits):
+        """A 32-bit register's bits seen as a float32 (what ldmatrix leaves,
+        when the matrix held float32)."""
+        if not (isinstance(bits, types.Integer) and bits.bitwidth == 32):
+            raise NumbaTypeError(f"as_float32 takes 32 bits (uint32), got {bits}")
+
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], ir.FloatType())
+
+        return types.float32(bits), codegen
+
 else:
     # The simulator's stand-ins (see the module's docstring).
     from gpucourse.kernels.tensor_cores.intrinsics import _warp_and_lane
@@ -429,6 +443,10 @@ else:
         """Two float32 rounded to bf16, in one register, the first low."""
         bits = round_to_bf16_bits(np.array([low, high], dtype=np.float32))
         return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+
+    def as_float32(bits):
+        """A 32-bit register's bits seen as a float32."""
+        return np.array([bits], dtype=np.uint32).view(np.float32)[0]
 
     def f16_to_float(bits):
         """An fp16's bits as the float32 it is."""

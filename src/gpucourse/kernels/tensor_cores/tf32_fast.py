@@ -1,0 +1,332 @@
+"""fp32 GEMM through TF32 on the HGEMM ladder's machinery: ``tf32_matmul``, in one pass or three.
+
+``tf32gemm`` shows the TF32 instruction (``mma.sync.m16n8k8`` with .tf32) with
+hgemm level 2's structure and reaches 3% of cuBLAS. This module builds the
+same product on the pieces that took the half-precision GEMM to half of
+cuBLAS (``hgemm_ladder`` level 7): tiles of 128 x 128, 16 deep, copied by
+``cp.async`` four stages ahead into swizzled shared memory, 8 warps of 64 x
+32, blocks in groups of rows for L2, every address worked out before the
+walk along K. (Chosen so that ptxas keeps everything in registers, 212 of
+them for one pass and 248 for three, without spilling; 32-deep tiles or 4
+warps of 64 x 64 spill. Not yet timed on a GPU.)
+What differs is the element, 4 bytes instead of 2:
+
+* A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
+  halves is an 8 x 4 matrix of float32, and the four of an ``.x4`` read are
+  exactly the TF32 A fragment (rows g and g + 8, columns t and t + 4; see
+  ``fragments``). A's rows are 128 bytes, swizzled like the HGEMM's.
+* B's fragment (rows t and t + 4, column g) is a column of a row-major tile,
+  and ``ldmatrix.trans`` transposes 16-bit elements, not 32-bit ones: each
+  lane reads its two values with plain 32-bit loads. B's rows are swizzled so
+  that those loads have no bank conflicts: chunk c of row r is stored at
+  chunk c ^ 2 (r % 4), which sends the four rows t of one read to four
+  different pairs of chunks.
+* Each value is rounded to TF32 (``cvt.rna.tf32.f32``) as it is read; with
+  passes=3 (3xTF32) it is split into big = tf32(x) and small = tf32(x - big),
+  and each product is a_small b_big + a_big b_small + a_big b_big, three
+  instructions into one float32 sum (small ones first, as CUTLASS's
+  OpMultiplyAddFastF32 does), for about fp32's accuracy.
+
+A and B travel as uint16 views of their float32 bits (the copies move bits;
+``moves``). K and N must be multiples of 4 (16 bytes); ``tf32_matmul`` pads
+other shapes. Runs on Numba's simulator with the instructions' stand-ins, at
+small tiles.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+from numba import float32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.tensor_cores.fragments import WARP
+from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
+from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
+from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_async_commit,
+                                                 cp_async_wait, forget_earlier_moves,
+                                                 global_address, ldmatrix_x4, shared_address)
+
+FLOATS = 4  # float32s in 16 bytes
+DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
+SIMULATOR = dict(bm=32, bn=32, bk=8, warps_m=1, warps_n=2, stages=2, group_m=1)
+PASSES = (1, 3)
+
+
+def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3,
+                     group_m=8):
+    """The kernel for a configuration: kernel(a, b, c), a (M x 2K) and b (K x
+    2N) the uint16 views of float32 A and B, c float32 M x N; K and N
+    multiples of 4. Attributes threads, shared_bytes and blocks(m, n)."""
+    threads = warps_m * warps_n * WARP
+    wm, wn = bm // warps_m, bn // warps_n
+    tiles_m, tiles_n = wm // 16, wn // 8
+    chunks_a, chunks_b = bk // FLOATS, bn // FLOATS
+    loads_a, loads_b = bm * chunks_a // threads, bk * chunks_b // threads
+    if passes not in PASSES or wm % 16 or wn % 8 or bk % 8 or bk > 32 or chunks_b < 8 \
+            or (bm * chunks_a) % threads or (bk * chunks_b) % threads or stages < 2:
+        raise ValueError(f"invalid tf32 configuration: passes {passes}, tiles {bm} x {bn} x "
+                         f"{bk}, warps {warps_m} x {warps_n}, stages {stages}")
+    shift_a, mod_a = _swizzle(chunks_a)
+    stage_a = bm * bk  # floats
+    stage = stage_a + bk * bn
+    steps = bk // 8
+    acc_size, a_size, b_size = tiles_m * tiles_n * 4, tiles_m * 4, tiles_n * 2
+    a_tile_bytes = 16 * bk * 4  # 16 rows of A's tile
+    wait = cp_async_wait(stages - 2)
+
+    @cuda.jit(device=True, inline=True)
+    def a_place(row, col):
+        """A's tile (floats): chunk swizzled as the HGEMM's."""
+        return row * bk + (((col // FLOATS) ^ ((row // shift_a) % mod_a)) * FLOATS) \
+            + col % FLOATS
+
+    @cuda.jit(device=True, inline=True)
+    def b_place(row, col):
+        """B's tile (floats), after A's: chunk c of row r at c ^ 2 (r % 4)."""
+        return stage_a + row * bn + (((col // FLOATS) ^ (2 * (row % 4))) * FLOATS) \
+            + col % FLOATS
+
+    @cuda.jit(device=True, inline=True)
+    def tf32_parts(x, big, small, i):
+        """x rounded to TF32 into big[i]; with 3 passes its remainder into small[i]."""
+        high = cvt_rna_tf32(x)
+        big[i] = high
+        if passes == 3:
+            small[i] = cvt_rna_tf32(x - high)
+
+    @cuda.jit(device=True, inline=True)
+    def one_step(ks, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g, t,
+                 warp_col):
+        """acc += the warp's product for the 8 of K at ks * 8 in the stage at
+        `read` (floats): A's fragments by ldmatrix, B's by 32-bit loads, each
+        rounded (and split, with 3 passes) to TF32."""
+        for tm in range(tiles_m):
+            x = ldmatrix_x4(a_reads[ks] + uint32(4 * read + tm * a_tile_bytes))
+            for j in range(4):
+                tf32_parts(as_float32(x[j]), a_big, a_small, tm * 4 + j)
+        for tn in range(tiles_n):
+            col = warp_col + tn * 8 + g
+            for j in range(2):
+                tf32_parts(smemf[read + b_place(ks * 8 + t + 4 * j, col)], b_big, b_small,
+                           tn * 2 + j)
+        for tm in range(tiles_m):
+            for tn in range(tiles_n):
+                n0, a0, b0 = (tm * tiles_n + tn) * 4, tm * 4, tn * 2
+                if passes == 3:
+                    d = mma_m16n8k8_tf32(a_small[a0], a_small[a0 + 1], a_small[a0 + 2],
+                                         a_small[a0 + 3], b_big[b0], b_big[b0 + 1], acc[n0],
+                                         acc[n0 + 1], acc[n0 + 2], acc[n0 + 3])
+                    d = mma_m16n8k8_tf32(a_big[a0], a_big[a0 + 1], a_big[a0 + 2],
+                                         a_big[a0 + 3], b_small[b0], b_small[b0 + 1], d[0],
+                                         d[1], d[2], d[3])
+                    d = mma_m16n8k8_tf32(a_big[a0], a_big[a0 + 1], a_big[a0 + 2],
+                                         a_big[a0 + 3], b_big[b0], b_big[b0 + 1], d[0], d[1],
+                                         d[2], d[3])
+                else:
+                    d = mma_m16n8k8_tf32(a_big[a0], a_big[a0 + 1], a_big[a0 + 2],
+                                         a_big[a0 + 3], b_big[b0], b_big[b0 + 1], acc[n0],
+                                         acc[n0 + 1], acc[n0 + 2], acc[n0 + 3])
+                for e in range(4):
+                    acc[n0 + e] = d[e]
+
+    @cuda.jit
+    def kernel(a, b, c):
+        m = a.shape[0]
+        k, n = b.shape[0], c.shape[1]
+        smem = cuda.shared.array(0, uint16)
+        smemf = cuda.shared.array(0, float32)  # the same bytes, as float32
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        g, t = lane // 4, lane % 4
+        # The block's tile, blocks in groups of group_m rows (as the HGEMM's).
+        blocks_m, blocks_n = (m + bm - 1) // bm, (n + bn - 1) // bn
+        block = cuda.blockIdx.x
+        in_group = group_m * blocks_n
+        first = (block // in_group) * group_m
+        rows = min(blocks_m - first, group_m)
+        row0 = (first + (block % in_group) % rows) * bm
+        col0 = ((block % in_group) // rows) * bn
+        warp_row, warp_col = (warp // warps_n) * wm, (warp % warps_n) * wn
+        # The copies, planned once (16 bytes, 4 floats each).
+        a_to = cuda.local.array(loads_a, uint32)
+        a_from = cuda.local.array(loads_a, uint64)
+        a_limit = cuda.local.array(loads_a, int64)
+        b_to = cuda.local.array(loads_b, uint32)
+        b_from = cuda.local.array(loads_b, uint64)
+        b_limit = cuda.local.array(loads_b, int64)
+        for i in range(loads_a):
+            index = i * threads + thread
+            row, col = index // chunks_a, (index % chunks_a) * FLOATS
+            a_to[i] = shared_address(smem, 2 * a_place(row, col))
+            a_from[i] = global_address(a, min(row0 + row, m - 1), 2 * col)
+            a_limit[i] = k - col if row0 + row < m else 0
+        for i in range(loads_b):
+            index = i * threads + thread
+            row, col = index // chunks_b, (index % chunks_b) * FLOATS
+            b_to[i] = shared_address(smem, 2 * b_place(row, col))
+            b_from[i] = global_address(b, row, 2 * min(col0 + col, n - FLOATS))
+            b_limit[i] = k - row if col0 + col < n else 0
+        # A's ldmatrix addresses per step of 8 along K (m-tiles 16 rows apart).
+        a_reads = cuda.local.array(steps, uint32)
+        for ks in range(steps):
+            a_reads[ks] = shared_address(smem, 2 * a_place(warp_row + lane % 16,
+                                                           ks * 8 + (lane // 16) * FLOATS))
+        acc = cuda.local.array(acc_size, float32)
+        a_big = cuda.local.array(a_size, float32)
+        a_small = cuda.local.array(a_size, float32)
+        b_big = cuda.local.array(b_size, float32)
+        b_small = cuda.local.array(b_size, float32)
+        for i in range(acc_size):
+            acc[i] = float32(0.0)
+        a_advance, b_advance = uint64(4 * bk), uint64(4 * bk) * uint64(n)
+        k_tiles = (k + bk - 1) // bk
+        a_step, b_step = uint64(0), uint64(0)
+        for s in range(stages - 1):
+            if s < k_tiles:
+                for i in range(loads_a):
+                    cp_async_16(a_to[i] + uint32(4 * s * stage), a_from[i] + a_step,
+                                s * bk < a_limit[i])
+                for i in range(loads_b):
+                    cp_async_16(b_to[i] + uint32(4 * s * stage), b_from[i] + b_step,
+                                s * bk < b_limit[i])
+            cp_async_commit()
+            a_step += a_advance
+            b_step += b_advance
+        read, fill = 0, (stages - 1) * stage
+        for kt in range(k_tiles):
+            wait()
+            cuda.syncthreads()
+            ahead = kt + stages - 1
+            if ahead < k_tiles:
+                for i in range(loads_a):
+                    cp_async_16(a_to[i] + uint32(4 * fill), a_from[i] + a_step,
+                                ahead * bk < a_limit[i])
+                for i in range(loads_b):
+                    cp_async_16(b_to[i] + uint32(4 * fill), b_from[i] + b_step,
+                                ahead * bk < b_limit[i])
+            cp_async_commit()
+            a_step += a_advance
+            b_step += b_advance
+            # The steps of 8 along K written out (bk <= 32: at most four), so
+            # that each step's addresses and fragments are constants the
+            # compiler keeps in registers (a loop over them it would not unroll).
+            one_step(0, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g, t,
+                     warp_col)
+            if steps > 1:
+                one_step(1, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                         t, warp_col)
+            if steps > 2:
+                one_step(2, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                         t, warp_col)
+            if steps > 3:
+                one_step(3, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                         t, warp_col)
+            read = read + stage if read + stage < stages * stage else 0
+            fill = fill + stage if fill + stage < stages * stage else 0
+        for tm in range(tiles_m):
+            for tn in range(tiles_n):
+                n0 = (tm * tiles_n + tn) * 4
+                for e in range(4):  # C_FRAGMENT: row g (+8), column 2t (+1)
+                    row = row0 + warp_row + tm * 16 + g + 8 * (e // 2)
+                    col = col0 + warp_col + tn * 8 + 2 * t + e % 2
+                    if row < m and col < n:
+                        c[row, col] = acc[n0 + e]
+
+    def blocks(m: int, n: int) -> int:
+        return ((m + bm - 1) // bm) * ((n + bn - 1) // bn)
+
+    kernel.threads, kernel.shared_bytes, kernel.blocks = threads, stages * stage * 4, blocks
+    return kernel
+
+
+_KERNELS: dict = {}
+_LAUNCHABLE: dict = {}
+
+
+def _kernel(passes: int, config: dict):
+    key = (passes, tuple(sorted(config.items())))
+    if key not in _KERNELS:
+        _KERNELS[key] = make_tf32_kernel(passes, **config)
+    return _KERNELS[key]
+
+
+def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
+    """C = A B for float32 A (M x K) and B (K x N) on the tensor cores through
+    TF32: passes=3 (the default), 3xTF32, about fp32's accuracy; passes=1,
+    plain TF32 (10 fraction bits per input), faster. a and b: float32 CUDA
+    torch tensors on a GPU, numpy arrays or CPU torch tensors on the
+    simulator (small sizes); C comes back in the same kind. Any positive
+    sizes (K and N padded with zeros to multiples of 4). config: tile
+    switches of make_tf32_kernel (for benchmarks). Raises ValueError naming
+    what is accepted."""
+    from gpucourse.kernels.launch import is_torch_tensor
+
+    if isinstance(passes, bool) or passes not in PASSES:
+        raise ValueError(f"passes must be 1 or 3, got {passes!r}")
+    for name, x in (("a", a), ("b", b)):
+        if not (is_torch_tensor(x) or isinstance(x, np.ndarray)) or x.ndim != 2 \
+                or str(x.dtype).replace("torch.", "") != "float32":
+            raise ValueError(f"{name} must be a 2-D float32 torch tensor or numpy array, got "
+                             f"{type(x).__name__} {getattr(x, 'dtype', '')} "
+                             f"{tuple(getattr(x, 'shape', ()))}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k != k2 or not (m and n and k):
+        raise ValueError(f"a must be M x K and b K x N, all positive; got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    config = dict(config if config is not None else (DEFAULT if on_gpu() else SIMULATOR))
+    kernel = _kernel(passes, config)
+    kp, np_ = -(-k // FLOATS) * FLOATS, -(-n // FLOATS) * FLOATS
+    torch_in = is_torch_tensor(a)
+    if torch_in:
+        import torch
+
+        a = torch.nn.functional.pad(a, (0, kp - k)).contiguous()
+        b = torch.nn.functional.pad(b, (0, np_ - n, 0, kp - k)).contiguous()
+        c = torch.empty((m, np_), dtype=torch.float32, device=a.device)
+        if a.is_cuda:
+            _launch_torch(kernel, a, b, c)
+            return c[:, :n] if np_ != n else c
+        a_bits, b_bits, c_out = (a.numpy().view(np.uint16), b.numpy().view(np.uint16),
+                                 c.numpy())
+    else:
+        a_bits = np.zeros((m, kp), np.float32)
+        a_bits[:, :k] = a
+        b_pad = np.zeros((kp, np_), np.float32)
+        b_pad[:k, :n] = b
+        a_bits, b_bits = a_bits.view(np.uint16), b_pad.view(np.uint16)
+        c = c_out = np.zeros((m, np_), np.float32)
+    if on_gpu():
+        out = cuda.to_device(c_out)
+        kernel[kernel.blocks(m, np_), kernel.threads, 0, kernel.shared_bytes](
+            cuda.to_device(a_bits), cuda.to_device(b_bits), out)
+        c_out[:] = out.copy_to_host()
+    else:
+        forget_earlier_moves()
+        from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls
+
+        forget_earlier_calls()
+        kernel[kernel.blocks(m, np_), kernel.threads, 0, kernel.shared_bytes](a_bits, b_bits,
+                                                                              c_out)
+    return c[:, :n]
+
+
+def _launch_torch(kernel, a, b, c):
+    """One launch on CUDA tensors, straight to cuda.core."""
+    from numba import float32 as f32, uint16 as u16
+
+    from gpucourse.kernels.launch import (core_launch, current_gpu, launch_config,
+                                          launchable_with_shared, matrix_argument)
+
+    device = current_gpu()
+    key = (id(kernel), device)
+    if key not in _LAUNCHABLE:
+        kernel.compile((u16[:, ::1], u16[:, ::1], f32[:, ::1]))
+        _LAUNCHABLE[key] = launchable_with_shared(kernel, kernel.shared_bytes, device)
+    function, stream = _LAUNCHABLE[key]
+    m, kp = a.shape
+    np_ = b.shape[1]
+    core_launch()(stream, launch_config(kernel.blocks(m, np_), kernel.threads,
+                                        kernel.shared_bytes),
+                  function, *matrix_argument(a.data_ptr(), m, 2 * kp, 2),
+                  *matrix_argument(b.data_ptr(), kp, 2 * np_, 2),
+                  *matrix_argument(c.data_ptr(), m, np_, 4))
