@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from gpucourse.kernels import attention as A
-from gpucourse.kernels.attention import (DEFAULT_VERSION, VERSIONS, flash_attention_autograd,
+from gpucourse.kernels.attention import (DEFAULT_VERSION, FLOAT32_VERSIONS, flash_attention_autograd,
                                          flash_attention_backward)
 
 from _common import benchmark_parser, record_start, short_versions, start, write_record
@@ -137,7 +137,7 @@ def timing():
 
         calls = {"flash_bwd": lambda: flash_attention_backward(q, k, v, out, lse, dout,
                                                                causal=causal)}
-        for version in (v for v in VERSIONS if v != DEFAULT_VERSION):
+        for version in (v for v in FLOAT32_VERSIONS if v != DEFAULT_VERSION):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
         # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the

@@ -89,7 +89,7 @@ from gpucourse.kernels.attention.cost import (  # noqa: F401 (re-exported)
     attention_flops, naive_hbm_bytes, flash_hbm_bytes, flash_shared_bytes, extra_memory_bytes,
 )
 from gpucourse.kernels.attention.backward import (  # noqa: F401 (re-exported)
-    VERSIONS, DEFAULT_VERSION, flash_attention_backward,
+    VERSIONS, FLOAT32_VERSIONS, DEFAULT_VERSION, flash_attention_backward,
 )
 from gpucourse.kernels.attention.autograd import flash_attention_autograd  # noqa: F401
 from gpucourse.kernels.launch import empty_like as _empty_like  # noqa: F401 (re-exported)

@@ -12,7 +12,7 @@ called.
 from __future__ import annotations
 
 from gpucourse.kernels.attention.arguments import _check_flag
-from gpucourse.kernels.attention.backward import DEFAULT_VERSION, flash_attention_backward
+from gpucourse.kernels.attention.backward import flash_attention_backward
 from gpucourse.kernels.attention.flash import flash_attention
 
 
@@ -39,12 +39,10 @@ def _torch_function():
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
-            # The default version, which also takes float16 (converting as it
-            # loads); bfloat16 (CUDA tensors) runs on version 5, FlashAttention-2's
-            # backward in half precision.
-            version = 5 if q.dtype == torch.bfloat16 else DEFAULT_VERSION
-            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale,
-                                             version=version)
+            # The default version for the dtype: DEFAULT_VERSION for float32 and
+            # float16 (converting as it loads), 5 for bfloat16 (CUDA tensors),
+            # FlashAttention-2's backward in half precision.
+            grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
             return (*(_torch_side(g, q) for g in grads), None, None)
 
     return FlashAttention

@@ -59,6 +59,7 @@ def _row_dot_kernel(out, dout, delta):
 
 
 VERSIONS = (1, 2, 3, 4, 5)
+FLOAT32_VERSIONS = (1, 2, 3, 4)  # the versions that take float32 (5 takes halves alone)
 # The fastest on an H100 at every timed shape
 # (results/attention_backward-h100-2026-11-25.json): version 4.
 DEFAULT_VERSION = 4
@@ -97,7 +98,7 @@ def _rounding_kernel(io: str):
 
 
 def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=None,
-                             version=DEFAULT_VERSION, config=None):
+                             version=None, config=None):
     """dQ, dK and dV of attention, from the forward pass's output and log-sum-exp.
 
     q, out, dout: shape (batch, heads, seq, head_dim); k, v: shape (batch,
@@ -108,8 +109,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     alone); lse: float32, shape (batch, heads, seq), as
     ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
     all Numba device arrays or all CUDA torch tensors.
-    causal and scale: as given to the forward pass. version: 4 (default,
-    DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
+    causal and scale: as given to the forward pass. version: None (the
+    default) is DEFAULT_VERSION for float32 and float16 and 5 for bfloat16;
+    otherwise 4 (DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
     its last bits can change from call to call), 1 (one row per thread, the
     plainest form; kept as the reference the speed-ups are measured against),
     2 (tiles of queries and keys with register tiling) or 3 (bigger tiles in
@@ -143,6 +145,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
                              + f", got {x.dtype}")
     causal = _check_flag("causal", causal)
     s = _check_scale(scale, head_dim)
+    if version is None:
+        version = 5 if io == "bfloat16" else DEFAULT_VERSION
     if isinstance(version, bool) or version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     if io == "bfloat16" and version != 5:
