@@ -34,9 +34,10 @@ settings.load_profile("course")
 # free worker taking the next one. The few long groups go first, so that no
 # worker is left running one of them alone at the end while the other idles:
 # on 2 cores that tail cost more than a minute.
-LONG_GROUPS_FIRST = ("test_book", "test_instructor", "grading-08_sgemm", "grading-08_gpu_puzzles",
-                     "grading-", "test_early_cheats", "test_puzzle_cheats", "test_sgemm_cheats",
-                     "test_attention_cheats", "test_collective_cheats")
+LONG_GROUPS_FIRST = ("test_book", "test_instructor", "test_parallel_grading",
+                     "grading-08_sgemm", "grading-08_gpu_puzzles", "grading-", "test_early_cheats",
+                     "test_puzzle_cheats", "test_sgemm_cheats", "test_attention_cheats",
+                     "test_collective_cheats")
 
 
 def _rank(group: str) -> int:
