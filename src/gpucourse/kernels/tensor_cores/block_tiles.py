@@ -11,8 +11,8 @@ here, once: which part of C a thread works on (``make_block_tile``'s
 ``thread_places``), how a lane writes its sums to C (``store_c``), how many
 blocks cover C (``grid``), an element of a matrix or zero beyond its edges
 (``element_or_zero``), and the check of the operands that both entry points
-make (``_check_operands``). The coming levels of the HGEMM ladder are built
-from the same pieces.
+make (``_check_operands``). The fast GEMMs (``hgemm_ladder``, ``tf32_fast``)
+share the order in which blocks walk C (``make_block_order``).
 """
 
 from __future__ import annotations
@@ -88,3 +88,23 @@ def make_block_tile(block_m, block_n, warps_n, tiles_m, tiles_n):
         return ((n + block_n - 1) // block_n, (m + block_m - 1) // block_m)
 
     return thread_places, store_c, grid
+
+
+def make_block_order(bm: int, bn: int, group_m: int):
+    """The device function (m, n) -> (row0, col0): the tile of an m x n C
+    that block blockIdx.x computes, with tiles of bm x bn. Blocks walk C in
+    groups of group_m rows of tiles, column by column within a group, so
+    that the blocks running together read a few rows of A and columns of B,
+    which stay in L2 (group_m = 1: row by row). The fast GEMMs (hgemm_ladder,
+    tf32_fast) launch one-dimensional grids and call it first."""
+
+    @cuda.jit(device=True, inline=True)
+    def block_tile(m, n):
+        blocks_m, blocks_n = (m + bm - 1) // bm, (n + bn - 1) // bn
+        block = cuda.blockIdx.x
+        in_group = group_m * blocks_n
+        first = (block // in_group) * group_m
+        rows = min(blocks_m - first, group_m)
+        return (first + (block % in_group) % rows) * bm, ((block % in_group) // rows) * bn
+
+    return block_tile

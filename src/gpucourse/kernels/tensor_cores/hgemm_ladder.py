@@ -57,6 +57,7 @@ from __future__ import annotations
 
 from gpucourse.device import cuda
 from numba import float32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
                                                  global_address, ldmatrix_x4, ldmatrix_x4_trans,
@@ -354,18 +355,7 @@ def make_hgemm_kernel(**config):
                                warp_col)
                 multiply(acc, af, bf, 0)
 
-    @cuda.jit(device=True, inline=True)
-    def block_tile(m, n):
-        """(row0, col0) of the block's tile of an m x n C. Blocks walk C in
-        groups of group_m rows of tiles, column by column within a group, so
-        that the blocks running together read a few rows of A and columns of
-        B (group_m = 1: row by row)."""
-        blocks_m, blocks_n = (m + bm - 1) // bm, (n + bn - 1) // bn
-        block = cuda.blockIdx.x
-        in_group = group_m * blocks_n
-        first = (block // in_group) * group_m
-        rows = min(blocks_m - first, group_m)
-        return (first + (block % in_group) % rows) * bm, ((block % in_group) // rows) * bn
+    block_tile = make_block_order(bm, bn, group_m)
 
     @cuda.jit(device=True, inline=True)
     def store_c(c, acc, m, first, row0, col0, lane):

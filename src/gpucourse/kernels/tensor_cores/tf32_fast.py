@@ -39,6 +39,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from numba import float32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
 from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
@@ -73,6 +74,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
     acc_size, a_size, b_size = tiles_m * tiles_n * 4, tiles_m * 4, tiles_n * 2
     a_tile_bytes = 16 * bk * 4  # 16 rows of A's tile
     wait = cp_async_wait(stages - 2)
+    block_tile = make_block_order(bm, bn, group_m)
 
     @cuda.jit(device=True, inline=True)
     def a_place(row, col):
@@ -138,14 +140,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        # The block's tile, blocks in groups of group_m rows (as the HGEMM's).
-        blocks_m, blocks_n = (m + bm - 1) // bm, (n + bn - 1) // bn
-        block = cuda.blockIdx.x
-        in_group = group_m * blocks_n
-        first = (block // in_group) * group_m
-        rows = min(blocks_m - first, group_m)
-        row0 = (first + (block % in_group) % rows) * bm
-        col0 = ((block % in_group) // rows) * bn
+        row0, col0 = block_tile(m, n)  # blocks in groups of group_m rows, as the HGEMM's
         warp_row, warp_col = (warp // warps_n) * wm, (warp % warps_n) * wn
         # The copies, planned once (16 bytes, 4 floats each).
         a_to = cuda.local.array(loads_a, uint32)
