@@ -75,6 +75,60 @@ def _tile_pieces(config: HalfConfig, rows: int):
     return chunks, shift, modulus, rows * chunks // config.threads
 
 
+def make_pair_copies(config: HalfConfig, rows: int, place):
+    """Device functions that move tiles of `rows` rows of two (batch, heads,
+    seq, head_dim) arrays together (K and V, or Q and dO) into shared memory
+    by cp.async, laid out by `place` (the second tile right after the
+    first): ``copy_once`` for the block's own tiles, copied once; ``plan``
+    and ``copy_tile`` for the tiles a kernel walks, their addresses worked
+    out once and advanced a tile at a time. Both backward kernels use them,
+    each for the pair the other walks."""
+    chunks = config.head_dim // CHUNK
+    loads = _tile_pieces(config, rows)[3]
+    D, threads, second = config.head_dim, config.threads, rows * config.head_dim
+
+    @cuda.jit(device=True, inline=True)
+    def copy_once(smem, base, first_array, second_array, row_base, row0, count, thread):
+        """Rows row0 .. row0 + rows of both arrays (whose rows start at
+        row_base) into smem from `base` (halves), zeros from row `count` on."""
+        for i in range(loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            at = (row_base + min(row0 + row, count - 1)) * D + col
+            inside = row0 + row < count
+            cp_async_16(shared_address(smem, base + place(row, col)),
+                        global_address_flat(first_array, at), inside)
+            cp_async_16(shared_address(smem, base + second + place(row, col)),
+                        global_address_flat(second_array, at), inside)
+
+    @cuda.jit(device=True, inline=True)
+    def plan(smem, base, first_array, second_array, row_base, row0, count, thread, to,
+             first_from, second_from, row_of):
+        """Each copy's place in the stage at `base` (to), its sources for the
+        tile starting at row row0 (first_from, second_from) and its row in a
+        tile (row_of)."""
+        for i in range(loads):
+            index = i * threads + thread
+            row, col = index // chunks, (index % chunks) * CHUNK
+            to[i] = shared_address(smem, base + place(row, col))
+            row_of[i] = uint32(row)
+            at = (row_base + min(row0 + row, count - 1)) * D + col
+            first_from[i] = global_address_flat(first_array, at)
+            second_from[i] = global_address_flat(second_array, at)
+
+    @cuda.jit(device=True, inline=True)
+    def copy_tile(to, first_from, second_from, row_of, stage, advance, row0, count):
+        """Start the copies of the tile whose first row is row0, into the
+        stage `stage` bytes on, the sources `advance` bytes on from plan's;
+        zeros from row `count` on."""
+        for i in range(loads):
+            inside = row0 + row_of[i] < count
+            cp_async_16(to[i] + stage, first_from[i] + advance, inside)
+            cp_async_16(to[i] + stage + uint32(2 * second), second_from[i] + advance, inside)
+
+    return loads, copy_once, plan, copy_tile
+
+
 @lru_cache(maxsize=None)
 def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
@@ -82,8 +136,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     of them), walking query tiles of config.block_cols."""
     check_half_config(config)
     D, BK, BQ, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
-    chunks, shift, modulus, kv_loads = _tile_pieces(config, BK)
-    q_loads = _tile_pieces(config, BQ)[3]
+    shift, modulus = _tile_pieces(config, BK)[1:3]
     d_steps, q_steps = D // 16, BQ // 16
     s_tiles, o_tiles = BQ // 8, D // 8
     s_size, o_size, p_size, pairs_d = s_tiles * 4, o_tiles * 4, q_steps * 4, o_tiles // 2
@@ -99,6 +152,9 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     def place(row, col):
         return row * D + (((col // CHUNK) ^ ((row // shift) % modulus)) * CHUNK) + col % CHUNK
 
+    _, copy_keys, _, _ = make_pair_copies(config, BK, place)
+    q_loads, _, plan_queries, copy_queries = make_pair_copies(config, BQ, place)
+
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
         smem = cuda.shared.array(0, uint16)
@@ -110,28 +166,14 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
         q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
         # K and V of the block's keys, once; then the copies of Q and dO,
         # planned once and advanced a tile at a time.
-        for i in range(kv_loads):
-            index = i * threads + thread
-            row, col = index // chunks, (index % chunks) * CHUNK
-            at = kv_base + min(k_start + row, key_seq - 1) * D + col
-            inside = k_start + row < key_seq
-            cp_async_16(shared_address(smem, place(row, col)), global_address_flat(k, at),
-                        inside)
-            cp_async_16(shared_address(smem, BK * D + place(row, col)),
-                        global_address_flat(v, at), inside)
+        copy_keys(smem, 0, k, v, bh * key_seq, k_start, key_seq, thread)
         q_to = cuda.local.array(q_loads, uint32)
         q_from = cuda.local.array(q_loads, uint64)
         do_from = cuda.local.array(q_loads, uint64)
         q_row = cuda.local.array(q_loads, uint32)
         first_tile = k_start // BQ if causal else 0
-        for i in range(q_loads):
-            index = i * threads + thread
-            row, col = index // chunks, (index % chunks) * CHUNK
-            q_to[i] = shared_address(smem, kv_halves + place(row, col))
-            q_row[i] = uint32(row)
-            at = q_base + min(first_tile * BQ + row, seq - 1) * D + col
-            q_from[i] = global_address_flat(q, at)
-            do_from[i] = global_address_flat(dout, at)
+        plan_queries(smem, kv_halves, q, dout, row_base, first_tile * BQ, seq, thread, q_to,
+                     q_from, do_from, q_row)
         q_tiles = (seq + BQ - 1) // BQ
         # The ldmatrix addresses, in stage 0 (a stage is Q's tile, then dO's):
         # K and V as A operands (rows are keys; lane l gives row l % 16,
@@ -164,23 +206,15 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
             dk_acc[i] = float32(0.0)
             dv_acc[i] = float32(0.0)
         # The first query tile into stage 0.
-        for i in range(q_loads):
-            inside = first_tile * BQ + q_row[i] < seq
-            cp_async_16(q_to[i], q_from[i], inside)
-            cp_async_16(q_to[i] + uint32(2 * tile_q), do_from[i], inside)
+        copy_queries(q_to, q_from, do_from, q_row, uint32(0), uint64(0), first_tile * BQ, seq)
         cp_async_commit()
         stage = uint32(0)
         for qi in range(first_tile, q_tiles):
             wait_all()
             cuda.syncthreads()
             if qi + 1 < q_tiles:
-                other = uint32(stage_bytes) - stage
-                advance = uint64((qi + 1 - first_tile) * BQ * D * 2)
-                for i in range(q_loads):
-                    inside = (qi + 1) * BQ + q_row[i] < seq
-                    cp_async_16(q_to[i] + other, q_from[i] + advance, inside)
-                    cp_async_16(q_to[i] + other + uint32(2 * tile_q), do_from[i] + advance,
-                                inside)
+                copy_queries(q_to, q_from, do_from, q_row, uint32(stage_bytes) - stage,
+                             uint64((qi + 1 - first_tile) * BQ * D * 2), (qi + 1) * BQ, seq)
             cp_async_commit()
             q_start = qi * BQ
             # S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x BQ queries.
@@ -265,9 +299,11 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
     scale): dQ for the block's queries (16 per warp), walking key tiles of
     config.block_cols."""
     check_half_config(config)
+    # The mirror image of make_dkdv_kernel's set-up, queries and keys swapped:
+    # written out in each (a deliberate variant) so that its names say what
+    # the kernel owns and what it walks.
     D, BR, BC, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
-    chunks, shift, modulus, q_loads = _tile_pieces(config, BR)
-    kv_loads = _tile_pieces(config, BC)[3]
+    shift, modulus = _tile_pieces(config, BR)[1:3]
     d_steps, key_steps = D // 16, BC // 16
     s_tiles, o_tiles = BC // 8, D // 8
     s_size, o_size, p_size, pairs_d = s_tiles * 4, o_tiles * 4, key_steps * 4, o_tiles // 2
@@ -283,6 +319,9 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
     def place(row, col):
         return row * D + (((col // CHUNK) ^ ((row // shift) % modulus)) * CHUNK) + col % CHUNK
 
+    _, copy_queries, _, _ = make_pair_copies(config, BR, place)
+    kv_loads, _, plan_keys, copy_keys = make_pair_copies(config, BC, place)
+
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2, scale):
         smem = cuda.shared.array(0, uint16)
@@ -292,34 +331,19 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
         bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
         q_start = cuda.blockIdx.x * BR
         q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
-        for i in range(q_loads):
-            index = i * threads + thread
-            row, col = index // chunks, (index % chunks) * CHUNK
-            at = q_base + min(q_start + row, seq - 1) * D + col
-            inside = q_start + row < seq
-            cp_async_16(shared_address(smem, place(row, col)), global_address_flat(q, at),
-                        inside)
-            cp_async_16(shared_address(smem, BR * D + place(row, col)),
-                        global_address_flat(dout, at), inside)
+        # Q and dO of the block's queries, once; then the copies of K and V,
+        # planned once and advanced a tile at a time.
+        copy_queries(smem, 0, q, dout, row_base, q_start, seq, thread)
         kv_to = cuda.local.array(kv_loads, uint32)
         k_from = cuda.local.array(kv_loads, uint64)
         v_from = cuda.local.array(kv_loads, uint64)
         kv_row = cuda.local.array(kv_loads, uint32)
-        for i in range(kv_loads):
-            index = i * threads + thread
-            row, col = index // chunks, (index % chunks) * CHUNK
-            kv_to[i] = shared_address(smem, qd_halves + place(row, col))
-            kv_row[i] = uint32(row)
-            at = kv_base + min(row, key_seq - 1) * D + col
-            k_from[i] = global_address_flat(k, at)
-            v_from[i] = global_address_flat(v, at)
+        plan_keys(smem, qd_halves, k, v, bh * key_seq, 0, key_seq, thread, kv_to, k_from,
+                  v_from, kv_row)
         key_tiles = (key_seq + BC - 1) // BC
         if causal:
             key_tiles = min(key_tiles, (q_start + BR + BC - 1) // BC)
-        for i in range(kv_loads):
-            inside = kv_row[i] < key_seq
-            cp_async_16(kv_to[i], k_from[i], inside)
-            cp_async_16(kv_to[i] + uint32(2 * tile_kv), v_from[i], inside)
+        copy_keys(kv_to, k_from, v_from, kv_row, uint32(0), uint64(0), 0, key_seq)
         cp_async_commit()
         wait_all()
         cuda.syncthreads()
@@ -360,14 +384,8 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
                 wait_all()
                 cuda.syncthreads()
             if j + 1 < key_tiles:
-                other = uint32(stage_bytes) - stage
-                advance = uint64((j + 1) * BC * D * 2)
-                first = uint32((j + 1) * BC)
-                for i in range(kv_loads):
-                    inside = first + kv_row[i] < key_seq
-                    cp_async_16(kv_to[i] + other, k_from[i] + advance, inside)
-                    cp_async_16(kv_to[i] + other + uint32(2 * tile_kv), v_from[i] + advance,
-                                inside)
+                copy_keys(kv_to, k_from, v_from, kv_row, uint32(stage_bytes) - stage,
+                          uint64((j + 1) * BC * D * 2), (j + 1) * BC, key_seq)
             cp_async_commit()
             # S = Q K^T and dP = dO V^T.
             for i in range(s_size):
