@@ -309,3 +309,26 @@ def test_the_committed_run_meets_the_issues_targets():
         levels = [share(record, f"level{level}", dtype, 4096) for level in sorted(LEVELS)]
         assert levels[0] < levels[1] < levels[2] < levels[4]
         assert abs(levels[3] - levels[2]) <= 0.1 * levels[2]
+
+
+def test_level7_chooses_tiles_and_a_split_of_k_by_the_gpus_sms(monkeypatch):
+    # The model of half_matmul.choose_config, as on an H100 (132 SMs): 128 x
+    # 128 tiles when C has at least as many as the GPU has SMs; else 64 x 64;
+    # and when those still leave SMs idle, K split into slices (enough for two
+    # blocks per SM, each slice at least SLICE_TILES tiles of K).
+    import importlib
+
+    # The module (the package's name half_matmul is the function).
+    H = importlib.import_module("gpucourse.kernels.tensor_cores.half_matmul")
+    monkeypatch.setattr(H, "on_gpu", lambda: True)
+    monkeypatch.setattr(H, "current_gpu", lambda: 0)
+    monkeypatch.setattr(H, "multiprocessors", lambda device: 132)
+    big, slices = H.choose_config(7, 2048, 2048, 2048)  # 256 tiles of 128 x 128
+    assert (big["bm"], big["bn"], slices) == (128, 128, 1)
+    small, slices = H.choose_config(7, 1024, 1024, 1024)  # 64 such tiles; 256 of 64 x 64
+    assert (small["bm"], small["bn"], slices) == (64, 64, 1)
+    deep, slices = H.choose_config(7, 512, 512, 32768)  # 64 tiles of 64 x 64: split K
+    assert (deep["bm"], deep["bn"]) == (64, 64) and slices == -(-2 * 132 // 64)
+    shallow, slices = H.choose_config(7, 512, 512, 256)  # K too short to split
+    assert slices == 1
+    assert H.choose_config(5, 512, 512, 32768) == (dict(LEVELS[5]), 1)  # other levels: as they are
