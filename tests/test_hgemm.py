@@ -172,10 +172,12 @@ import re, sys
 from numba import types
 from gpucourse.kernels.tensor_cores.hgemm_ladder import LEVELS, make_hgemm_kernel
 bits = types.Array(types.uint16, 2, "C")
-for level, kind in ((3, "f16"), (7, "f16"), (7, "bf16")):
-    kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind))
+for level, kind, transposed in ((3, "f16", False), (7, "f16", False), (7, "bf16", False),
+                                (7, "f16", True)):
+    kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind, b_transposed=transposed))
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits), cc=(9, 0))
-    open(f"{sys.argv[1]}/level{level}_{kind}.ptx", "w").write(ptx)
+    name = f"level{level}_{kind}" + ("_bt" if transposed else "")
+    open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
 from gpucourse.kernels.tensor_cores.tf32_fast import DEFAULT, make_tf32_kernel
 kernel = make_tf32_kernel(3, **DEFAULT)
 ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
@@ -209,6 +211,27 @@ def test_level7_copies_with_cp_async_and_reads_with_ldmatrix(ptx):
     assert ".local" not in text  # the sums and fragments stay in registers
     report = ptxas_report(text)
     assert "0 bytes spill stores" in report and "0 bytes lmem" in report
+
+
+def test_a_transposed_b_is_read_without_trans_and_does_not_spill(ptx):
+    # B given as N x K (nn.Linear's weight): its rows are the "col" fragment,
+    # so every ldmatrix is plain (A's and B's alike).
+    text = ptx["level7_f16_bt"]
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" not in text
+    assert ".local" not in text and "0 bytes spill stores" in ptxas_report(text)
+
+
+def test_a_transposed_b_gives_a_times_b_transposed():
+    # C = A W^T for W of N x K (ragged: N not a multiple of 8, K not of 16).
+    a, w = halves((37, 29)), halves((21, 29))
+    c = half_matmul(a, w, out_dtype=np.float32, b_transposed=True)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ w.astype(np.float64).T, rtol=1e-5,
+                               atol=1e-5)
+    with pytest.raises(ValueError, match="b_transposed needs level 5, 6 or 7"):
+        half_matmul(a, w, level=4, b_transposed=True)
+    with pytest.raises(ValueError, match="b .transposed. is 21 x 28"):
+        half_matmul(a, w[:, :28], b_transposed=True)
 
 
 def test_bf16_uses_the_bf16_instruction(ptx):
@@ -269,6 +292,10 @@ def test_on_a_gpu_each_level_errs_no_more_than_cublas(level, dtype):
         # float32 C: ours within a few times cuBLAS's own float32-output error.
         ours32 = half_matmul(a, b, out_dtype=torch.float32, level=level)
         assert torch.allclose(ours32.double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
+        if level >= 5:  # B given transposed (N x K), as nn.Linear's weight
+            transposed = half_matmul(a, b.t().contiguous(), level=level, b_transposed=True)
+            error = float((transposed.double() - ref).norm() / ref.norm())
+            assert error <= 2 * peer_error + 1e-6, ("b_transposed", m, n, k, error)
 
 
 # ---------------------------------------------------------------------------

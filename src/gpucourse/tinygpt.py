@@ -190,7 +190,10 @@ def _classes():
             ctx.save_for_backward(x, weight)
             ctx.has_bias = bias is not None
             flat = x.detach().reshape(-1, x.shape[-1])
-            y = course_matmul(flat, weight.detach().t())
+            if flat.dtype in (torch.float16, torch.bfloat16):  # the weight read as it is
+                y = half_matmul(flat.contiguous(), weight.detach().contiguous(), b_transposed=True)
+            else:
+                y = course_matmul(flat, weight.detach().t())
             if bias is not None:
                 y = y + bias.detach()
             return y.reshape(*x.shape[:-1], weight.shape[0])

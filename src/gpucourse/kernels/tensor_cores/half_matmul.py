@@ -134,8 +134,9 @@ def _argument(x):
 
 
 def launch_torch(a, b, c, config: dict, slices: int = 1, parts=None):
-    """C = A B on CUDA torch tensors a (M x K), b (K x N) of halves and c (M x
-    N, halves or float32), C-contiguous, K and N multiples of 8, unchecked,
+    """C = A B on CUDA torch tensors a (M x K), b (K x N, or N x K with the
+    configuration's b_transposed) of halves and c (M x N, halves or float32),
+    C-contiguous, K and N multiples of 8, unchecked,
     as straight launches of the compiled kernels (benchmarks time this beside
     half_matmul). With slices > 1, K is split: `parts`, float32 of slices * M
     x N, takes the partial sums, which a second kernel adds into c."""
@@ -176,7 +177,7 @@ def launch_arrays(a, b, c, config: dict, slices: int = 1):
     return c
 
 
-def _check(a, b, out_dtype):
+def _check(a, b, out_dtype, b_transposed=False):
     """(dtype name, out dtype name, m, n, k) if a and b can be multiplied; else
     ValueError naming what is accepted."""
     for name, x in (("a", a), ("b", b)):
@@ -194,8 +195,11 @@ def _check(a, b, out_dtype):
                                                      and a.device != b.device):
         raise ValueError("a and b must both be torch tensors on one device, or both numpy")
     (m, k), (k2, n) = a.shape, b.shape
+    if b_transposed:
+        n, k2 = k2, n
     if k != k2:
-        raise ValueError(f"inner dimensions must match: a is {m} x {k}, b is {k2} x {n}")
+        shown = f"b (transposed) is {n} x {k2}" if b_transposed else f"b is {k2} x {n}"
+        raise ValueError(f"inner dimensions must match: a is {m} x {k}, {shown}")
     if not (m and n and k):
         raise ValueError(f"M, N and K must be positive; got {m}, {n} and {k}")
     dtype = _dtype_name(a.dtype)
@@ -222,7 +226,7 @@ def _padded_to(x, rows: int, cols: int):
 
 
 def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None,
-                slices: int | None = None):
+                slices: int | None = None, b_transposed: bool = False):
     """C = A B on the tensor cores, for fp16 or bf16 A (M x K) and B (K x N).
 
     The products are summed in float32 and C is rounded once, to the inputs'
@@ -237,11 +241,18 @@ def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None
     and a split of K from the shape and the GPU (choose_config). config
     and slices: switches of hgemm_ladder.make_hgemm_kernel and a number of
     slices of K, to use instead of the level's (for benchmarks and the
-    chapter's experiments). Raises ValueError naming what is accepted.
+    chapter's experiments). b_transposed: b is given as N x K (C = A B^T, the
+    product of nn.Linear with its weight), read as it is, without a copy
+    (levels 5 to 7). Raises ValueError naming what is accepted.
     """
     if isinstance(level, bool) or level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
-    dtype, out, m, n, k = _check(a, b, out_dtype)
+    if not isinstance(b_transposed, bool):
+        raise ValueError(f"b_transposed must be True or False, got {b_transposed!r}")
+    if b_transposed and level < 5:
+        raise ValueError(f"b_transposed needs level 5, 6 or 7 (ldmatrix and cp.async), got "
+                         f"level {level}")
+    dtype, out, m, n, k = _check(a, b, out_dtype, b_transposed)
     chosen, chosen_slices = choose_config(level, m, n, k)
     if slices is not None and (isinstance(slices, bool) or not isinstance(slices, int)
                                or not 1 <= slices <= MAX_SLICES):
@@ -249,9 +260,13 @@ def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None
     slices = slices or (1 if config is not None else chosen_slices)
     full = check_config(dict(config if config is not None else chosen,
                              kind="f16" if dtype == "float16" else "bf16",
-                             out="half" if out != "float32" else "float32"))
+                             out="half" if out != "float32" else "float32",
+                             b_transposed=b_transposed))
     kp, np_ = -(-k // CHUNK) * CHUNK, -(-n // CHUNK) * CHUNK
-    a, b = _padded_to(a, m, kp), _padded_to(b, kp, np_)
+    # K (and, for B as K x N, N) padded to whole 16-byte copies; a transposed
+    # B's rows (N) need no padding: the kernel fills missing rows with zeros.
+    a = _padded_to(a, m, kp)
+    b = _padded_to(b, n, kp) if b_transposed else _padded_to(b, kp, np_)
     if is_torch_tensor(a):
         return _torch_matmul(a, b, m, n, out, full, slices)
     c = np.zeros((m, np_), dtype=np.uint16 if out != "float32" else np.float32)
@@ -268,7 +283,7 @@ def _torch_matmul(a, b, m, n, out, config, slices):
     """half_matmul for torch tensors (a and b already padded)."""
     import torch
 
-    np_ = b.shape[1]
+    np_ = -(-n // CHUNK) * CHUNK
     c = torch.empty((m, np_), dtype=getattr(torch, out), device=a.device)
     if a.is_cuda:
         parts = None if slices == 1 else torch.empty((slices * m, np_), dtype=torch.float32,

@@ -91,7 +91,7 @@ SIMULATOR_TILES = dict(bm=32, bn=32, bk=16, warps_m=1, warps_n=2)
 def check_config(config: dict) -> dict:
     """The configuration with every switch, checked: ValueError naming what is
     accepted when the tiles do not divide among warps, lanes and copies."""
-    full = dict(LEVELS[7], kind="f16", out="half")
+    full = dict(LEVELS[7], kind="f16", out="half", b_transposed=False)
     unknown = set(config) - set(full)
     if unknown:
         raise ValueError(f"unknown switches {sorted(unknown)}; accepted: {sorted(full)}")
@@ -114,6 +114,8 @@ def check_config(config: dict) -> dict:
         problems.append("async_copy needs 2 or more stages")
     if full["group_m"] < 1:
         problems.append("group_m must be 1 or more")
+    if full["b_transposed"] and not (full["ldmatrix"] and full["async_copy"]):
+        problems.append("b_transposed needs ldmatrix and async_copy (levels 5 to 7)")
     if problems:
         raise ValueError(f"invalid hgemm configuration {config}: " + "; ".join(problems))
     return full
@@ -147,15 +149,21 @@ def make_hgemm_kernel(**config):
     buffers = 2 if cfg["double_fragments"] else 1
     a_registers, b_registers = tiles_m * 4, pairs_n * 4
     a_held, b_held = buffers * a_registers, buffers * b_registers
-    chunks_a, chunks_b = bk // CHUNK, bn // CHUNK  # 16-byte chunks per row of each tile
-    loads_a, loads_b = bm * chunks_a // threads, bk * chunks_b // threads
+    # B's tile is stored as B is: k rows of bn halves, or (b_transposed, B
+    # given as N x K like nn.Linear's weight) n rows of bk halves.
+    b_transposed = cfg["b_transposed"]
+    b_row_halves = bk if b_transposed else bn
+    chunks_a, chunks_b = bk // CHUNK, b_row_halves // CHUNK  # 16-byte chunks per tile row
+    loads_a, loads_b = bm * chunks_a // threads, bk * bn // CHUNK // threads
     held = (loads_a + loads_b) * CHUNK // 2  # registers a thread carries them in (levels 3-4)
     shift_a, mod_a = _swizzle(chunks_a) if cfg["swizzle"] else (1, 1)
     shift_b, mod_b = _swizzle(chunks_b) if cfg["swizzle"] else (1, 1)
     stage_a = bm * bk  # halves of one stage's tiles
     stage = stage_a + bk * bn
     stages, steps, group_m = cfg["stages"], bk // 16, cfg["group_m"]
+    b_read_count = steps if cfg["b_transposed"] else pairs_n  # ldmatrix addresses of B
     A_TILE_BYTES, B_STEP_BYTES = 16 * bk * 2, 16 * bn * 2  # an m-tile of A; 16 rows of B
+    B_PAIR_BYTES = 16 * bk * 2  # 16 rows of a transposed B's tile: a pair of n-tiles
     use_ldmatrix, async_copy = cfg["ldmatrix"], cfg["async_copy"]
     wait = cp_async_wait(max(stages - 2, 0))
     mma = mma_packed if cfg["kind"] == "f16" else mma_packed_bf16
@@ -170,8 +178,9 @@ def make_hgemm_kernel(**config):
 
     @cuda.jit(device=True, inline=True)
     def b_place(base, row, col):
-        """Where B's tile (k rows, n columns) keeps element (row, col)."""
-        return base + stage_a + row * bn \
+        """Where B's tile (k rows and n columns; n rows and k columns when
+        b_transposed) keeps element (row, col)."""
+        return base + stage_a + row * b_row_halves \
             + (((col // CHUNK) ^ ((row // shift_b) % mod_b)) * CHUNK) + col % CHUNK
 
     # Copies, global to shared. Thread `thread` copies chunks thread,
@@ -193,7 +202,7 @@ def make_hgemm_kernel(**config):
         and before k_end (a_limit, b_limit: 0 for a copy beyond M's or N's
         edge, which is always zeros)."""
         m = a.shape[0]
-        n = b.shape[1]
+        n = b.shape[0] if b_transposed else b.shape[1]
         k = k_end - k_begin
         for i in range(loads_a):
             index = i * threads + thread
@@ -205,8 +214,12 @@ def make_hgemm_kernel(**config):
             index = i * threads + thread
             row, col = index // chunks_b, (index % chunks_b) * CHUNK
             b_to[i] = shared_address(smem, b_place(0, row, col))
-            b_from[i] = global_address(b, k_begin + row, min(col0 + col, n - CHUNK))
-            b_limit[i] = k - row if col0 + col < n else 0
+            if b_transposed:  # a row of B's tile is a row of N x K B: as A's
+                b_from[i] = global_address(b, min(col0 + row, n - 1), k_begin + col)
+                b_limit[i] = k - col if col0 + row < n else 0
+            else:
+                b_from[i] = global_address(b, k_begin + row, min(col0 + col, n - CHUNK))
+                b_limit[i] = k - row if col0 + col < n else 0
 
     @cuda.jit(device=True, inline=True)
     def copy_tiles_async(stage_offset, k0, a_step, b_step, a_to, a_from, a_limit, b_to, b_from,
@@ -282,8 +295,17 @@ def make_hgemm_kernel(**config):
         r, c = lane % 16, (lane // 16) * 8
         for ks in range(steps):
             a_reads[ks] = shared_address(smem, a_place(0, warp_row + r, ks * 16 + c))
-        for tp in range(pairs_n):
-            b_reads[tp] = shared_address(smem, b_place(0, r, warp_col + tp * 16 + c))
+        if b_transposed:
+            # n rows read without .trans (the attention kernel's K): lanes give
+            # 8 rows of n, both 8-wide halves of the 16 of K, then 8 more rows;
+            # per 16 of K, the pairs of n-tiles are 16 rows apart.
+            n_row = (lane % 8) + 8 * (lane // 16)
+            for ks in range(steps):
+                b_reads[ks] = shared_address(smem, b_place(0, warp_col + n_row,
+                                                           ks * 16 + 8 * ((lane // 8) % 2)))
+        else:
+            for tp in range(pairs_n):
+                b_reads[tp] = shared_address(smem, b_place(0, r, warp_col + tp * 16 + c))
 
     @cuda.jit(device=True, inline=True)
     def read_fragments(smem, base, a_reads, b_reads, af, bf, slot, ks, lane, warp_row,
@@ -302,7 +324,11 @@ def make_hgemm_kernel(**config):
                 for j in range(4):
                     af[a0 + tm * 4 + j] = x[j]
             for tp in range(pairs_n):
-                x = ldmatrix_x4_trans(b_reads[tp] + stage_offset + uint32(ks * B_STEP_BYTES))
+                if b_transposed:
+                    x = ldmatrix_x4(b_reads[ks] + stage_offset + uint32(tp * B_PAIR_BYTES))
+                else:
+                    x = ldmatrix_x4_trans(b_reads[tp] + stage_offset
+                                          + uint32(ks * B_STEP_BYTES))
                 for j in range(4):
                     bf[b0 + tp * 4 + j] = x[j]
         else:
@@ -404,7 +430,7 @@ def make_hgemm_kernel(**config):
         for i in range(acc_size):
             acc[i] = float32(0.0)
         a_reads = cuda.local.array(steps, uint32)
-        b_reads = cuda.local.array(pairs_n, uint32)
+        b_reads = cuda.local.array(b_read_count, uint32)
         if use_ldmatrix:
             plan_reads(smem, lane, warp_row, warp_col, a_reads, b_reads)
         k_tiles = (k + bk - 1) // bk
@@ -417,7 +443,8 @@ def make_hgemm_kernel(**config):
             b_limit = cuda.local.array(loads_b, int64)
             plan_copies(smem, a, b, row0, col0, k_begin, k_end, thread, a_to, a_from, a_limit,
                         b_to, b_from, b_limit)
-            a_advance, b_advance = uint64(2 * bk), uint64(2 * bk) * uint64(b.shape[1])
+            a_advance = uint64(2 * bk)
+            b_advance = a_advance if b_transposed else uint64(2 * bk) * uint64(b.shape[1])
             # The pipeline: stages - 1 tiles in flight before the first step;
             # each step waits for its own tile (at most stages - 2 groups still
             # in flight), lets every warp see it (the barrier, which also says
