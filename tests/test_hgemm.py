@@ -174,9 +174,10 @@ from gpucourse.kernels.tensor_cores.hgemm_ladder import LEVELS, make_hgemm_kerne
 bits = types.Array(types.uint16, 2, "C")
 for level, kind, transposed in ((3, "f16", False), (7, "f16", False), (7, "bf16", False),
                                 (7, "f16", True)):
-    kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind, b_transposed=transposed))
+    kernel = make_hgemm_kernel(**dict(LEVELS[level], kind=kind, a_transposed=transposed,
+                                      b_transposed=transposed))
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits), cc=(9, 0))
-    name = f"level{level}_{kind}" + ("_bt" if transposed else "")
+    name = f"level{level}_{kind}" + ("_transposed" if transposed else "")
     open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
 from gpucourse.kernels.tensor_cores.tf32_fast import DEFAULT, make_tf32_kernel
 kernel = make_tf32_kernel(3, **DEFAULT)
@@ -213,16 +214,19 @@ def test_level7_copies_with_cp_async_and_reads_with_ldmatrix(ptx):
     assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
-def test_a_transposed_b_is_read_without_trans_and_does_not_spill(ptx):
+def test_transposed_operands_swap_their_reads_and_do_not_spill(ptx):
     # B given as N x K (nn.Linear's weight): its rows are the "col" fragment,
-    # so every ldmatrix is plain (A's and B's alike).
-    text = ptx["level7_f16_bt"]
-    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text
-    assert "ldmatrix.sync.aligned.m8n8.x4.trans" not in text
-    assert ".local" not in text and "0 bytes spill stores" in ptxas_report(text)
+    # read by plain ldmatrix; A given as K x M, by ldmatrix.trans. The plain
+    # kernel reads A plainly and B with .trans: as many of each, swapped.
+    plain, swapped = ptx["level7_f16"], ptx["level7_f16_transposed"]
+    trans = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+    straight = "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+    assert (swapped.count(trans), swapped.count(straight)) == \
+        (plain.count(straight), plain.count(trans))
+    assert ".local" not in swapped and "0 bytes spill stores" in ptxas_report(swapped)
 
 
-def test_a_transposed_b_gives_a_times_b_transposed():
+def test_transposed_operands_give_the_transposed_products():
     # C = A W^T for W of N x K (ragged: N not a multiple of 8, K not of 16).
     a, w = halves((37, 29)), halves((21, 29))
     c = half_matmul(a, w, out_dtype=np.float32, b_transposed=True)
@@ -232,6 +236,14 @@ def test_a_transposed_b_gives_a_times_b_transposed():
         half_matmul(a, w, level=4, b_transposed=True)
     with pytest.raises(ValueError, match="b .transposed. is 21 x 28"):
         half_matmul(a, w[:, :28], b_transposed=True)
+    # C = A^T B for A of K x M (a weight's gradient, dW = dY^T X), with B as K x N
+    # and as N x K.
+    at, b = halves((29, 37)), halves((29, 21))
+    want = at.astype(np.float64).T @ b.astype(np.float64)
+    for transposed_b in (False, True):
+        c = half_matmul(at, b.T.copy() if transposed_b else b, out_dtype=np.float32,
+                        a_transposed=True, b_transposed=transposed_b)
+        np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_uses_the_bf16_instruction(ptx):
@@ -292,10 +304,13 @@ def test_on_a_gpu_each_level_errs_no_more_than_cublas(level, dtype):
         # float32 C: ours within a few times cuBLAS's own float32-output error.
         ours32 = half_matmul(a, b, out_dtype=torch.float32, level=level)
         assert torch.allclose(ours32.double(), ref, rtol=1e-4, atol=1e-4 * float(ref.abs().max()))
-        if level >= 5:  # B given transposed (N x K), as nn.Linear's weight
-            transposed = half_matmul(a, b.t().contiguous(), level=level, b_transposed=True)
-            error = float((transposed.double() - ref).norm() / ref.norm())
-            assert error <= 2 * peer_error + 1e-6, ("b_transposed", m, n, k, error)
+        if level >= 5:  # B given as N x K (nn.Linear's weight), A as K x M
+            for flags in (dict(b_transposed=True), dict(a_transposed=True)):
+                x = a.t().contiguous() if "a_transposed" in flags else a
+                y = b.t().contiguous() if "b_transposed" in flags else b
+                error = float((half_matmul(x, y, level=level, **flags).double() - ref).norm()
+                              / ref.norm())
+                assert error <= 2 * peer_error + 1e-6, (flags, m, n, k, error)
 
 
 # ---------------------------------------------------------------------------

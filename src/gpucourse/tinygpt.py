@@ -203,7 +203,11 @@ def _classes():
             x, weight = ctx.saved_tensors
             dy = dy.reshape(-1, weight.shape[0])
             dx = course_matmul(dy, weight.detach()).reshape(x.shape)
-            dw = course_matmul(dy.t(), x.detach().reshape(-1, x.shape[-1]))
+            flat = x.detach().reshape(-1, x.shape[-1])
+            if dy.dtype in (torch.float16, torch.bfloat16):  # dy^T read as it is
+                dw = half_matmul(dy.contiguous(), flat.contiguous(), a_transposed=True)
+            else:
+                dw = course_matmul(dy.t(), flat)
             db = dy.sum(dim=0) if ctx.has_bias else None
             return dx, dw, db
 

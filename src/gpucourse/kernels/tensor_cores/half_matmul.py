@@ -177,7 +177,7 @@ def launch_arrays(a, b, c, config: dict, slices: int = 1):
     return c
 
 
-def _check(a, b, out_dtype, b_transposed=False):
+def _check(a, b, out_dtype, a_transposed=False, b_transposed=False):
     """(dtype name, out dtype name, m, n, k) if a and b can be multiplied; else
     ValueError naming what is accepted."""
     for name, x in (("a", a), ("b", b)):
@@ -195,11 +195,14 @@ def _check(a, b, out_dtype, b_transposed=False):
                                                      and a.device != b.device):
         raise ValueError("a and b must both be torch tensors on one device, or both numpy")
     (m, k), (k2, n) = a.shape, b.shape
+    if a_transposed:
+        m, k = k, m
     if b_transposed:
         n, k2 = k2, n
     if k != k2:
-        shown = f"b (transposed) is {n} x {k2}" if b_transposed else f"b is {k2} x {n}"
-        raise ValueError(f"inner dimensions must match: a is {m} x {k}, {shown}")
+        shown_a = f"a (transposed) is {k} x {m}" if a_transposed else f"a is {m} x {k}"
+        shown_b = f"b (transposed) is {n} x {k2}" if b_transposed else f"b is {k2} x {n}"
+        raise ValueError(f"inner dimensions must match: {shown_a}, {shown_b}")
     if not (m and n and k):
         raise ValueError(f"M, N and K must be positive; got {m}, {n} and {k}")
     dtype = _dtype_name(a.dtype)
@@ -226,7 +229,8 @@ def _padded_to(x, rows: int, cols: int):
 
 
 def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None,
-                slices: int | None = None, b_transposed: bool = False):
+                slices: int | None = None, a_transposed: bool = False,
+                b_transposed: bool = False):
     """C = A B on the tensor cores, for fp16 or bf16 A (M x K) and B (K x N).
 
     The products are summed in float32 and C is rounded once, to the inputs'
@@ -242,17 +246,19 @@ def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None
     and slices: switches of hgemm_ladder.make_hgemm_kernel and a number of
     slices of K, to use instead of the level's (for benchmarks and the
     chapter's experiments). b_transposed: b is given as N x K (C = A B^T, the
-    product of nn.Linear with its weight), read as it is, without a copy
-    (levels 5 to 7). Raises ValueError naming what is accepted.
+    product of nn.Linear with its weight); a_transposed: a is given as K x M
+    (C = A^T B, the product of a weight's gradient); each read as it is,
+    without a copy (levels 5 to 7). Raises ValueError naming what is accepted.
     """
     if isinstance(level, bool) or level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
-    if not isinstance(b_transposed, bool):
-        raise ValueError(f"b_transposed must be True or False, got {b_transposed!r}")
-    if b_transposed and level < 5:
-        raise ValueError(f"b_transposed needs level 5, 6 or 7 (ldmatrix and cp.async), got "
-                         f"level {level}")
-    dtype, out, m, n, k = _check(a, b, out_dtype, b_transposed)
+    for name, flag in (("a_transposed", a_transposed), ("b_transposed", b_transposed)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be True or False, got {flag!r}")
+        if flag and level < 5:
+            raise ValueError(f"{name} needs level 5, 6 or 7 (ldmatrix and cp.async), got "
+                             f"level {level}")
+    dtype, out, m, n, k = _check(a, b, out_dtype, a_transposed, b_transposed)
     chosen, chosen_slices = choose_config(level, m, n, k)
     if slices is not None and (isinstance(slices, bool) or not isinstance(slices, int)
                                or not 1 <= slices <= MAX_SLICES):
@@ -261,11 +267,12 @@ def half_matmul(a, b, out_dtype=None, level: int = 7, config: dict | None = None
     full = check_config(dict(config if config is not None else chosen,
                              kind="f16" if dtype == "float16" else "bf16",
                              out="half" if out != "float32" else "float32",
-                             b_transposed=b_transposed))
+                             a_transposed=a_transposed, b_transposed=b_transposed))
     kp, np_ = -(-k // CHUNK) * CHUNK, -(-n // CHUNK) * CHUNK
-    # K (and, for B as K x N, N) padded to whole 16-byte copies; a transposed
-    # B's rows (N) need no padding: the kernel fills missing rows with zeros.
-    a = _padded_to(a, m, kp)
+    # The dimension each row runs along padded to whole 16-byte copies (K,
+    # or for A given as K x M, M; for B as K x N, N); the other needs none:
+    # the kernel fills missing rows with zeros.
+    a = _padded_to(a, k, -(-m // CHUNK) * CHUNK) if a_transposed else _padded_to(a, m, kp)
     b = _padded_to(b, n, kp) if b_transposed else _padded_to(b, kp, np_)
     if is_torch_tensor(a):
         return _torch_matmul(a, b, m, n, out, full, slices)

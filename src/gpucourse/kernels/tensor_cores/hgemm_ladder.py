@@ -46,6 +46,13 @@ uses Hopper's wgmma; benchmarks/results/hgemm-h100-2026-11-28.json):
   of K (``make_sum_slices``) where a product has too few tiles to fill the
   GPU.
 
+Two more switches serve training, where operands come transposed:
+``b_transposed`` takes B as N x K (nn.Linear's weight, C = A B^T) and
+``a_transposed`` takes A as K x M (a weight's gradient, C = A^T B). Each tile
+is then stored as its matrix is and read with the other form of ``ldmatrix``
+(a row of an N x K B is exactly the "col" fragment; a K x M A needs
+``.trans``), with no copy of the operand (levels 5 to 7).
+
 Halves travel as ``uint16``: the kernels only move them and hand them to the
 tensor cores (``moves``), so one kernel serves fp16 and bf16, the ``kind``
 choosing the instruction. C is written in halves (rounded once, at the end)
@@ -91,7 +98,7 @@ SIMULATOR_TILES = dict(bm=32, bn=32, bk=16, warps_m=1, warps_n=2)
 def check_config(config: dict) -> dict:
     """The configuration with every switch, checked: ValueError naming what is
     accepted when the tiles do not divide among warps, lanes and copies."""
-    full = dict(LEVELS[7], kind="f16", out="half", b_transposed=False)
+    full = dict(LEVELS[7], kind="f16", out="half", a_transposed=False, b_transposed=False)
     unknown = set(config) - set(full)
     if unknown:
         raise ValueError(f"unknown switches {sorted(unknown)}; accepted: {sorted(full)}")
@@ -114,8 +121,10 @@ def check_config(config: dict) -> dict:
         problems.append("async_copy needs 2 or more stages")
     if full["group_m"] < 1:
         problems.append("group_m must be 1 or more")
-    if full["b_transposed"] and not (full["ldmatrix"] and full["async_copy"]):
-        problems.append("b_transposed needs ldmatrix and async_copy (levels 5 to 7)")
+    if (full["a_transposed"] or full["b_transposed"]) and not (full["ldmatrix"]
+                                                                and full["async_copy"]):
+        problems.append("a_transposed and b_transposed need ldmatrix and async_copy "
+                        "(levels 5 to 7)")
     if problems:
         raise ValueError(f"invalid hgemm configuration {config}: " + "; ".join(problems))
     return full
@@ -153,8 +162,12 @@ def make_hgemm_kernel(**config):
     # given as N x K like nn.Linear's weight) n rows of bk halves.
     b_transposed = cfg["b_transposed"]
     b_row_halves = bk if b_transposed else bn
-    chunks_a, chunks_b = bk // CHUNK, b_row_halves // CHUNK  # 16-byte chunks per tile row
-    loads_a, loads_b = bm * chunks_a // threads, bk * bn // CHUNK // threads
+    # A's likewise: m rows of bk halves, or (a_transposed, A given as K x M,
+    # like the activations' gradient in a weight's gradient) k rows of bm.
+    a_transposed = cfg["a_transposed"]
+    a_row_halves = bm if a_transposed else bk
+    chunks_a, chunks_b = a_row_halves // CHUNK, b_row_halves // CHUNK  # 16-byte chunks a row
+    loads_a, loads_b = bm * bk // CHUNK // threads, bk * bn // CHUNK // threads
     held = (loads_a + loads_b) * CHUNK // 2  # registers a thread carries them in (levels 3-4)
     shift_a, mod_a = _swizzle(chunks_a) if cfg["swizzle"] else (1, 1)
     shift_b, mod_b = _swizzle(chunks_b) if cfg["swizzle"] else (1, 1)
@@ -162,6 +175,7 @@ def make_hgemm_kernel(**config):
     stage = stage_a + bk * bn
     stages, steps, group_m = cfg["stages"], bk // 16, cfg["group_m"]
     b_read_count = steps if cfg["b_transposed"] else pairs_n  # ldmatrix addresses of B
+    a_read_count = steps * tiles_m if cfg["a_transposed"] else steps  # and of A
     A_TILE_BYTES, B_STEP_BYTES = 16 * bk * 2, 16 * bn * 2  # an m-tile of A; 16 rows of B
     B_PAIR_BYTES = 16 * bk * 2  # 16 rows of a transposed B's tile: a pair of n-tiles
     use_ldmatrix, async_copy = cfg["ldmatrix"], cfg["async_copy"]
@@ -171,9 +185,10 @@ def make_hgemm_kernel(**config):
     half_out = cfg["out"] == "half"
 
     @cuda.jit(device=True, inline=True)
-    def a_place(base, row, col):
+    def a_place(base, row, col):  # (k, m) when a_transposed
         """Where A's tile keeps element (row, col): its chunk swizzled."""
-        return base + row * bk + (((col // CHUNK) ^ ((row // shift_a) % mod_a)) * CHUNK) \
+        return base + row * a_row_halves \
+            + (((col // CHUNK) ^ ((row // shift_a) % mod_a)) * CHUNK) \
             + col % CHUNK
 
     @cuda.jit(device=True, inline=True)
@@ -201,15 +216,19 @@ def make_hgemm_kernel(**config):
         limit of K's offset from there below which it is inside the matrices
         and before k_end (a_limit, b_limit: 0 for a copy beyond M's or N's
         edge, which is always zeros)."""
-        m = a.shape[0]
+        m = a.shape[1] if a_transposed else a.shape[0]
         n = b.shape[0] if b_transposed else b.shape[1]
         k = k_end - k_begin
         for i in range(loads_a):
             index = i * threads + thread
             row, col = index // chunks_a, (index % chunks_a) * CHUNK
             a_to[i] = shared_address(smem, a_place(0, row, col))
-            a_from[i] = global_address(a, min(row0 + row, m - 1), k_begin + col)
-            a_limit[i] = k - col if row0 + row < m else 0
+            if a_transposed:  # a row of A's tile is a row of K x M A: as B's
+                a_from[i] = global_address(a, k_begin + row, min(row0 + col, m - CHUNK))
+                a_limit[i] = k - row if row0 + col < m else 0
+            else:
+                a_from[i] = global_address(a, min(row0 + row, m - 1), k_begin + col)
+                a_limit[i] = k - col if row0 + row < m else 0
         for i in range(loads_b):
             index = i * threads + thread
             row, col = index // chunks_b, (index % chunks_b) * CHUNK
@@ -293,8 +312,19 @@ def make_hgemm_kernel(**config):
         swizzle repeats every 8 rows, so m-tiles 16 rows apart (and B's
         16-row steps of K) are a constant number of bytes apart."""
         r, c = lane % 16, (lane // 16) * 8
-        for ks in range(steps):
-            a_reads[ks] = shared_address(smem, a_place(0, warp_row + r, ks * 16 + c))
+        if a_transposed:
+            # k rows read with .trans: lanes give 8 rows of k at 8 columns of
+            # m, the same rows 8 columns on, then the next 8 rows (the
+            # fragment's order); each m-tile is 16 columns on, which the
+            # swizzle does not keep a constant distance: one address each.
+            k_row = (lane % 8) + 8 * (lane // 16)
+            for ks in range(steps):
+                for tm in range(tiles_m):
+                    a_reads[ks * tiles_m + tm] = shared_address(smem, a_place(
+                        0, ks * 16 + k_row, warp_row + tm * 16 + 8 * ((lane // 8) % 2)))
+        else:
+            for ks in range(steps):
+                a_reads[ks] = shared_address(smem, a_place(0, warp_row + r, ks * 16 + c))
         if b_transposed:
             # n rows read without .trans (the attention kernel's K): lanes give
             # 8 rows of n, both 8-wide halves of the 16 of K, then 8 more rows;
@@ -320,7 +350,10 @@ def make_hgemm_kernel(**config):
             # further on), B's for each pair of n-tiles (this ks is 16 rows on).
             stage_offset = uint32(2 * base)
             for tm in range(tiles_m):
-                x = ldmatrix_x4(a_reads[ks] + stage_offset + uint32(tm * A_TILE_BYTES))
+                if a_transposed:
+                    x = ldmatrix_x4_trans(a_reads[ks * tiles_m + tm] + stage_offset)
+                else:
+                    x = ldmatrix_x4(a_reads[ks] + stage_offset + uint32(tm * A_TILE_BYTES))
                 for j in range(4):
                     af[a0 + tm * 4 + j] = x[j]
             for tp in range(pairs_n):
@@ -410,14 +443,15 @@ def make_hgemm_kernel(**config):
 
     @cuda.jit
     def kernel(a, b, c):
-        m = a.shape[0]
         # Split K: the grid's y blocks each sum one slice of K (whole tiles),
         # into their own m rows of c, float32 partial sums that half_matmul
         # adds up (sum_slices). One slice (gridDim.y == 1) is the whole of K.
         slices, slice_ = cuda.gridDim.y, cuda.blockIdx.y
-        per_slice = ((a.shape[1] + bk - 1) // bk + slices - 1) // slices * bk
+        m = c.shape[0] // slices
+        depth = a.shape[0] if a_transposed else a.shape[1]  # K
+        per_slice = ((depth + bk - 1) // bk + slices - 1) // slices * bk
         k_begin = slice_ * per_slice
-        k_end = min(a.shape[1], k_begin + per_slice)
+        k_end = min(depth, k_begin + per_slice)
         k = k_end - k_begin
         smem = cuda.shared.array(0, uint16)
         thread = cuda.threadIdx.x
@@ -429,7 +463,7 @@ def make_hgemm_kernel(**config):
         bf = cuda.local.array(b_held, uint32)
         for i in range(acc_size):
             acc[i] = float32(0.0)
-        a_reads = cuda.local.array(steps, uint32)
+        a_reads = cuda.local.array(a_read_count, uint32)
         b_reads = cuda.local.array(b_read_count, uint32)
         if use_ldmatrix:
             plan_reads(smem, lane, warp_row, warp_col, a_reads, b_reads)
@@ -443,8 +477,8 @@ def make_hgemm_kernel(**config):
             b_limit = cuda.local.array(loads_b, int64)
             plan_copies(smem, a, b, row0, col0, k_begin, k_end, thread, a_to, a_from, a_limit,
                         b_to, b_from, b_limit)
-            a_advance = uint64(2 * bk)
-            b_advance = a_advance if b_transposed else uint64(2 * bk) * uint64(b.shape[1])
+            a_advance = uint64(2 * bk) * uint64(a.shape[1]) if a_transposed else uint64(2 * bk)
+            b_advance = uint64(2 * bk) if b_transposed else uint64(2 * bk) * uint64(b.shape[1])
             # The pipeline: stages - 1 tiles in flight before the first step;
             # each step waits for its own tile (at most stages - 2 groups still
             # in flight), lets every warp see it (the barrier, which also says
