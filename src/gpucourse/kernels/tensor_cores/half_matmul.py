@@ -44,7 +44,7 @@ def _dtype_name(dtype) -> str:
 # K is deep, K is cut into slices that run side by side (split-K), enough
 # for two blocks per SM, each block summing one slice of at least
 # SLICE_TILES tiles of K, and a second kernel adds the slices up. Measured
-# on an H100 (benchmarks/results/hgemm-h100-2026-11-28.json, the sweep):
+# on an H100 (benchmarks/results/reruns/hgemm_sweep-h100-2026-11-28.json):
 # 64 x 64 tiles at 1024^3 0.68 of cuBLAS against 0.65 with 128 x 128; at
 # 2048^3 (256 tiles of 128 x 128 on 132 SMs) 128 x 128 is better, 0.52
 # against 0.46.
