@@ -16,7 +16,8 @@ help:
 	@echo "make book       build the book into _build/html (executes every chapter)"
 	@echo "make test       run the test suite"
 	@echo "make lab        open JupyterLab on exercises/ (the student's view)"
-	@echo "make check      self-check: points earned per exercise (NB=path to one notebook)"
+	@echo "make check      self-check: points earned per exercise (NB=path to one notebook;"
+	@echo "                VERBOSE=1 adds each failing cell's traceback)"
 	@echo "make instructor instructors: JupyterLab on the course with nbgrader's tools"
 	@echo "make grade      instructors: grade SUBMISSIONS=folder-or-zip [CHAPTER=name] [JOBS=n] [SHARD=k/n]"
 	@echo "make grade-merge instructors: merge the shares of SHARD= runs [SHARDS=folders]"
@@ -72,7 +73,7 @@ grade-merge: $(STAMP)
 
 NB ?= $(wildcard exercises/*/*.ipynb)
 check: $(STAMP)
-	$(BIN)/python -m gpucourse.grading check $(NB)
+	$(BIN)/python -m gpucourse.grading check $(if $(VERBOSE),--verbose) $(NB)
 
 exercises: $(STAMP)
 	$(BIN)/python -m gpucourse.grading exercises --root .

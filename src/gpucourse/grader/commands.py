@@ -28,13 +28,14 @@ Two jobs live here:
   on a throw-away gradebook, so the instructor's gradebook is never touched).
 * ``check``: the students' self-check. It runs a notebook the way the grader
   does (each cell with a time limit, errors recorded rather than fatal) and
-  prints the points each graded test cell earned. Only the visible tests run;
-  the instructor's grading adds hidden tests.
+  prints the points each graded test cell earned, with what each failing
+  cell said under it in full (``--verbose``: its traceback too). Only the
+  visible tests run; the instructor's grading adds hidden tests.
 
 Both are command lines::
 
     python -m gpucourse.grading exercises [--root DIR] [--into DIR] [--only CHAPTER ...]
-    python -m gpucourse.grading check NOTEBOOK [NOTEBOOK ...]
+    python -m gpucourse.grading check [--verbose] NOTEBOOK [NOTEBOOK ...]
 """
 
 
@@ -51,6 +52,8 @@ def grading_main(argv: list[str] | None = None) -> int:
                          help="regenerate only these chapters (folder names in solutions/)")
     check = commands.add_parser("check", help="run notebooks and print points per exercise")
     check.add_argument("notebooks", nargs="+", type=Path)
+    check.add_argument("--verbose", action="store_true",
+                       help="print each failing cell's traceback too")
     args = parser.parse_args(argv)
 
     if args.command == "exercises":
@@ -58,7 +61,7 @@ def grading_main(argv: list[str] | None = None) -> int:
         print(f"student notebooks written to {target}")
         return 0
     for path in args.notebooks:
-        print(format_scores(path, score_notebook(path)))
+        print(format_scores(path, score_notebook(path), verbose=args.verbose))
     return 0
 
 

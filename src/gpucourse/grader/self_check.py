@@ -6,15 +6,24 @@ tests run; the instructor's grading adds hidden tests. It is separate from
 the instructor's grading (:mod:`gpucourse.grader.instructor`) because it
 needs no gradebook, no course folder and no submissions: one notebook in, a
 table of points out. The command line is ``python -m gpucourse.grading check
-NOTEBOOK [NOTEBOOK ...]``.
+[--verbose] NOTEBOOK [NOTEBOOK ...]``.
+
+Under each failing cell's score the report prints what the cell said: the
+whole message of an AssertionError (the checks' diagnoses span several
+lines: deadlocks, coalescing, barriers, read budgets), the first lines of
+any other error, and with ``verbose`` the traceback too. So what a student
+reads at the terminal is what JupyterLab shows under the cell.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 CELL_TIMEOUT_S = 60
+OTHER_ERROR_LINES = 5  # lines shown of an error that is not an AssertionError
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,7 @@ class CellScore:
     points: float
     max_points: float
     error: str | None
+    traceback: str | None = None  # the cell's traceback, without colours
 
 
 def score_notebook(path: Path, timeout_s: int = CELL_TIMEOUT_S) -> list[CellScore]:
@@ -46,18 +56,37 @@ def score_notebook(path: Path, timeout_s: int = CELL_TIMEOUT_S) -> list[CellScor
         points, max_points = determine_grade(cell)
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         error = f"{errors[0]['ename']}: {errors[0]['evalue']}".strip(": ") if errors else None
+        trace = _ANSI.sub("", "\n".join(errors[0].get("traceback", []))) if errors else None
         scores.append(CellScore(cell.metadata["nbgrader"]["grade_id"], points or 0.0,
-                                max_points, error))
+                                max_points, error, trace))
     return scores
 
 
-def format_scores(path: Path, scores: list[CellScore]) -> str:
-    """The self-check's report: one line per graded cell, then the total."""
+def _said(score: CellScore, verbose: bool) -> list[str]:
+    """What a failing cell said, as the report's indented lines: an
+    AssertionError's whole message, the first OTHER_ERROR_LINES lines of
+    another error; with verbose, the traceback (which ends in the message)."""
+    if verbose and score.traceback:
+        lines = score.traceback.splitlines()
+    else:  # the error's name is in the score's line already
+        name = score.error.split(":")[0]
+        lines = score.error[len(name):].lstrip(": ").splitlines() or [name]
+        if name != "AssertionError" and len(lines) > OTHER_ERROR_LINES:
+            lines = lines[:OTHER_ERROR_LINES] + [f"... ({len(lines) - OTHER_ERROR_LINES} more "
+                                                 f"lines: make check VERBOSE=1 shows all)"]
+    return [f"      {line}" for line in lines]
+
+
+def format_scores(path: Path, scores: list[CellScore], verbose: bool = False) -> str:
+    """The self-check's report: a line per graded cell, what each failing cell
+    said under it (in full; see _said), then the total."""
     width = max([len(s.grade_id) for s in scores] + [5])
     lines = [str(path)]
     for s in scores:
-        verdict = "passed" if s.error is None else s.error.splitlines()[0][:70]
+        verdict = "passed" if s.error is None else s.error.splitlines()[0].split(":")[0]
         lines.append(f"  {s.grade_id:<{width}}  {s.points:g} / {s.max_points:g}  {verdict}")
+        if s.error is not None:
+            lines += _said(s, verbose)
     earned = sum(s.points for s in scores)
     possible = sum(s.max_points for s in scores)
     lines.append(f"  {'total':<{width}}  {earned:g} / {possible:g}  "
