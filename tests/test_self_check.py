@@ -37,6 +37,9 @@ def test_a_failed_checks_whole_message_is_printed_under_its_score():
     assert "      line 8" not in lines and any("4 more lines" in line for line in lines)
     assert "Traceback" not in report
     assert "Traceback ..." in format_scores("nb.ipynb", scores, verbose=True)
+    # An exercise not yet written says so, once, under its score.
+    untouched = format_scores("nb.ipynb", [CellScore("test_x", 0, 2, "NotImplementedError")])
+    assert untouched.splitlines()[2].strip().startswith("not written yet")
     assert lines[-1].split()[:4] == ["total", "2", "/", "6"]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 CELL_TIMEOUT_S = 60
 OTHER_ERROR_LINES = 5  # lines shown of an error that is not an AssertionError
+NOT_WRITTEN = "      not written yet: replace `raise NotImplementedError()` with your code"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
 
@@ -70,7 +71,9 @@ def _said(score: CellScore, verbose: bool) -> list[str]:
         lines = score.traceback.splitlines()
     else:  # the error's name is in the score's line already
         name = score.error.split(":")[0]
-        lines = score.error[len(name):].lstrip(": ").splitlines() or [name]
+        lines = score.error[len(name):].lstrip(": ").splitlines()
+        if not lines:
+            return [NOT_WRITTEN] if name == "NotImplementedError" else []
         if name != "AssertionError" and len(lines) > OTHER_ERROR_LINES:
             lines = lines[:OTHER_ERROR_LINES] + [f"... ({len(lines) - OTHER_ERROR_LINES} more "
                                                  f"lines: make check VERBOSE=1 shows all)"]
