@@ -17,11 +17,10 @@ from ptx_helpers import compile_without_a_gpu, ptxas_report
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels.tensor_cores import A_FRAGMENT, B_FRAGMENT
 from gpucourse.kernels.tensor_cores.half_matmul import MAX_SLICES, half_matmul
-from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, _swizzle,
-                                                        check_config)
+from gpucourse.kernels.tensor_cores.hgemm_ladder import LEVELS, _swizzle, check_config
 from gpucourse.kernels.tensor_cores.moves import (forget_earlier_moves, ldmatrix_x4,
                                                  ldmatrix_x4_trans, shared_address)
-from numba import uint16, uint32  # noqa: E402 (after gpucourse.device)
+from numba import uint16  # noqa: E402 (after gpucourse.device)
 
 RNG = np.random.default_rng(2026)
 

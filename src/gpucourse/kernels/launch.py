@@ -13,7 +13,8 @@ kernel module holds kernels and their entry points and nothing of the driver:
   ``multiprocessors``;
 * a compiled kernel in cuda.core's forms: ``launchable``, and
   ``launchable_with_shared`` for kernels that opt in to more than 48 KiB of
-  dynamic shared memory; ``core_launch`` and ``launch_config``;
+  dynamic shared memory, ``compiled_launchable`` for a kernel not yet
+  compiled; ``core_launch`` and ``launch_config``;
 * arguments as a compiled kernel takes them: ``flat_argument``,
   ``matrix_argument``;
 * the caller's arrays: ``is_torch_tensor``, ``torch_float32``,
@@ -176,6 +177,16 @@ def launchable_with_shared(kernel, dynamic_bytes, device_id):
             raise ValueError(f"this GPU cannot give a block {dynamic_bytes} bytes of shared "
                              f"memory ({error}); choose smaller tiles") from None
     return function.kernel, kernel.configure((1,), (1,)).stream
+
+
+@lru_cache(maxsize=None)
+def compiled_launchable(kernel, signature, dynamic_bytes, device_id):
+    """launchable_with_shared for `kernel` compiled for `signature` first: what
+    a launch of a kernel built by a factory needs, found once per kernel,
+    signature, dynamic shared bytes and GPU (the tensor-core entry points'
+    one call; build each kernel once, or each call compiles anew)."""
+    kernel.compile(signature)
+    return launchable_with_shared(kernel, dynamic_bytes, device_id)
 
 
 # -----------------------------------------------------------------------------

@@ -40,7 +40,8 @@ from functools import lru_cache
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from numba import float32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.launch import compiled_launchable
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
@@ -98,6 +99,24 @@ def check_half_config(config: HalfConfig) -> None:
                          f"{config.block_cols}, head dim {d}")
 
 
+def make_row_store(pack, o_tiles: int):
+    """The device function store_row(out, at, acc, h, scale): a lane's part of
+    row g (h = 0) or g + 8 (h = 1) of a warp's 16 x head_dim sums (acc, in
+    C-fragment places, o_tiles tiles of 8 columns), times scale, rounded to
+    halves two at a time by `pack` into the flat array out from element `at`
+    (the row's start plus the lane's column 2t). The forward's output and the
+    backward's three gradients are all written this way."""
+
+    @cuda.jit(device=True, inline=True)
+    def store_row(out, at, acc, h, scale):
+        for ot in range(o_tiles):
+            both = pack(acc[ot * 4 + 2 * h] * scale, acc[ot * 4 + 2 * h + 1] * scale)
+            out[at + ot * 8] = uint16(both & uint32(0xFFFF))
+            out[at + ot * 8 + 1] = uint16(both >> uint32(16))
+
+    return store_row
+
+
 @lru_cache(maxsize=None)
 def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuffles: bool):
     """The kernel for one tile shape, mask and kind ("f16" or "bf16"):
@@ -114,13 +133,13 @@ def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuf
     s_size, o_size = s_tiles * 4, o_tiles * 4
     q_registers, p_registers, v_pairs = d_steps * 4, key_steps * 4, o_tiles // 2
     tile_bytes = BC * D * 2
-    q_bytes = BR * D * 2
     step_bytes = 16 * D * 2  # 16 rows of a tile
     mma = mma_packed if kind == "f16" else mma_packed_bf16
     pack = pack_f16x2 if kind == "f16" else pack_bf16x2
     wait_all = cp_async_wait(0)
     LN2 = float32(math.log(2.0))
     reduce_size = BR * 4
+    store_row = make_row_store(pack, o_tiles)
 
     @cuda.jit(device=True, inline=True)
     def place(row, col):
@@ -309,12 +328,7 @@ def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuf
             total = quad_sum(row_sum[h], reduce_buf, warp * 16 + g + 8 * h, t)
             row = q_start + warp * 16 + g + 8 * h
             if row < seq:
-                inverse = float32(1.0) / total
-                at = q_base + row * D + 2 * t
-                for ot in range(o_tiles):
-                    both = pack(o[ot * 4 + 2 * h] * inverse, o[ot * 4 + 2 * h + 1] * inverse)
-                    out[at + ot * 8] = uint16(both & uint32(0xFFFF))
-                    out[at + ot * 8 + 1] = uint16(both >> uint32(16))
+                store_row(out, q_base + row * D + 2 * t, o, h, float32(1.0) / total)
                 if t == 0:
                     lse[bh * seq + row] = (row_max[h] + math.log2(total)) * LN2
 
@@ -340,22 +354,15 @@ def half_config(head_dim: int) -> HalfConfig:
     return HalfConfig(head_dim, warps=4, block_cols=64 if head_dim <= 64 else 32)
 
 
-_LAUNCHABLE: dict = {}
+# What the kernel is compiled for: q, k, v, out (halves), lse, seq, key_seq,
+# heads and the scale.
+_SIGNATURE = (uint16[::1],) * 4 + (float32[::1], int32, int32, int32, float32)
 
 
 def _launchable(config, causal, kind, device_id):
     """(function, stream) of the compiled kernel, found once per GPU."""
-    key = (config, causal, kind, device_id)
-    if key not in _LAUNCHABLE:
-        from numba import float32 as f32, int32, uint16 as u16
-
-        from gpucourse.kernels.launch import launchable_with_shared
-
-        kernel = make_flash_half_kernel(config, causal, kind, True)
-        halves = u16[::1]
-        kernel.compile((halves, halves, halves, halves, f32[::1], int32, int32, int32, f32))
-        _LAUNCHABLE[key] = launchable_with_shared(kernel, config.shared_bytes, device_id)
-    return _LAUNCHABLE[key]
+    return compiled_launchable(make_flash_half_kernel(config, causal, kind, True), _SIGNATURE,
+                               config.shared_bytes, device_id)
 
 
 KINDS = {"float16": "f16", "bfloat16": "bf16"}

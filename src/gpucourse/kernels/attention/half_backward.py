@@ -34,8 +34,8 @@ from functools import lru_cache
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from numba import float32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
-from gpucourse.kernels.attention.half import HalfConfig, check_half_config
+from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.attention.half import HalfConfig, check_half_config, make_row_store
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
 from gpucourse.kernels.tensor_cores.moves import (bf16_to_float, cp_async_16, cp_async_commit,
@@ -47,6 +47,7 @@ from gpucourse.kernels.tensor_cores.moves import (bf16_to_float, cp_async_16, cp
 LOG2E = float32(math.log2(math.e))
 
 
+@lru_cache(maxsize=None)
 def make_row_dot_kernel(kind: str):
     """The pre-pass: delta[r] = sum_c dout[r, c] out[r, c] in float32, one
     thread per row of (rows, head_dim) halves given as flat uint16 arrays."""
@@ -135,7 +136,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     scale): dK and dV for the block's keys (16 per warp; config.block_rows
     of them), walking query tiles of config.block_cols."""
     check_half_config(config)
-    D, BK, BQ, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
+    D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     shift, modulus = _tile_pieces(config, BK)[1:3]
     d_steps, q_steps = D // 16, BQ // 16
     s_tiles, o_tiles = BQ // 8, D // 8
@@ -146,6 +147,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     kv_halves = 2 * BK * D  # K and V, before the stages
     mma = mma_packed if kind == "f16" else mma_packed_bf16
     pack = pack_f16x2 if kind == "f16" else pack_bf16x2
+    store_row = make_row_store(pack, o_tiles)
     wait_all = cp_async_wait(0)
 
     @cuda.jit(device=True, inline=True)
@@ -163,7 +165,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
         g, t = lane // 4, lane % 4
         bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
         k_start = cuda.blockIdx.x * BK
-        q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
+        kv_base, row_base = bh * key_seq * D, bh * seq
         # K and V of the block's keys, once; then the copies of Q and dO,
         # planned once and advanced a tile at a time.
         copy_keys(smem, 0, k, v, bh * key_seq, k_start, key_seq, thread)
@@ -281,14 +283,8 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
         for h in range(2):
             key = k_start + warp * 16 + g + 8 * h
             if key < key_seq:
-                at = kv_base + key * D + 2 * t
-                for ot in range(o_tiles):
-                    both = pack(dk_acc[ot * 4 + 2 * h] * scale, dk_acc[ot * 4 + 2 * h + 1] * scale)
-                    dk[at + ot * 8] = uint16(both & uint32(0xFFFF))
-                    dk[at + ot * 8 + 1] = uint16(both >> uint32(16))
-                    both = pack(dv_acc[ot * 4 + 2 * h], dv_acc[ot * 4 + 2 * h + 1])
-                    dv[at + ot * 8] = uint16(both & uint32(0xFFFF))
-                    dv[at + ot * 8 + 1] = uint16(both >> uint32(16))
+                store_row(dk, kv_base + key * D + 2 * t, dk_acc, h, scale)
+                store_row(dv, kv_base + key * D + 2 * t, dv_acc, h, float32(1.0))
 
     return kernel
 
@@ -302,7 +298,7 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
     # The mirror image of make_dkdv_kernel's set-up, queries and keys swapped:
     # written out in each (a deliberate variant) so that its names say what
     # the kernel owns and what it walks.
-    D, BR, BC, threads = config.head_dim, config.block_rows, config.block_cols, config.threads
+    D, BR, BC = config.head_dim, config.block_rows, config.block_cols
     shift, modulus = _tile_pieces(config, BR)[1:3]
     d_steps, key_steps = D // 16, BC // 16
     s_tiles, o_tiles = BC // 8, D // 8
@@ -313,6 +309,7 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
     qd_halves = 2 * BR * D  # Q and dO, before the stages
     mma = mma_packed if kind == "f16" else mma_packed_bf16
     pack = pack_f16x2 if kind == "f16" else pack_bf16x2
+    store_row = make_row_store(pack, o_tiles)
     wait_all = cp_async_wait(0)
 
     @cuda.jit(device=True, inline=True)
@@ -330,7 +327,7 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
         g, t = lane // 4, lane % 4
         bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
         q_start = cuda.blockIdx.x * BR
-        q_base, kv_base, row_base = bh * seq * D, bh * key_seq * D, bh * seq
+        q_base, row_base = bh * seq * D, bh * seq
         # Q and dO of the block's queries, once; then the copies of K and V,
         # planned once and advanced a tile at a time.
         copy_queries(smem, 0, q, dout, row_base, q_start, seq, thread)
@@ -440,11 +437,7 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
         for h in range(2):
             row = q_start + warp * 16 + g + 8 * h
             if row < seq:
-                at = q_base + row * D + 2 * t
-                for ot in range(o_tiles):
-                    both = pack(dq_acc[ot * 4 + 2 * h] * scale, dq_acc[ot * 4 + 2 * h + 1] * scale)
-                    dq[at + ot * 8] = uint16(both & uint32(0xFFFF))
-                    dq[at + ot * 8 + 1] = uint16(both >> uint32(16))
+                store_row(dq, q_base + row * D + 2 * t, dq_acc, h, scale)
 
     return kernel
 
@@ -477,18 +470,14 @@ def _shared_bytes(config: HalfConfig) -> int:
 
 
 ROW_THREADS = 128
-_LAUNCHABLE: dict = {}
-
-
-def _compiled(name, kernel, signature, shared, device_id):
-    """(function, stream) of a kernel compiled for `signature`, found once."""
-    key = (name, kernel, device_id)
-    if key not in _LAUNCHABLE:
-        from gpucourse.kernels.launch import launchable_with_shared
-
-        kernel.compile(signature)
-        _LAUNCHABLE[key] = launchable_with_shared(kernel, shared, device_id)
-    return _LAUNCHABLE[key]
+# What the kernels are compiled for: the pre-pass (out, dout, delta, head_dim);
+# dK and dV's (q, k, v, dout, lse, delta, dk, dv, the sizes and scales); dQ's
+# (the same with dq alone).
+_HALVES, _FLOATS = uint16[::1], float32[::1]
+_SCALARS = (int32, int32, int32, float32, float32)
+_ROW_DOT_SIGNATURE = (_HALVES, _HALVES, _FLOATS, int32)
+_DKDV_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES, _HALVES) + _SCALARS
+_DQ_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES) + _SCALARS
 
 
 def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
@@ -543,39 +532,31 @@ def _launch_on_gpu(kind, causal, configs, kernels, tensors, sizes):
     """The three launches, straight to cuda.core with raw pointers."""
     import ctypes
 
-    from numba import float32 as f32, int32, uint16 as u16
-
-    from gpucourse.kernels.launch import (core_launch, current_gpu, flat_argument,
-                                          launch_config, launchable)
+    from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                          flat_argument, launch_config)
 
     dkdv_config, dq_config = configs
     row_dot, dkdv, dq_kernel = kernels
     q, k, v, out, lse, dout, delta, dq, dk, dv = tensors
     seq, key_seq, heads, scale2, scale, key_grid, rows = sizes
     device = current_gpu()
-    halves, floats = u16[::1], f32[::1]
 
     def arg(x):
         return flat_argument(x.data_ptr(), x.numel(), x.element_size())
 
     launch = core_launch()
-    key = ("row_dot", kind, device)
-    if key not in _LAUNCHABLE:
-        _LAUNCHABLE[key] = launchable(row_dot, (halves, halves, floats, int32))
-    function, stream = _LAUNCHABLE[key]
+    function, stream = compiled_launchable(row_dot, _ROW_DOT_SIGNATURE, 0, device)
     launch(stream, launch_config((rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS), function,
            *arg(out), *arg(dout), *arg(delta), ctypes.c_int32(q.shape[3]))
     scalars = (ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
                ctypes.c_float(scale2), ctypes.c_float(scale))
-    function, stream = _compiled("dkdv", dkdv, (halves,) * 4 + (floats, floats, halves, halves,
-                                                                int32, int32, int32, f32, f32),
-                                 _shared_bytes(dkdv_config), device)
+    function, stream = compiled_launchable(dkdv, _DKDV_SIGNATURE, _shared_bytes(dkdv_config),
+                                           device)
     launch(stream, launch_config(key_grid, dkdv_config.threads, _shared_bytes(dkdv_config)),
            function, *arg(q), *arg(k), *arg(v), *arg(dout), *arg(lse), *arg(delta), *arg(dk),
            *arg(dv), *scalars)
-    function, stream = _compiled("dq", dq_kernel, (halves,) * 4 + (floats, floats, halves,
-                                                                  int32, int32, int32, f32, f32),
-                                 _shared_bytes(dq_config), device)
+    function, stream = compiled_launchable(dq_kernel, _DQ_SIGNATURE, _shared_bytes(dq_config),
+                                           device)
     batch = q.shape[0]
     launch(stream, launch_config(dq_config.grid(batch, heads, seq), dq_config.threads,
                                  _shared_bytes(dq_config)),

@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels.launch import (core_launch, current_gpu, is_torch_tensor, launch_config,
-                                      launchable, launchable_with_shared, matrix_argument,
+from numba import float32, uint16  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                      is_torch_tensor, launch_config, matrix_argument,
                                       multiprocessors)
 from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, SIMULATOR_TILES,
                                                         check_config, make_hgemm_kernel,
@@ -23,6 +24,8 @@ from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, SIMULATO
 from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
 
 DTYPES = ("float16", "bfloat16")
+_SIGNATURES = {out: (uint16[:, ::1], uint16[:, ::1], c)
+               for out, c in (("half", uint16[:, ::1]), ("float32", float32[:, ::1]))}
 OUT_DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -98,34 +101,24 @@ def _sum_slices_kernel(kind: str, out: str):
     return _KERNELS[key]
 
 
-_LAUNCHABLE: dict = {}
 SUM_THREADS = 256
 
 
 def _signature(out: str):
-    from numba import float32, uint16
-
-    return (uint16[:, ::1], uint16[:, ::1], uint16[:, ::1] if out == "half" else float32[:, ::1])
+    """What a GEMM kernel is compiled for: A, B (uint16) and C of `out`."""
+    return _SIGNATURES[out]
 
 
 def _launchable(kernel, device_id: int):
     """(function, stream) of a GEMM kernel, compiled for uint16 A and B and its C."""
-    key = (id(kernel), device_id)
-    if key not in _LAUNCHABLE:
-        kernel.compile(_signature(kernel.config["out"]))
-        _LAUNCHABLE[key] = launchable_with_shared(kernel, kernel.shared_bytes, device_id)
-    return _LAUNCHABLE[key]
+    return compiled_launchable(kernel, _signature(kernel.config["out"]), kernel.shared_bytes,
+                               device_id)
 
 
 def _launchable_sum(kind: str, out: str, device_id: int):
     """(function, stream) of the split-K sum for a kind and an output."""
-    key = ("sum_slices", kind, out, device_id)
-    if key not in _LAUNCHABLE:
-        from numba import float32, uint16
-
-        c = uint16[:, ::1] if out == "half" else float32[:, ::1]
-        _LAUNCHABLE[key] = launchable(_sum_slices_kernel(kind, out), (float32[:, ::1], c))
-    return _LAUNCHABLE[key]
+    signature = (float32[:, ::1], _SIGNATURES[out][2])  # the slices' sums, C
+    return compiled_launchable(_sum_slices_kernel(kind, out), signature, 0, device_id)
 
 
 def _argument(x):

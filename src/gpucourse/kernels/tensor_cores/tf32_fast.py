@@ -142,7 +142,9 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         g, t = lane // 4, lane % 4
         row0, col0 = block_tile(m, n)  # blocks in groups of group_m rows, as the HGEMM's
         warp_row, warp_col = (warp // warps_n) * wm, (warp % warps_n) * wn
-        # The copies, planned once (16 bytes, 4 floats each).
+        # The copies, planned once (16 bytes, 4 floats each), and the pipeline
+        # below: hgemm_ladder's plan_copies and stages for 4-byte elements, a
+        # deliberate variant (its tiles' rows, steps and B's swizzle differ).
         a_to = cuda.local.array(loads_a, uint32)
         a_from = cuda.local.array(loads_a, uint64)
         a_limit = cuda.local.array(loads_a, int64)
@@ -235,7 +237,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
 
 
 _KERNELS: dict = {}
-_LAUNCHABLE: dict = {}
+_SIGNATURE = (uint16[:, ::1], uint16[:, ::1], float32[:, ::1])  # A's and B's bits, C
 
 
 def _kernel(passes: int, config: dict):
@@ -307,17 +309,11 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
 
 def _launch_torch(kernel, a, b, c):
     """One launch on CUDA tensors, straight to cuda.core."""
-    from numba import float32 as f32, uint16 as u16
+    from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                          launch_config, matrix_argument)
 
-    from gpucourse.kernels.launch import (core_launch, current_gpu, launch_config,
-                                          launchable_with_shared, matrix_argument)
-
-    device = current_gpu()
-    key = (id(kernel), device)
-    if key not in _LAUNCHABLE:
-        kernel.compile((u16[:, ::1], u16[:, ::1], f32[:, ::1]))
-        _LAUNCHABLE[key] = launchable_with_shared(kernel, kernel.shared_bytes, device)
-    function, stream = _LAUNCHABLE[key]
+    function, stream = compiled_launchable(kernel, _SIGNATURE, kernel.shared_bytes,
+                                           current_gpu())
     m, kp = a.shape
     np_ = b.shape[1]
     core_launch()(stream, launch_config(kernel.blocks(m, np_), kernel.threads,
