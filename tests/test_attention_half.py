@@ -57,6 +57,8 @@ def test_bad_tiles_are_named():
         check_half_config(HalfConfig(24))
     with pytest.raises(ValueError, match="block_cols must be a multiple of 16"):
         check_half_config(HalfConfig(64, block_cols=40))
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        half_attention(*(torch.zeros(1, 1, 16, 16) for _ in range(3)))
 
 
 PTX_SCRIPT = """

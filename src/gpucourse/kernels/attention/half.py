@@ -394,7 +394,12 @@ def half_attention(q, k, v, causal: bool = False, scale: float | None = None):
     q's dtype, lse float32 (natural log)."""
     import torch
 
-    kind = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
+    kinds = {torch.float16: "f16", torch.bfloat16: "bf16"}
+    if any(x.dtype != q.dtype for x in (k, v)) or q.dtype not in kinds or q.ndim != 4:
+        raise ValueError(f"q, k and v must be 4-D tensors of one dtype, float16 or bfloat16 "
+                         f"(flash_attention takes the rest); got {q.dtype}, {k.dtype} and "
+                         f"{v.dtype}, q of shape {tuple(q.shape)}")
+    kind = kinds[q.dtype]
     batch, heads, seq, d = q.shape
     config = half_config(d)
     scale = d ** -0.5 if scale is None else scale
