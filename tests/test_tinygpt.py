@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from gpucourse import tinygpt as T
+from gpucourse.device import on_gpu
 
 TINY = dict(n_layer=1, n_head=2, n_embd=32, block_size=16)
 FEW_STEPS = T.TrainConfig(steps=2, batch_size=2, corpus_lines=200, warmup_steps=1,
@@ -135,10 +136,12 @@ def test_in_bf16_the_course_linear_layer_runs_on_half_matmul():
     # simulator's tensor cores here), float32 sums rounded once to bf16, so
     # each output and gradient is within a unit or two of bf16 (2^-8,
     # relative to the largest) of the float64 product of the same bf16 values.
+    # On a GPU the tensors are CUDA tensors, as the model's are.
+    device = "cuda" if on_gpu() else "cpu"
     generator = torch.Generator().manual_seed(1)
-    x, weight, bias = (torch.randn(*shape, generator=generator).to(torch.bfloat16)
+    x, weight, bias = (torch.randn(*shape, generator=generator).to(device, torch.bfloat16)
                        .requires_grad_() for shape in ((2, 3, 8), (5, 8), (5,)))
-    dy = torch.randn(2, 3, 5, generator=generator).to(torch.bfloat16)
+    dy = torch.randn(2, 3, 5, generator=generator).to(device, torch.bfloat16)
     ours = T.course_linear(x, weight, bias)
     grads = torch.autograd.grad(ours, (x, weight, bias), dy)
     x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, weight, bias))

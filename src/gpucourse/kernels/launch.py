@@ -189,6 +189,19 @@ def compiled_launchable(kernel, signature, dynamic_bytes, device_id):
     return launchable_with_shared(kernel, dynamic_bytes, device_id)
 
 
+
+def launch_with_shared(kernel, grid, block, dynamic_bytes, *arrays):
+    """kernel[grid, block, 0, dynamic_bytes](*arrays) through Numba's own launch
+    (Numba device arrays on a GPU, numpy arrays on the simulator), opting in
+    first, on a GPU, to more than 48 KiB of dynamic shared memory for the
+    overload these arrays select (without it the launch fails)."""
+    if on_gpu() and dynamic_bytes > STATIC_SHARED_LIMIT_BYTES:
+        from numba import typeof
+
+        compiled_launchable(kernel, tuple(typeof(x) for x in arrays), dynamic_bytes,
+                            current_gpu())
+    kernel[grid, block, 0, dynamic_bytes](*arrays)
+
 # -----------------------------------------------------------------------------
 # The caller's arrays: numpy, Numba device arrays, CUDA torch tensors
 

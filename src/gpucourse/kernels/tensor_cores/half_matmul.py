@@ -16,8 +16,8 @@ import numpy as np
 from gpucourse.device import cuda, on_gpu
 from numba import float32, uint16  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
-                                      is_torch_tensor, launch_config, matrix_argument,
-                                      multiprocessors)
+                                      is_torch_tensor, launch_config, launch_with_shared,
+                                      matrix_argument, multiprocessors)
 from gpucourse.kernels.tensor_cores.hgemm_ladder import (CHUNK, LEVELS, SIMULATOR_TILES,
                                                         check_config, make_hgemm_kernel,
                                                         make_sum_slices)
@@ -160,11 +160,13 @@ def launch_arrays(a, b, c, config: dict, slices: int = 1):
     forget_earlier_moves()
     if slices == 1:
         kernel = kernel_for(config)
-        kernel[kernel.blocks(m, n), kernel.threads, 0, kernel.shared_bytes](a, b, c)
+        launch_with_shared(kernel, kernel.blocks(m, n), kernel.threads, kernel.shared_bytes,
+                           a, b, c)
         return c
     kernel = kernel_for(dict(config, out="float32"))
     parts = (cuda.device_array if on_gpu() else np.empty)((slices * m, n), dtype=np.float32)
-    kernel[(kernel.blocks(m, n), slices), kernel.threads, 0, kernel.shared_bytes](a, b, parts)
+    launch_with_shared(kernel, (kernel.blocks(m, n), slices), kernel.threads,
+                       kernel.shared_bytes, a, b, parts)
     sum_slices = _sum_slices_kernel(config["kind"], config["out"])
     sum_slices[-(-m * n // 2 // SUM_THREADS), SUM_THREADS](parts, c)
     return c

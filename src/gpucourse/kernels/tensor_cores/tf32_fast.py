@@ -292,18 +292,19 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
         b_pad[:k, :n] = b
         a_bits, b_bits = a_bits.view(np.uint16), b_pad.view(np.uint16)
         c = c_out = np.zeros((m, np_), np.float32)
+    from gpucourse.kernels.launch import launch_with_shared
+
+    shape = (kernel.blocks(m, np_), kernel.threads, kernel.shared_bytes)
     if on_gpu():
         out = cuda.to_device(c_out)
-        kernel[kernel.blocks(m, np_), kernel.threads, 0, kernel.shared_bytes](
-            cuda.to_device(a_bits), cuda.to_device(b_bits), out)
+        launch_with_shared(kernel, *shape, cuda.to_device(a_bits), cuda.to_device(b_bits), out)
         c_out[:] = out.copy_to_host()
     else:
         forget_earlier_moves()
         from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls
 
         forget_earlier_calls()
-        kernel[kernel.blocks(m, np_), kernel.threads, 0, kernel.shared_bytes](a_bits, b_bits,
-                                                                              c_out)
+        launch_with_shared(kernel, *shape, a_bits, b_bits, c_out)
     return c[:, :n]
 
 
