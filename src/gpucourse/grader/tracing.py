@@ -26,8 +26,6 @@ thread running behind it.
 from __future__ import annotations
 
 import inspect
-import linecache
-import re
 import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
@@ -37,7 +35,9 @@ import numpy as np
 
 # gpucourse.device first: importing it chooses the simulator or the GPU before Numba loads.
 from gpucourse.device import _shared_array_by_calling_line
+from gpucourse.grader import sanitizer
 from gpucourse.grader.own_work import global_names
+from gpucourse.grader.sanitizer import shared_array_name, thread_name  # noqa: F401 (re-exported)
 
 # How many accesses of one thread a message lists.
 SHOWN_ACCESSES = 6
@@ -55,14 +55,6 @@ def _current_thread() -> tuple:
     if block is None or index is None:
         return ("host",)
     return (tuple(block), tuple(index))
-
-
-def thread_name(key: tuple) -> str:
-    """How a thread is named in messages: block (0, 0, 0), thread (3, 0, 0)."""
-    if key == ("host",):
-        return "the host"
-    block, index = key
-    return f"block {block}, thread {index}"
 
 
 class CountingArray:
@@ -294,18 +286,12 @@ class Trace:
         return fig
 
 
-def _shared_name(frame) -> str:
-    """The variable a ``cuda.shared.array`` call is assigned to, from its source line."""
-    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    match = re.match(r"\s*([A-Za-z_]\w*)\s*=", line)
-    return f"shared {match.group(1) if match else f'line {frame.f_lineno}'}"
-
-
 # The same lookup of the block's array by calling line as gpucourse.device's locked
 # cuda.shared.array, but the array made is a CountingArray.
 @contextmanager
 def _counting_shared_arrays(found: dict):
-    """While active, the simulator's shared arrays are CountingArrays, listed in ``found``."""
+    """While active, the simulator's shared arrays are CountingArrays, listed in ``found``
+    (and, while the sanitizer is on, seen by the kernel through its checks)."""
     from numba.cuda.simulator import kernelapi
 
     shared = kernelapi.FakeCUDAShared
@@ -317,10 +303,13 @@ def _counting_shared_arrays(found: dict):
                                  count=block._dynshared_size // dtype.itemsize)
         else:
             data = np.zeros(shape, dtype)
-        name = _shared_name(frame)
+        name = shared_array_name(frame)
         while name in found and found[name].data is not data:
             name += "'"
-        return found.setdefault(name, CountingArray(data, name))
+        counting = found.setdefault(name, CountingArray(data, name))
+        if sanitizer.active():
+            return sanitizer.watched(counting, data, frame, dynamic=shape == 0)
+        return counting
 
     array = _shared_array_by_calling_line(counting_array)
     shared.array = array
@@ -469,6 +458,15 @@ def stopping_simulated_threads():
         raise
 
 
+@contextmanager
+def simulated_launch():
+    """What every simulated launch of a student's kernel by the graders runs under: the
+    sanitizer (:mod:`gpucourse.grader.sanitizer`: uninitialised shared memory, barriers
+    not every thread reaches, races), and :func:`stopping_simulated_threads`."""
+    with sanitizer.sanitized(), stopping_simulated_threads():
+        yield
+
+
 _trace_lock = threading.Lock()
 
 
@@ -493,8 +491,8 @@ def trace(kernel, grid, block, *args) -> Trace:
         else:
             wrapped.append(value)
     shared: dict = {}
-    with _trace_lock, _counting_shared_arrays(shared), \
-            _device_functions_simulated(simulated.fn), stopping_simulated_threads():
+    with _trace_lock, simulated_launch(), _counting_shared_arrays(shared), \
+            _device_functions_simulated(simulated.fn):
         simulated[grid, block](*wrapped)
     threads = [(b, t) for b in np.ndindex(*grid) for t in np.ndindex(*block)]
     threads = [(tuple(int(i) for i in b), tuple(int(i) for i in t)) for b, t in threads]
