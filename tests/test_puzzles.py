@@ -226,7 +226,8 @@ WRONG_ADD_ONE = [
                  r"out\[3\] was written 5 times .*thread \(0, 0, 0\)",
                  id="an_element_written_twice_names_its_writers"),
     # Threads 5, 6 and 7 all read past the end; whichever runs first is named.
-    pytest.param(add_one_unguarded, 5, 5, 8, {}, IndexError,
+    pytest.param(add_one_unguarded, 5, 5, 8, {}, AssertionError,
+                 r"add_one_unguarded used an index outside an array: block \(0, 0, 0\), "
                  r"thread \(([567]), 0, 0\) used index \(\1,\) of a, whose shape is \(5,\)",
                  id="reading_past_the_end_names_the_thread"),
     pytest.param(add_one_in_a_loop, 6, 6, 6, {"reads": {"a": 1}}, AssertionError,

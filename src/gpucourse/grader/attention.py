@@ -55,7 +55,9 @@ from gpucourse.kernels import attention
 # and a launch that stops its simulated threads when interrupted and does not warn
 # about the overflows of NumPy scalars (a kernel that exponentiates unshifted scores
 # fails by value, not by warning).
-from gpucourse.grader.launches import _quiet, _stopping, _whole, blocks
+# An index outside an array fails naming the array, the block and the thread.
+from gpucourse.grader.launches import (_quiet, _stopping, _whole, blocks, naming_out_of_bounds,
+                                       traced)
 # The same check as everywhere: no calls to the course's package or to PyTorch.
 from gpucourse.grader.own_work import expect_own_work  # noqa: F401 (re-exported)
 
@@ -87,6 +89,8 @@ OUT_REL, OUT_ABS = 1e-4, 1e-4
 LSE_REL, LSE_ABS = 1e-5, 1e-5
 SCORE_ROUNDING = 1e-6
 FLOAT32_BYTES = 4
+# e^s overflows float32 for s above log(largest float32), about 88.72.
+FLOAT32_EXP_MAX = math.log(float(np.finfo(np.float32).max))
 
 
 def _head_dim(value) -> int:
@@ -158,9 +162,11 @@ def run(kernel, q, k, v, scale) -> tuple[np.ndarray, np.ndarray]:
     scale = _check_scale(scale)
     _parameters(kernel)
     grid, block = launch_shape(heads, seq)
-    out = cuda.to_device(np.full((heads, seq, head_dim), np.nan, dtype=np.float32))
-    lse = cuda.to_device(np.full((heads, seq), np.nan, dtype=np.float32))
-    with _quiet(), _stopping():
+    host_out = np.full((heads, seq, head_dim), np.nan, dtype=np.float32)
+    host_lse = np.full((heads, seq), np.nan, dtype=np.float32)
+    out, lse = cuda.to_device(host_out), cuda.to_device(host_lse)
+    with naming_out_of_bounds(kernel, grid, block, q, k, v, host_out, host_lse, scale), \
+            _quiet(), _stopping():
         kernel[grid, block](cuda.to_device(q), cuda.to_device(k), cuda.to_device(v), out, lse,
                             scale)
     return out.copy_to_host(), lse.copy_to_host()
@@ -209,12 +215,42 @@ def expect_attention(kernel, heads: int, seq: int, head_dim: int, *, causal: boo
     if np.isnan(out).all() and np.isnan(lse).all():
         raise AssertionError(f"{what}: nothing was written to out or lse (both start as "
                              "NaN). Check the launch the exercise states and the bounds test")
+    _expect_finite(out, lse, q, k, scale, causal, what)
     expect_array(out, expected, dtype=np.float32, rel=OUT_REL,
                         abs=OUT_ABS + rounding, name=f"out of {what}")
     expect_array(lse, expected_lse, dtype=np.float32, rel=LSE_REL,
                         abs=LSE_ABS + rounding,
                         name=f"lse (the log-sum-exp of each row's scores) of {what}")
     return out, lse
+
+
+def largest_score(q, k, scale, causal: bool = False) -> float:
+    """The largest score scale * q_i . k_j of any row (causal: of keys j <= i), in float64."""
+    scores = float(scale) * (q.astype(np.float64) @ k.astype(np.float64).swapaxes(1, 2))
+    if causal:
+        scores = np.where(np.tri(q.shape[1], dtype=bool), scores, -np.inf)
+    return float(scores.max())
+
+
+def _expect_finite(out, lse, q, k, scale, causal, what) -> None:
+    """Fail, naming the overflow, when the kernel left inf or NaN: attention is finite."""
+    for name, values in (("out", out), ("lse", lse)):
+        wrong = np.argwhere(~np.isfinite(values))
+        if not len(wrong):
+            continue
+        index = tuple(int(i) for i in wrong[0])
+        top = largest_score(q, k, scale, causal)
+        if top > FLOAT32_EXP_MAX:
+            why = (f"The largest score here is {top:.1f}, and e^s overflows float32 above "
+                   f"{FLOAT32_EXP_MAX:.1f}: subtract the running maximum before each "
+                   "exponential (e^(s - m) <= 1), and rescale the sum and the output row by "
+                   "e^(m - m') when a tile raises the maximum")
+        else:
+            why = ("Both start as NaN, so a NaN may be an element never written: check that "
+                   "the thread of every row writes its row of out and its lse")
+        raise AssertionError(f"{name} of {what} holds {values[index]} at {index} "
+                             f"({len(wrong)} elements are not finite), where attention is "
+                             f"finite. {why}")
 
 
 def trace_attention(kernel, heads: int, seq: int, head_dim: int, *, seed: int = 0):
@@ -227,8 +263,7 @@ def trace_attention(kernel, heads: int, seq: int, head_dim: int, *, seed: int = 
     out = np.full(q.shape, np.nan, dtype=np.float32)
     lse = np.full(q.shape[:2], np.nan, dtype=np.float32)
     with _quiet():
-        return tracing.trace(kernel, grid, block, q, k, v, out, lse,
-                             np.float32(1 / math.sqrt(head_dim)))
+        return traced(kernel, grid, block, q, k, v, out, lse, np.float32(1 / math.sqrt(head_dim)))
 
 
 def _block_rows(block: tuple, seq: int) -> range:
@@ -244,6 +279,24 @@ def _by_block(trace, name: str, kind: str) -> dict:
         block = ("host",) if thread == ("host",) else thread[0]
         found[block].update(elements)
     return found
+
+
+def _idle_threads(trace, name: str, block: tuple, role: str) -> str:
+    """Why a block missed part of a key or value tile, when some of its threads read none
+    of it: they returned early, or a guard kept them from loading their share."""
+    if role == "q":
+        return ""
+    reads = trace.accesses(name, "read")
+    idle = [thread[1][0] for thread in trace.threads
+            if thread[0] == block and not reads.get(thread)]
+    if not idle:
+        return ""
+    shown = ", ".join(map(str, idle[:4])) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
+    return (f". Threads {shown} of block {block} read no element of {name}: every thread "
+            "of a block, also one whose row lies past the end of the sequence, must copy its "
+            "share of each tile and reach every barrier. A thread that returns early (or "
+            "whose load sits under the row's bounds test) leaves its share unloaded; and a "
+            "barrier that some threads of a block never reach is undefined on a GPU")
 
 
 def _shown(name: str, elements) -> str:
@@ -353,7 +406,7 @@ def expect_accesses(kernel, heads: int, seq: int, head_dim: int, *, causal: bool
             if missing:
                 fail(f"block {block} never read {_shown(name, missing[:3])}"
                      f"{f' and {len(missing) - 3} more' if len(missing) > 3 else ''}; "
-                     f"it must read {wanted_rows}")
+                     f"it must read {wanted_rows}{_idle_threads(trace, name, block, role)}")
     # The output: each element once, by the block that owns its row.
     for name, shape in ((out, (heads, seq, head_dim)), (lse, (heads, seq))):
         written = _by_block(trace, name, "write")

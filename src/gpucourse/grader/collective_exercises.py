@@ -115,9 +115,11 @@ def check_collective(function, collective, world_sizes=(2, 3, 4), lengths=(10, 2
       and must end with the whole tensor;
     * "all_reduce": every rank must end with the sum of all ranks' tensors.
 
-    Sums are compared with a float64 sum of the inputs (to 1e-12 relative in
-    float64, 1e-5 in float32), gathered chunks exactly. The messages each rank
-    sent and received are checked against the ring (``expected_messages``).
+    The messages each rank sent and received are checked first, against the
+    ring (``expected_messages``): on 3 or more ranks a message to or from the
+    wrong neighbour is named (on 2, the next and the previous rank are one).
+    Then sums are compared with a float64 sum of the inputs (to 1e-12 relative
+    in float64, 1e-5 in float32), gathered chunks exactly.
     Raises AssertionError with what went wrong, on which rank, world size and
     length; bad arguments raise ValueError.
     """
@@ -156,11 +158,14 @@ def check_collective(function, collective, world_sizes=(2, 3, 4), lengths=(10, 2
         for index, length in enumerate(lengths):
             where = f"{name} on {world_size} processes, a {dtype} tensor of {length} elements"
             inputs = [per_rank[rank][index][0] for rank in range(world_size)]
+            # The most precise failure first: who talked to whom, and how much, names a
+            # wrong neighbour or a wrong chunk, where the values would only differ.
             for rank in range(world_size):
-                _, result, messages = per_rank[rank][index]
-                _check_result(collective, inputs, result, length, world_size, rank, dtype,
-                              where)
-                _check_messages(collective, messages, length, world_size, rank, where)
+                _check_messages(collective, per_rank[rank][index][2], length, world_size,
+                                rank, where)
+            for rank in range(world_size):
+                _check_result(collective, inputs, per_rank[rank][index][1], length,
+                              world_size, rank, dtype, where)
 
 
 def _check_result(collective, inputs, result, length, world_size, rank, dtype, where):

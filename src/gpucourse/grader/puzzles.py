@@ -31,7 +31,7 @@ from gpucourse.grader import ptx, tracing
 # Shared with the other kernel checks (and the puzzles' own: `puzzles.blocks`,
 # `puzzles.random_vector`, `puzzles.random_matrix`).
 from gpucourse.grader.launches import (_whole, blocks, random_matrix,  # noqa: F401
-                                       random_vector)
+                                       random_vector, traced)
 
 # Where a puzzle's output starts: a float element no thread writes stays NaN,
 # an integer one stays -1.
@@ -218,27 +218,33 @@ def check_puzzle(kernel, grid, block, args, expected, *, output: str = "out",
                  shared_reads: int | None = None, shared_writes: int | None = None,
                  uses_shared: bool | None = None, total_reads: dict | None = None,
                  coalesced: dict | None = None, not_read: dict | None = None,
-                 rel: float = 1e-5, abs: float = 1e-5) -> tracing.Trace:
+                 compiles: dict | None = None, rel: float = 1e-5,
+                 abs: float = 1e-5) -> tracing.Trace:
     """Launch a puzzle's kernel on the simulator and check its answer and its accesses.
 
     ``kernel[grid, block](*args)`` runs with each array argument counted (see
     :func:`tracing.trace`); ``output`` names the kernel's parameter that
     holds the result, which must come in as :func:`blank` so that unwritten
-    elements show. Checks, in order, each failing with an AssertionError that
-    says what to fix:
+    elements show. Checks, the most precise first, each failing with an
+    AssertionError that says what to fix:
 
-    1. the kernel uses no NumPy;
-    2. every element of ``output`` is written by exactly one thread;
-    3. ``output`` equals ``expected`` (float64, computed by the test cell) to
-       ``rel``/``abs`` (exactly, for integer outputs), with the output's dtype;
-    4. no thread reads or writes more than ``reads``/``writes``
+    1. the kernel uses no NumPy, and no thread indexes outside an array (the
+       message names the array, the block and the thread);
+    2. no thread reads or writes more than ``reads``/``writes``
        ({parameter: most elements per thread}), ``shared_reads``/
        ``shared_writes`` (per thread, all shared arrays together), and shared
        memory is used (or not) as ``uses_shared`` says;
-    5. ``total_reads`` ({parameter: most reads by all threads together});
+    3. ``total_reads`` ({parameter: most reads by all threads together});
        ``coalesced`` ({parameter: "read" or "write"}) see :func:`expect_coalesced`;
        ``not_read`` ({parameter: boolean mask, or (mask, why)}) elements no
-       thread may read.
+       thread may read;
+    4. ``compiles`` ({"what": ..., "shared": True, "barriers": True}, the
+       arguments of :func:`check_compiles`): the kernel compiled for a GPU, on
+       ``args``, has what the puzzle is about (a missing barrier is named here,
+       before the values it spoils); compiled once per kernel and argument types;
+    5. every element of ``output`` is written by exactly one thread;
+    6. ``output`` equals ``expected`` (float64, computed by the test cell) to
+       ``rel``/``abs`` (exactly, for integer outputs), with the output's dtype.
 
     Returns the :class:`tracing.Trace` for further checks.
     """
@@ -269,24 +275,49 @@ def check_puzzle(kernel, grid, block, args, expected, *, output: str = "out",
                              f"{'is' if len(unknown) == 1 else 'are'} not a parameter of "
                              f"{_name(kernel)} ({', '.join(names)})")
 
+    for name, kind in (coalesced or {}).items():
+        if kind not in ("read", "write"):
+            raise ValueError(f"coalesced[{name!r}] must be 'read' or 'write', got {kind!r}")
+
     expect_no_numpy(kernel)
-    run = tracing.trace(kernel, grid, block, *args)
-    expect_each_written_once(run, output)
-    exact = result.dtype.kind in "iu"
-    expect_array(result, reference, dtype=result.dtype, rel=0.0 if exact else rel,
-                        abs=0.0 if exact else abs, name=f"{output} of {_name(kernel)}")
+    run = traced(kernel, grid, block, *args)
+    # The most precise failure first: what a thread touched, then what was written,
+    # and the values last (a wrong access usually explains a wrong value).
     run.expect(reads=reads, writes=writes, shared_reads=shared_reads,
                shared_writes=shared_writes, uses_shared=uses_shared)
     for name, limit in (total_reads or {}).items():
         expect_total(run, name, limit)
     for name, kind in (coalesced or {}).items():
-        if kind not in ("read", "write"):
-            raise ValueError(f"coalesced[{name!r}] must be 'read' or 'write', got {kind!r}")
         expect_coalesced(run, name, kind)
     for name, rule in (not_read or {}).items():
         mask, why = rule if isinstance(rule, tuple) else (rule, "")
         expect_not_read(run, name, mask, why)
+    if compiles is not None:
+        _compiled_once(kernel, args, compiles)
+    expect_each_written_once(run, output)
+    exact = result.dtype.kind in "iu"
+    expect_array(result, reference, dtype=result.dtype, rel=0.0 if exact else rel,
+                        abs=0.0 if exact else abs, name=f"{output} of {_name(kernel)}")
     return run
+
+
+# {(id of the kernel, argument types, options): (the kernel, its PTX facts)}; the kernel
+# is kept so that its id is not reused while the entry lives.
+_COMPILED: dict = {}
+
+
+def _compiled_once(kernel, args, compiles: dict):
+    """check_compiles(kernel, *args, **compiles), compiled once per kernel, argument
+    types and options (the hidden tests launch one kernel on several sizes)."""
+    if not isinstance(compiles, dict) or set(compiles) - {"what", "shared", "barriers"}:
+        raise ValueError(f"compiles must be a dict of check_compiles' what, shared and "
+                         f"barriers, got {compiles!r}")
+    types = tuple((a.dtype.str, a.ndim) if isinstance(a, np.ndarray) else type(a).__name__
+                  for a in args)
+    key = (id(kernel), types, tuple(sorted(compiles.items())))
+    if key not in _COMPILED:
+        _COMPILED[key] = (kernel, check_compiles(kernel, *args, **compiles))
+    return _COMPILED[key][1]
 
 
 def check_compiles(kernel, *example_args, what: str | None = None,

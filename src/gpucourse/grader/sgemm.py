@@ -37,8 +37,9 @@ from gpucourse.grader.expect import expect_array
 from gpucourse.grader.own_work import expect_own_work as _expect_own_work
 from gpucourse.grader import ptx, tracing
 # Shared by the three kernel-exercise modules (and re-exported: `check.blocks`,
-# `check.random_matrix`).
-from gpucourse.grader.launches import _quiet, _stopping, _whole, blocks, random_matrix
+# `check.random_matrix`); an index outside an array fails naming the array, block and thread.
+from gpucourse.grader.launches import (_quiet, _stopping, _whole, blocks, naming_out_of_bounds,
+                                       random_matrix, traced)
 from numba import float32  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 LEVELS = ("1", "2", "3", "4a", "4b", "5")
@@ -138,8 +139,9 @@ def run(kernel, a: np.ndarray, b: np.ndarray, grid, block) -> np.ndarray:
             raise ValueError(f"{name} must be a 2D float32 numpy array, got {x!r}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"a's columns must match b's rows, got {a.shape} and {b.shape}")
-    c = cuda.to_device(np.full((a.shape[0], b.shape[1]), np.nan, dtype=np.float32))
-    with _quiet(), _stopping():
+    host_c = np.full((a.shape[0], b.shape[1]), np.nan, dtype=np.float32)
+    c = cuda.to_device(host_c)
+    with naming_out_of_bounds(kernel, grid, block, a, b, host_c), _quiet(), _stopping():
         kernel[grid, block](cuda.to_device(a), cuda.to_device(b), c)
     return c.copy_to_host()
 
@@ -188,7 +190,7 @@ def trace_level(kernel, level, m: int, n: int, k: int, config=None, *, seed: int
     c = np.full((m, n), np.nan, dtype=np.float32)
     _parameters(kernel)
     with _quiet():
-        return tracing.trace(kernel, grid, block, a, b, c)
+        return traced(kernel, grid, block, a, b, c)
 
 
 def _parameters(kernel) -> tuple[str, str, str]:
