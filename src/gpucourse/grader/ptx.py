@@ -46,6 +46,9 @@ DEFAULT_CC = (9, 0)
 # Library helpers a kernel may call: 128-bit loads and stores.
 ALLOWED_HELPER_MODULES = ("gpucourse.kernels.vector", "gpucourse.kernels._vector_load",
                           "gpucourse.kernels._vector_store")
+# The course's tensor-core instructions a kernel may call: compiler intrinsics on a
+# GPU, Python stand-ins on the simulator, so imported by name into the compiled source.
+INSTRUCTION_MODULES = ("gpucourse.kernels.tensor_cores.intrinsics",)
 
 
 # --------------------------------------------------------------------------
@@ -211,6 +214,11 @@ def kernel_module_source(kernel) -> tuple[str, str]:
                     define(fn, used, f"{used} = numba.{value}")
                 else:
                     define(fn, used, f"{used} = numba.types.{value}")
+            elif getattr(getattr(value, "py_func", value), "__module__", "") \
+                    in INSTRUCTION_MODULES:
+                function = getattr(value, "py_func", value)
+                define(fn, used, f"from {function.__module__} import {function.__name__} as "
+                                 f"{used}")
             elif _is_jitted(value):
                 if not _is_device_function(value):
                     raise KernelSourceError(f"{fn.__name__} calls {used}, a kernel; a kernel "
