@@ -19,7 +19,9 @@ synccheck and racecheck find them on a GPU):
   picks, so a missing barrier shows up only sometimes. Here each access to a
   shared slot is recorded with the thread's barrier count: two threads
   touching one slot between the same two barriers, one of them writing, is a
-  race, reported with the slot, both threads and the lines.
+  race, reported with the slot, both threads and the lines (a thread writing the
+  value another thread wrote, as when every thread copies the same tile, is
+  not: the slot ends the same whichever goes first).
 
 An index outside a shared array (the simulator wraps negative ones around) is
 an IndexError naming the array, the thread and the block. Use it as::
@@ -202,6 +204,7 @@ class SanitizedShared:
         self.writer = [-1] * n
         self.write_epoch = [-1] * n
         self.write_site = [None] * n
+        self.write_value = [None] * n
         self.reader = [-1] * n
         self.read_epoch = [-1] * n
         self.read_site = [None] * n
@@ -243,7 +246,7 @@ class SanitizedShared:
         position = np.unravel_index(flat, self.shape)
         return f"{self.name}[{', '.join(str(int(i)) for i in position)}]"
 
-    def _check(self, index, writing: bool, site) -> None:
+    def _check(self, index, writing: bool, site, value=None) -> None:
         thread = threading.current_thread()
         me = getattr(thread, "thread_id", None)
         if me is None:
@@ -259,7 +262,7 @@ class SanitizedShared:
         # updating a slot at the same moment are racing anyway, and one of them is seen.
         for flat in flats:
             if writing:
-                self._write(flat, thread, epoch, me, site, atomic)
+                self._write(flat, thread, epoch, me, site, atomic, value)
             else:
                 self._read(flat, thread, epoch, me, site, atomic)
 
@@ -298,17 +301,20 @@ class SanitizedShared:
         elif self.reader[flat] != me:
             self.many_readers[flat] = 1
 
-    def _write(self, flat, thread, epoch, me, site, atomic) -> None:
+    def _write(self, flat, thread, epoch, me, site, atomic, value) -> None:
         self.written[flat] = 1
         if atomic:
             return
         if self.write_epoch[flat] == epoch and self.writer[flat] != me:
+            if np.size(value) == 1 and self.write_value[flat] == value:
+                return  # the same value again: whichever goes first, the slot ends the same
             self._race(flat, thread, self.writer[flat], self.write_site[flat], "wrote/wrote",
                        site)
         elif self.read_epoch[flat] == epoch and (self.reader[flat] != me
                                                  or self.many_readers[flat]):
             other = self.reader[flat] if self.reader[flat] != me else -1
             self._race(flat, thread, other, self.read_site[flat], "read/wrote", site)
+        self.write_value[flat] = value  # before the writer: whoever sees this writer sees it
         self.writer[flat] = me
         self.write_epoch[flat] = epoch
         self.write_site[flat] = site
@@ -320,7 +326,7 @@ class SanitizedShared:
 
     def __setitem__(self, index, value):
         caller = sys._getframe(1)
-        self._check(index, True, (caller.f_code, caller.f_lineno))
+        self._check(index, True, (caller.f_code, caller.f_lineno), value)
         self.inner[index] = value
 
     def __array__(self, dtype=None, copy=None):
