@@ -14,9 +14,10 @@ same precision, whose flash backend is FlashAttention-2, and whose
 memory-efficient backend is the fp32 benchmark's peer. The backward pass is
 timed too, in float16 and bfloat16, against the two backends' backward in
 the same type: flash_bwd_<type> is flash_attention_backward's default for
-the type (for float16 the version recorded as backward_version, halves in
-and out, float32 inside; for bfloat16 version 5, FlashAttention-2's
-backward in half precision), and flash_bwd_v5_fp16 is version 5 in float16.
+the type, version 5 for both on a GPU with tensor cores (FlashAttention-2's
+backward in half precision; version 4, which converts halves to float32 as
+it loads them, ran 2.7-5.0 times as long in float16 at these shapes on an
+H200: benchmarks/NOTES.md).
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
 for float16 and bfloat16: ours, SDPA flash, SDPA memory-efficient, and ours in
@@ -46,7 +47,6 @@ import torch  # noqa: E402
 from torch.nn.attention import SDPBackend  # noqa: E402
 
 from gpucourse.kernels import attention as A  # noqa: E402
-from gpucourse.kernels.attention import DEFAULT_VERSION  # noqa: E402
 from gpucourse.results import gpu_slug  # noqa: E402
 
 
@@ -85,9 +85,6 @@ def backward_rows(bench, q, k, v, causal, seq, d, tag):
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
     calls = {f"flash_bwd_{tag}": lambda: flash_attention_backward(
         q, k, v, out, lse, dout, causal=causal)}
-    if tag == "fp16":  # FlashAttention-2's backward in half precision, beside the default
-        calls["flash_bwd_v5_fp16"] = lambda: flash_attention_backward(
-            q, k, v, out, lse, dout, causal=causal, version=5)
     for name, backend in ((f"sdpa_flash_bwd_{tag}", SDPBackend.FLASH_ATTENTION),
                           (f"sdpa_efficient_bwd_{tag}", SDPBackend.EFFICIENT_ATTENTION)):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
@@ -174,7 +171,7 @@ def main(argv=None):
         "method": (f"CUDA events after warm-up, the variants of one case timed in turns, "
                    f"median of {ROUNDS} rounds; errors: largest absolute difference from "
                    f"float32 attention (TF32 off) on the same half-precision values"),
-        "backward_version": DEFAULT_VERSION,
+        "backward_version": 5,  # the default for both types on a GPU with tensor cores
         "results": rows,
     }
     out_dir = Path(args.out)

@@ -11,14 +11,14 @@
 #   hgemm      benchmarks/hgemm.py (half_matmul and tf32_matmul against cuBLAS);
 #   attention  benchmarks/attention_half.py (forward and backward against SDPA flash);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0);
-#   ncu        Nsight Compute profiles of half_matmul and of half-precision
-#              attention (benchmarks/ncu_targets.py), reduced by
-#              benchmarks/ncu_summary.py.
+#   ncu        Nsight Compute profiles of half_matmul, tf32_matmul, half-precision
+#              attention and its backward's two kernels (benchmarks/ncu_targets.py),
+#              reduced by benchmarks/ncu_summary.py (the details pages in a .tgz).
 # Results files land in OUT with a log of the whole run (OUT/gpu_log-PARTS.txt);
 # copy them into benchmarks/results to commit them. The raw Nsight reports stay
 # in /tmp (the device tool returns at most 8 files).
 set -u
-OUT="$1"; shift
+OUT=$(mkdir -p "$1" && cd "$1" && pwd); shift
 export PYTHONPATH=$PWD/src GPUCOURSE_DEVICE=gpu PYTHONWARNINGS=ignore
 mkdir -p "$OUT"
 LOG="$OUT/gpu_log-$(echo "$@" | tr ' ' '-').txt"
@@ -35,27 +35,32 @@ for part in "$@"; do
             tests/test_attention_backward.py tests/test_attention_half.py \
             tests/test_tensor_cores.py tests/test_tinygpt.py 2>&1 | tail -150 ;;
     hgemm)
-        (cd benchmarks && timeout 400 python3 hgemm.py --out "../$OUT" 2>&1 | grep -v Warning | tail -60) ;;
+        (cd benchmarks && timeout 400 python3 hgemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -60) ;;
     attention)
-        (cd benchmarks && timeout 500 python3 attention_half.py --out "../$OUT" 2>&1 \
+        (cd benchmarks && timeout 500 python3 attention_half.py --out "$OUT" 2>&1 \
             | grep -v Warning | tail -60) ;;
     tinygpt)
         (cd benchmarks && timeout 550 python3 tinygpt.py --runs pytorch_bf16,course_bf16 --seeds 0 \
-            --out "../$OUT" 2>&1 | tail -12) ;;
+            --out "$OUT" 2>&1 | tail -12) ;;
     ncu)
         mkdir -p /tmp/ncu
-        for target in hgemm attention; do
-            kernel=$([ "$target" = hgemm ] && echo make_hgemm_kernel || echo make_flash_half_kernel)
-            timeout 200 ncu --clock-control none -k "regex:$kernel" --launch-skip 3 -c 1 --set full \
-                -f -o "/tmp/ncu/$target" python3 benchmarks/ncu_targets.py "$target" > /dev/null 2>&1
-            ncu -i "/tmp/ncu/$target.ncu-rep" --page details > "/tmp/ncu/$target.txt" 2>&1
-            ncu -i "/tmp/ncu/$target.ncu-rep" --page source --csv --print-source sass \
-                > "/tmp/ncu/${target}_sass.csv" 2>&1
-            cp "/tmp/ncu/$target.txt" "$OUT/ncu_$target-$SLUG-$TODAY.txt"
+        labels=()
+        for job in hgemm:hgemm:make_hgemm_kernel tf32:tf32:make_tf32_kernel \
+                   attention:attention:make_flash_half_kernel \
+                   dkdv:backward:make_dkdv_kernel dq:backward:make_dq_kernel; do
+            IFS=: read -r label target kernel <<< "$job"
+            timeout 150 ncu --clock-control none -k "regex:$kernel" --launch-skip 3 -c 1 \
+                --set full -f -o "/tmp/ncu/$label" python3 benchmarks/ncu_targets.py "$target" \
+                > /dev/null 2>&1 || echo "ncu $label failed"
+            ncu -i "/tmp/ncu/$label.ncu-rep" --page details > "/tmp/ncu/$label.txt" 2>&1
+            ncu -i "/tmp/ncu/$label.ncu-rep" --page source --csv --print-source sass \
+                > "/tmp/ncu/${label}_sass.csv" 2>&1
+            labels+=("$label=/tmp/ncu/$label")
         done
+        tar czf "$OUT/ncu_details-$SLUG-$TODAY.tgz" -C /tmp/ncu $(cd /tmp/ncu && ls *.txt)
         python3 benchmarks/ncu_summary.py "$OUT/half_precision_ncu-$SLUG-$TODAY.json" \
-            "hgemm=/tmp/ncu/hgemm" "attention=/tmp/ncu/attention" --date "$TODAY" --gpu "$GPU" \
-            --note "half_matmul level 7 at 4096^3 fp16; flash_attention fp16 B4 H16 N4096 d64 causal" ;;
+            "${labels[@]}" --date "$TODAY" --gpu "$GPU" \
+            --note "fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels" ;;
     *) echo "unknown part $part" ;;
     esac
 done

@@ -9,7 +9,10 @@
 
 `hgemm`: half_matmul (level 7, its default) on a 4096^3 fp16 product.
 `attention`: flash_attention's forward in fp16 at B4 H16 N4096 d64, causal
-(FlashAttention-2 in half precision, attention.half). The warm-up calls
+(FlashAttention-2 in half precision, attention.half). `tf32`: tf32_matmul
+in one pass at 4096^3. `backward`: flash_attention_backward in fp16 at B4
+H16 N4096 d64, not causal (version 5: its dK/dV kernel and its dQ kernel,
+profiled one at a time). The warm-up calls
 compile the kernels; Nsight Compute's filter (-k, -c 1) then profiles the
 first launch whose kernel name matches, so warm-up launches are skipped with
 --launch-skip where a name repeats (the script prints how many launches of
@@ -32,8 +35,8 @@ WARM_UP = 3
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv not in (["hgemm"], ["attention"]):
-        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|attention")
+    if argv not in (["hgemm"], ["attention"], ["tf32"], ["backward"]):
+        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|attention|tf32|backward")
     import torch
 
     torch.manual_seed(0)
@@ -42,12 +45,24 @@ def main(argv=None) -> int:
 
         a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
         call = lambda: half_matmul(a, b)  # noqa: E731
-    else:
+    elif argv == ["tf32"]:
+        from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
+
+        a, b = (torch.randn(4096, 4096, device="cuda") for _ in range(2))
+        call = lambda: tf32_matmul(a, b, passes=1)  # noqa: E731
+    elif argv == ["attention"]:
         from gpucourse.kernels.attention import flash_attention
 
         q, k, v = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.float16)
                    for _ in range(3))
         call = lambda: flash_attention(q, k, v, causal=True)  # noqa: E731
+    else:
+        from gpucourse.kernels.attention import flash_attention, flash_attention_backward
+
+        q, k, v, dout = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.float16)
+                         for _ in range(4))
+        out, lse = flash_attention(q, k, v, return_lse=True)
+        call = lambda: flash_attention_backward(q, k, v, out, lse, dout)  # noqa: E731
     for _ in range(WARM_UP + 1):
         call()
     torch.cuda.synchronize()

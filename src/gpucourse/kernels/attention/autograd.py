@@ -39,9 +39,9 @@ def _torch_function():
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
-            # The default version for the dtype: DEFAULT_VERSION for float32 and
-            # float16 (converting as it loads), 5 for bfloat16 (CUDA tensors),
-            # FlashAttention-2's backward in half precision.
+            # The default version for the inputs: FlashAttention-2's backward in
+            # half precision (version 5) for bfloat16, and for float16 on a GPU
+            # with tensor cores; DEFAULT_VERSION for float32.
             grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
             return (*(_torch_side(g, q) for g in grads), None, None)
 

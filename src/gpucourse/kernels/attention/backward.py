@@ -110,7 +110,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     ``flash_attention(..., return_lse=True)`` returns it. All numpy arrays,
     all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: None (the
-    default) is DEFAULT_VERSION for float32 and float16 and 5 for bfloat16;
+    default) is 5 for bfloat16, and for float16 CUDA tensors on a GPU with
+    tensor cores (head_dim in half.HALF_HEAD_DIMS); DEFAULT_VERSION otherwise;
     otherwise 4 (DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
     its last bits can change from call to call), 1 (one row per thread, the
     plainest form; kept as the reference the speed-ups are measured against),
@@ -146,7 +147,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     causal = _check_flag("causal", causal)
     s = _check_scale(scale, head_dim)
     if version is None:
-        version = 5 if io == "bfloat16" else DEFAULT_VERSION
+        version = _default_version(kind, io, head_dim)
     if isinstance(version, bool) or version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     if io == "bfloat16" and version != 5:
@@ -308,6 +309,22 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
     if io != "float32":
         rounding, _ = launchable(_rounding_kernel(io), (flat32, types.Array(element, 1, "C")))
     return core_launch(), (row_dot, zero, function, rounding), stream, (threads, tile, shared)
+
+
+def _default_version(kind: str, io: str, head_dim: int) -> int:
+    """The version a call without one runs: 5 for bfloat16, and for float16
+    CUDA tensors on a GPU with tensor cores at the half kernels' head dims
+    (3-4 times as fast as version 4 there: results/attention_half-h200-2026-11-28.json);
+    DEFAULT_VERSION otherwise."""
+    from gpucourse.kernels.attention.half import HALF_HEAD_DIMS
+    from gpucourse.kernels.launch import has_tf32_tensor_cores
+
+    if io == "bfloat16":
+        return 5
+    if io == "float16" and kind == "torch" and on_gpu() and head_dim in HALF_HEAD_DIMS \
+            and has_tf32_tensor_cores(_current_gpu()):
+        return 5
+    return DEFAULT_VERSION
 
 
 def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):

@@ -7,7 +7,7 @@ cuBLAS (``hgemm_ladder`` level 7): tiles of 128 x 128, 16 deep, copied by
 ``cp.async`` four stages ahead into swizzled shared memory, 8 warps of 64 x
 32, blocks in groups of rows for L2, every address worked out before the
 walk along K. (Chosen so that ptxas keeps everything in registers, 212 of
-them for one pass and 248 for three, without spilling; 32-deep tiles or 4
+them for one pass and 255 for three, without spilling; 32-deep tiles or 4
 warps of 64 x 64 spill. Not yet timed on a GPU.)
 What differs is the element, 4 bytes instead of 2:
 
@@ -24,8 +24,11 @@ What differs is the element, 4 bytes instead of 2:
 * Each value is rounded to TF32 (``cvt.rna.tf32.f32``) as it is read; with
   passes=3 (3xTF32) it is split into big = tf32(x) and small = tf32(x - big),
   and each product is a_small b_big + a_big b_small + a_big b_big, three
-  instructions into one float32 sum (small ones first, as CUTLASS's
-  OpMultiplyAddFastF32 does), for about fp32's accuracy.
+  instructions (small ones first, as CUTLASS's OpMultiplyAddFastF32 does),
+  for about fp32's accuracy. Those sums start from zero at each tile of K
+  and are added to C's by ordinary float32 adds: the tensor cores truncate
+  each sum they make, and one chain of them along the whole of K (three per
+  step of 8) drifted to 25 times cuBLAS fp32's error at 4096^3 on an H200.
 
 A and B travel as uint16 views of their float32 bits (the copies move bits;
 ``moves``). K and N must be multiples of 4 (16 bytes); ``tf32_matmul`` pads
@@ -72,6 +75,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
     stage = stage_a + bk * bn
     steps = bk // 8
     acc_size, a_size, b_size = tiles_m * tiles_n * 4, tiles_m * 4, tiles_n * 2
+    part_size = acc_size if passes == 3 else 1
     a_tile_bytes = 16 * bk * 4  # 16 rows of A's tile
     wait = cp_async_wait(stages - 2)
     block_tile = make_block_order(bm, bn, group_m)
@@ -173,6 +177,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         a_small = cuda.local.array(a_size, float32)
         b_big = cuda.local.array(b_size, float32)
         b_small = cuda.local.array(b_size, float32)
+        part = cuda.local.array(part_size, float32)
         for i in range(acc_size):
             acc[i] = float32(0.0)
         a_advance, b_advance = uint64(4 * bk), uint64(4 * bk) * uint64(n)
@@ -207,17 +212,31 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
             # The steps of 8 along K written out (bk <= 32: at most four), so
             # that each step's addresses and fragments are constants the
             # compiler keeps in registers (a loop over them it would not unroll).
-            one_step(0, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g, t,
+            # With 3 passes they sum into `part`, which starts from zero each
+            # tile and is then added to acc by ordinary float32 adds: the
+            # tensor cores truncate each sum they make, at the size of the
+            # sum, so a long chain of them inside the mma (K / 8 x 3 of
+            # them) drifts towards zero; a tile's short chain, then rounded
+            # adds, keeps 3xTF32 near fp32's accuracy.
+            into = acc
+            if passes == 3:
+                into = part
+                for i in range(part_size):
+                    part[i] = float32(0.0)
+            one_step(0, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g, t,
                      warp_col)
             if steps > 1:
-                one_step(1, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                one_step(1, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
                          t, warp_col)
             if steps > 2:
-                one_step(2, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                one_step(2, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
                          t, warp_col)
             if steps > 3:
-                one_step(3, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g,
+                one_step(3, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
                          t, warp_col)
+            if passes == 3:
+                for i in range(part_size):
+                    acc[i] += part[i]
             read = read + stage if read + stage < stages * stage else 0
             fill = fill + stage if fill + stage < stages * stage else 0
         for tm in range(tiles_m):
