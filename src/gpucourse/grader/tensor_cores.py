@@ -25,7 +25,11 @@ step in half precision. The checks, none of which needs a GPU:
   tile and every 16-byte store into it must be free of bank conflicts.
 * **The NumPy exercises** are compared with references built from other
   means than the answer's: the package's bf16 rounding on the simulator
-  (torch's on a GPU), NumPy's float16, the package's ``round_to_tf32``.
+  (torch's on a GPU), NumPy's float16, the package's ``round_to_tf32`` and
+  its half-precision softmax step
+  (:mod:`gpucourse.kernels.tensor_cores.half_step`). A reference that does an
+  exercise's work lives in the package, never here: the run-time watch lets an
+  answer run the grader's code, not the package's.
 
 The HGEMM's tile constants live here, so that the exercise, the launch and
 the access limits cannot drift apart. Every check raises ``AssertionError``
@@ -408,7 +412,7 @@ def expect_swizzle(swizzled_chunk, chunks_per_row: int, rows: int = 16) -> None:
 
 
 # --------------------------------------------------------------------------
-# The precision lab and the half-precision tile step
+# The precision lab
 # --------------------------------------------------------------------------
 
 def bf16_reference(x) -> np.ndarray:
@@ -437,17 +441,3 @@ def rounded(x, fmt: str) -> np.ndarray:
         return round_to_tf32(x).astype(np.float64)
     raise ValueError(f"fmt must be 'fp16', 'bf16' or 'tf32', got {fmt!r}")
 
-
-def half_tile_step_reference(row_max, row_sum, acc, scores, values):
-    """One key/value tile of the online softmax as the half-precision kernel does it:
-    statistics and P in float32, P rounded to float16 for the P V product, whose
-    products are exact and whose sums are float32 (here: float64, rounded once)."""
-    row_max, row_sum, acc, scores = (np.asarray(x, dtype=np.float32)
-                                     for x in (row_max, row_sum, acc, scores))
-    new_max = np.maximum(row_max, scores.max(axis=1))
-    shift = np.where(np.isneginf(new_max), np.float32(0), new_max)
-    alpha = np.exp(row_max - shift)
-    p = np.exp(scores - shift[:, None])
-    pv = (p.astype(np.float16).astype(np.float64) @ np.asarray(values, np.float64))
-    return (new_max, alpha * row_sum + p.sum(axis=1, dtype=np.float32),
-            alpha[:, None] * acc + pv.astype(np.float32))
