@@ -181,7 +181,8 @@ def test_the_hgemm_ladder_is_the_committed_rows_in_order():
     assert rows[4]["tflops"] == level5["tflops"] and rows[4]["vs_cublas"] == level5["vs_cublas"]
     level1 = _committed_row("tensor_cores-h100-2026-11-26.json", variant="hgemm1_kernel", m=4096)
     assert rows[0]["tflops"] == level1["tflops"]
-    assert rows[-1]["vs_cublas"] == 1.0
+    assert rows[-1]["vs_cublas"] == 1.0  # cuBLAS timed in turns with level 5, as level 5 saw it:
+    assert rows[-1]["tflops"] == pytest.approx(level5["tflops"] / level5["vs_cublas"], rel=0.02)
     assert "| 5 cp.async pipeline |" in TC.hgemm_ladder_markdown(rows)
     with pytest.raises(ValueError, match="no row"):
         TC.hgemm_ladder_rows(results.load_results("hgemm"), dtype="fp8")
