@@ -49,7 +49,7 @@ from gpucourse.grader.launches import _quiet, _stopping, _whole, blocks
 from gpucourse.grader.own_work import expect_own_work as _expect_own_work
 from gpucourse.grader.own_work import global_names, visible_names
 from gpucourse.kernels.tensor_cores import fragments
-from gpucourse.kernels.tensor_cores.banks import bank_conflicts, ldmatrix_x4_rows
+from gpucourse.kernels.tensor_cores.banks import CHUNK_BYTES, bank_conflicts, ldmatrix_x4_rows
 from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls, round_to_tf32
 
 # What a kernel or a function of these exercises may call in the course's package.
@@ -181,7 +181,15 @@ def _run(kernel, grid, block, *args):
     forget_earlier_calls()
     with _quiet():
         if not on_gpu():
-            return tracing.trace(kernel, grid, block, *args)
+            try:
+                return tracing.trace(kernel, grid, block, *args)
+            except KeyError as error:  # the stand-in found a lane's fragments missing
+                lane = str(error).rsplit(" ", 1)[-1].strip("'\"")  # after the simulator's tid
+                raise AssertionError(
+                    f"a lane of a warp did not call mma_m16n8k16 with the others (the "
+                    f"simulator's stand-in missed lane {lane}): every lane of every warp "
+                    "must call it, the same number of times, also where its elements lie "
+                    "outside the matrices") from None
         with _stopping():
             device = [cuda.to_device(x) if isinstance(x, np.ndarray) else x for x in args]
             kernel[grid, block](*device)
@@ -194,7 +202,8 @@ def _run(kernel, grid, block, *args):
 def _names(kernel, count: int) -> tuple:
     function = getattr(kernel, "py_func", None)
     if function is None:
-        raise ValueError(f"kernel must be a @cuda.jit kernel, got {type(kernel).__name__}")
+        raise AssertionError(f"the kernel must be a @cuda.jit function, got "
+                             f"{type(kernel).__name__}")
     code = function.__code__
     if code.co_argcount != count:
         raise AssertionError(f"{function.__name__} must take {count} arguments, takes "
@@ -355,7 +364,7 @@ def _address(place, row: int, chunk: int, chunks_per_row: int) -> int:
     if isinstance(stored, bool) or not isinstance(stored, (int, np.integer)):
         raise AssertionError(f"the layout must return an int (the stored chunk), got "
                              f"{stored!r} for row {row}, chunk {chunk}")
-    return (row * chunks_per_row + int(stored)) * 16
+    return (row * chunks_per_row + int(stored)) * CHUNK_BYTES
 
 
 def read_conflicts(place, chunks_per_row: int, rows: int = 16) -> int:
@@ -368,7 +377,7 @@ def read_conflicts(place, chunks_per_row: int, rows: int = 16) -> int:
         for first_chunk in range(0, chunks_per_row - 1, 2):
             lanes = ldmatrix_x4_rows(first_row, first_chunk)
             total += bank_conflicts([_address(place, r, c, chunks_per_row) for r, c in lanes],
-                                    16)
+                                    CHUNK_BYTES)
     return total
 
 
@@ -379,7 +388,7 @@ def store_conflicts(place, chunks_per_row: int, rows: int = 16) -> int:
     total = 0
     for start in range(0, len(chunks), WARP):
         total += bank_conflicts([_address(place, r, c, chunks_per_row)
-                                 for r, c in chunks[start:start + WARP]], 16)
+                                 for r, c in chunks[start:start + WARP]], CHUNK_BYTES)
     return total
 
 

@@ -9,17 +9,22 @@ An access wider than 4 bytes a lane is served in *phases*, each covering 128
 bytes' worth of lanes: 16 lanes of 8 bytes, 8 lanes of 16 bytes. An
 ``ldmatrix.x4``, for one, reads four 8 x 8 matrices of halves, each in one
 phase whose 8 lanes give the addresses of its 8 rows of 16 bytes.
-(The banks: CUDA C++ Programming Guide, "Shared Memory" under the compute
-capabilities' notes; the phases of wide accesses: NVIDIA's Nsight Compute
-documentation counts shared-memory wavefronts this way.)
+
+The banks are those of the CUDA C++ Best Practices Guide ("Shared Memory":
+32 banks of 32 bits, successive words in successive banks, a broadcast for
+lanes reading one word). The phases of wide accesses are as NVIDIA's
+engineers describe them on the developer forum ("Unexpected shared memory
+bank conflict", forums.developer.nvidia.com/t/77228: shared memory returns
+128 bytes a cycle, so a 128-bit load takes four requests); it is a model of
+the hardware, as Nsight Compute's counts of wavefronts are its measurement.
 
 :func:`wavefronts` counts the passes of one warp-wide access from its lanes'
 byte addresses; :func:`bank_conflicts` the passes beyond the one each phase
 needs at least; :func:`ldmatrix_x4_rows` says which row and 16-byte chunk of
 a tile each lane of an ``ldmatrix.x4`` names, for a 16 x 16 fragment of A.
-It is numpy-free plain Python, apart from the kernels, because it counts
-addresses rather than running anything: the week-11 exercises and their
-grader count a swizzled tile's reads with it.
+The module counts addresses and runs nothing, so it is plain Python, readable
+without Numba: week 11's exercise on the XOR swizzle and its grader count a
+tile's reads with it.
 """
 
 from __future__ import annotations
