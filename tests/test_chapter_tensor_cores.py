@@ -55,6 +55,7 @@ def test_the_roofline_points_are_the_committed_rows_at_their_ideal_intensity():
     assert half["tflops"] == _committed_row("hgemm-h100-2026-11-28.json", variant="half_matmul",
                                             dtype="fp16", m=4096, n=4096, k=4096)["tflops"]
     assert {p["family"] for p in points.values()} == {"fp32", "half"}
+    assert results.gpu_slug(TC.roofline_gpu()) in TC.PEAKS
 
 
 # -- the formats -----------------------------------------------------------------

@@ -106,6 +106,27 @@ def _newest_of_gpu(benchmark: str, slug: str):
         record["gpu"])).get(slug)
 
 
+ROOFLINE_RUNS = ("tensor_cores", "hgemm", "attention", "attention_half")
+
+
+def roofline_gpu() -> str:
+    """The GPU whose runs the roofline shows: of the GPUs with printed rates
+    (PEAKS) and a committed run of every benchmark in ROOFLINE_RUNS, the one
+    whose newest hgemm run is newest. ValueError if there is none."""
+    complete = None
+    for benchmark in ROOFLINE_RUNS:
+        slugs = set(results.newest_by(benchmark, key=lambda path, record: results.gpu_slug(
+            record["gpu"])))
+        complete = slugs if complete is None else complete & slugs
+    hgemm_runs = [(record["date"], slug, record["gpu"]) for slug, record in results.newest_by(
+        "hgemm", key=lambda path, record: results.gpu_slug(record["gpu"])).items()
+        if slug in complete & set(PEAKS)]
+    if not hgemm_runs:
+        raise ValueError(f"benchmarks/results must hold runs of {ROOFLINE_RUNS} on one GPU of "
+                         f"{sorted(PEAKS)}; none has them all")
+    return max(hgemm_runs)[2]
+
+
 def _row(record, **fields):
     """The first row of a results record whose fields equal `fields`; ValueError if none."""
     for row in record["results"]:
@@ -124,12 +145,12 @@ def roofline_points(gpu: str | None = None, size: int = 4096, seq: int = 4096,
     operand crossing device memory once: ``hpc.matmul_intensity`` at
     size^3, ``hpc.flash_attention_intensity`` at seq and head_dim, not
     causal), tflops (measured) and source (the results file's benchmark and
-    date). `gpu` defaults to the GPU of the newest hgemm run. Matrix products
+    date). `gpu` defaults to roofline_gpu(). Matrix products
     in fp32 come from the tensor_cores run (ours: the SGEMM ladder's best,
     on the CUDA cores), in half precision from the hgemm run; attention in
     fp32 from the attention run (ours on the CUDA cores), in half precision
     from the attention_half run. A run not made on that GPU is left out."""
-    slug = results.gpu_slug(gpu if gpu is not None else results.load_results("hgemm")["gpu"])
+    slug = results.gpu_slug(gpu if gpu is not None else roofline_gpu())
     peaks_of(slug)
     wanted = [
         ("tensor_cores", dict(variant="sgemm", m=size, n=size, k=size),
@@ -575,10 +596,10 @@ def hgemm_ladder_rows(hgemm_record: dict, levels_1_2_record: dict | None = None,
 
 def hgemm_ladder_for(gpu: str | None = None, dtype: str = "fp16", size: int = 4096) -> tuple:
     """(rows, gpu name): hgemm_ladder_rows from the newest hgemm run on `gpu`
-    (default: the GPU of the newest hgemm run), with levels 1 and 2 from the
-    newest tensor_cores run on the same GPU where there is one."""
+    (default: roofline_gpu()), with levels 1 and 2 from the newest
+    tensor_cores run on the same GPU where there is one."""
     if gpu is None:
-        gpu = results.load_results("hgemm")["gpu"]
+        gpu = roofline_gpu()
     slug = results.gpu_slug(gpu)
     hgemm_record = _newest_of_gpu("hgemm", slug)
     if hgemm_record is None:
