@@ -21,14 +21,17 @@ test_dynamic_import_cheats: the fragment places computed by the package's
 ``fragments`` (``importlib``), the library's HGEMM kernels under the
 exercises' names (``__import__`` and ``sys.modules``), the half-precision
 step by ``exec``. Every cheated exercise earns nothing, for the reason its
-check names; the written answers wait for a person.
+check names; the written answers wait for a person. The chapter's hidden
+calls of the package's namesakes (test_dynamic_import_cheats.TARGETS, when it
+lists this chapter) are graded in the same run and checked there.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from test_dynamic_import_cheats import RUNTIME_REASON, cheat_source
+from test_dynamic_import_cheats import (RUNTIME_REASON, check_hidden_calls, cheat_source,
+                                        hidden_submissions, plan)
 from test_grading import (assert_cheat_lost, autograde, exercises_of, filled_in, graded_errors,
                           nbgrader_meta, source_notebook)
 
@@ -201,7 +204,8 @@ def graded(tmp_path_factory):
     """{student: (scores, errors)}, both students graded in one nbgrader run."""
     course = tmp_path_factory.mktemp("course-tensor-cores-cheats")
     submissions = {"cheater": filled_in(CHAPTER, replace=cheats()),
-                   "hider": filled_in(CHAPTER, only=set(), replace=hidden_calls())}
+                   "hider": filled_in(CHAPTER, only=set(), replace=hidden_calls()),
+                   **hidden_submissions(CHAPTER)}
     scores = autograde(CHAPTER, submissions, course)
     return {student: (scores[student], graded_errors(course, CHAPTER, student))
             for student in submissions}
@@ -221,3 +225,10 @@ def test_every_exercise_is_cheated_and_nothing_else_earns(graded):
     assert set(REASONS["cheater"]) == tests
     scores, _ = graded["hider"]
     assert all(scores[test][0] == 0 for test in tests), scores
+
+
+def test_hidden_calls_of_namesakes_earn_nothing(graded):
+    """The namesake cheats of test_dynamic_import_cheats, graded in the same run."""
+    if not hidden_submissions(CHAPTER):
+        pytest.skip(f"test_dynamic_import_cheats.TARGETS does not list {CHAPTER}")
+    check_hidden_calls(CHAPTER, {student: graded[student] for student in plan(CHAPTER)})

@@ -148,3 +148,21 @@ def test_the_half_step_rounds_p_and_nothing_else():
     with pytest.raises(ValueError, match="scores"):
         half_online_softmax_step(np.zeros(1), np.zeros(1), np.zeros((1, 1)), np.zeros((1, 2)),
                                  np.zeros((1, 1), np.float16))
+
+
+def test_a_kernel_calling_the_mma_instruction_is_compiled_with_the_real_one():
+    """On the simulator mma_m16n8k16 is a Python stand-in; the source the PTX compiler
+    gets must import the instruction instead of copying the stand-in."""
+    from gpucourse.device import cuda
+    from gpucourse.grader.ptx import kernel_module_source
+    from gpucourse.kernels.tensor_cores.intrinsics import mma_m16n8k16 as mma
+
+    @cuda.jit
+    def one_mma(a, d):
+        x = a[0]
+        d[0] = mma(x, x, x, x, x, x, x, x, x, x, x, x, d[0], d[0], d[0], d[0])[0]
+
+    source, name = kernel_module_source(one_mma)
+    assert name == "one_mma"
+    assert "from gpucourse.kernels.tensor_cores.intrinsics import mma_m16n8k16 as mma" in source
+    assert "_SCRATCH" not in source  # nothing of the stand-in

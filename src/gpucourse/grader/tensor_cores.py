@@ -24,8 +24,8 @@ step in half precision. The checks, none of which needs a GPU:
   :mod:`gpucourse.kernels.tensor_cores.banks`: every ``ldmatrix`` read of a
   tile and every 16-byte store into it must be free of bank conflicts.
 * **The NumPy exercises** are compared with references built from other
-  means than the answer's: the package's bf16 rounding on the simulator
-  (torch's on a GPU), NumPy's float16, the package's ``round_to_tf32`` and
+  means than the answer's: the package's bf16 rounding, NumPy's float16,
+  the package's ``round_to_tf32`` and
   its half-precision softmax step
   (:mod:`gpucourse.kernels.tensor_cores.half_step`). A reference that does an
   exercise's work lives in the package, never here: the run-time watch lets an
@@ -426,16 +426,12 @@ def expect_swizzle(swizzled_chunk, chunks_per_row: int, rows: int = 16) -> None:
 
 def bf16_reference(x) -> np.ndarray:
     """float32 values rounded to bf16 (to nearest, ties to even), as float32: the
-    package's rounding (what cvt.rn.bf16x2.f32 does) on the simulator, torch's on
-    a GPU machine, where the package's is an instruction."""
-    x = np.asarray(x, dtype=np.float32)
-    if not on_gpu():
-        from gpucourse.kernels.tensor_cores.moves import round_to_bf16_bits
+    package's rounding (``gpucourse.chapters.tensor_cores.round_to_bf16``, what
+    cvt.rn.bf16.f32 does; imported here, where it is needed, because the
+    chapter's module loads the course's results)."""
+    from gpucourse.chapters.tensor_cores import round_to_bf16
 
-        return (round_to_bf16_bits(x).astype(np.uint32) << np.uint32(16)).view(np.float32)
-    import torch
-
-    return torch.from_numpy(x.copy()).to(torch.bfloat16).to(torch.float32).numpy()
+    return round_to_bf16(np.asarray(x, dtype=np.float32))
 
 
 def rounded(x, fmt: str) -> np.ndarray:
