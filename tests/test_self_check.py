@@ -43,16 +43,47 @@ def test_a_failed_checks_whole_message_is_printed_under_its_score():
     assert lines[-1].split()[:4] == ["total", "2", "/", "6"]
 
 
+# A kernel whose barrier only the first five threads reach, launched by the notebook
+# itself, not by a grader: under make check the sanitizer catches it all the same.
+BARRIER_IN_A_GUARD = """
+from gpucourse.device import cuda  # first: it chooses the simulator before Numba loads
+from gpucourse.grader import tracing  # as every kernel chapter's setup does, through its grader
+
+import numpy as np
+from numba import float32
+
+
+@cuda.jit
+def reverse_first(x, out):
+    staged = cuda.shared.array(8, float32)
+    t = cuda.threadIdx.x
+    if t < x.size:
+        staged[t] = x[t]
+        cuda.syncthreads()
+        out[t] = staged[x.size - 1 - t]
+
+
+reverse_first[1, 8](np.arange(5, dtype=np.float32), np.zeros(5, np.float32))
+"""
+
+
 def test_make_check_shows_what_the_cell_said(tmp_path, capsys):
     notebook = nbformat.v4.new_notebook(cells=[
         graded(f"assert False, {DIAGNOSIS!r}", "test_barriers"),
-        graded("assert 1 + 1 == 2", "test_ok")])
+        graded("assert 1 + 1 == 2", "test_ok"),
+        graded(BARRIER_IN_A_GUARD, "test_sanitized")])
     path = tmp_path / "exercise.ipynb"
     nbformat.write(notebook, path)
     scores = {s.grade_id: s for s in score_notebook(path)}
     assert scores["test_ok"].error is None and scores["test_barriers"].points == 0
+    sanitized = scores["test_sanitized"]
+    assert sanitized.points == 0 and sanitized.error.startswith("SanitizerError: reverse_first")
+    assert "synccheck: block (0, 0, 0)" in sanitized.error
+    assert "threads (5, 0, 0) to (7, 0, 0) had finished the kernel" in sanitized.error
     assert "\x1b[" not in scores["test_barriers"].traceback  # no terminal colours
     assert grading_main(["check", "--verbose", str(path)]) == 0
     printed = capsys.readouterr().out
     assert all(line in printed for line in DIAGNOSIS.splitlines())
+    report = format_scores(path, list(scores.values()))  # a SanitizerError is shown in full
+    assert all(f"      {line}" in report for line in sanitized.error.split(": ", 1)[1].splitlines())
     assert "assert False" in printed  # the traceback's line of code, with --verbose

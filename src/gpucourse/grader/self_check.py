@@ -1,7 +1,12 @@
 """The students' self-check: run a notebook the way the grader does and print its points.
 
 It runs a notebook each cell with a time limit, errors recorded rather than
-fatal, and scores each graded test cell as nbgrader does. Only the visible
+fatal, and scores each graded test cell as nbgrader does. Every simulated
+kernel launch of the notebook runs under the sanitizer
+(:mod:`gpucourse.grader.sanitizer`, switched on by ``GPUCOURSE_SANITIZE=1`` in
+the notebook's kernel), so that a kernel which works on the simulator only by
+luck (an uninitialised shared read, a barrier some threads skip, a race)
+fails here as it would on a GPU. Only the visible
 tests run; the instructor's grading adds hidden tests. It is separate from
 the instructor's grading (:mod:`gpucourse.grader.instructor`) because it
 needs no gradebook, no course folder and no submissions: one notebook in, a
@@ -17,12 +22,15 @@ reads at the terminal is what JupyterLab shows under the cell.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 CELL_TIMEOUT_S = 60
 OTHER_ERROR_LINES = 5  # lines shown of an error that is not an AssertionError
+# Errors whose whole message is a diagnosis, shown in full.
+FULL_MESSAGES = ("AssertionError", "SanitizerError")
 NOT_WRITTEN = "      not written yet: replace `raise NotImplementedError()` with your code"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of IPython's tracebacks
 
@@ -49,7 +57,9 @@ def score_notebook(path: Path, timeout_s: int = CELL_TIMEOUT_S) -> list[CellScor
     client = NotebookClient(notebook, timeout=timeout_s, allow_errors=True,
                             interrupt_on_timeout=True, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent.resolve())}})
-    client.execute()
+    from gpucourse.grader.sanitizer import ENV_VAR
+
+    client.execute(env={**os.environ, ENV_VAR: "1"})
     scores = []
     for cell in notebook.cells:
         if not is_grade(cell) or cell.cell_type != "code":
@@ -65,8 +75,9 @@ def score_notebook(path: Path, timeout_s: int = CELL_TIMEOUT_S) -> list[CellScor
 
 def _said(score: CellScore, verbose: bool) -> list[str]:
     """What a failing cell said, as the report's indented lines: an
-    AssertionError's whole message, the first OTHER_ERROR_LINES lines of
-    another error; with verbose, the traceback (which ends in the message)."""
+    AssertionError's (or SanitizerError's) whole message, the first
+    OTHER_ERROR_LINES lines of another error; with verbose, the traceback
+    (which ends in the message)."""
     if verbose and score.traceback:
         lines = score.traceback.splitlines()
     else:  # the error's name is in the score's line already
@@ -74,7 +85,7 @@ def _said(score: CellScore, verbose: bool) -> list[str]:
         lines = score.error[len(name):].lstrip(": ").splitlines()
         if not lines:
             return [NOT_WRITTEN] if name == "NotImplementedError" else []
-        if name != "AssertionError" and len(lines) > OTHER_ERROR_LINES:
+        if name not in FULL_MESSAGES and len(lines) > OTHER_ERROR_LINES:
             lines = lines[:OTHER_ERROR_LINES] + [f"... ({len(lines) - OTHER_ERROR_LINES} more "
                                                  f"lines: make check VERBOSE=1 shows all)"]
     return [f"      {line}" for line in lines]
