@@ -49,7 +49,7 @@ def test_a_receive_buffer_of_the_wrong_dtype_gives_the_same_message_every_time()
         messages.add(str(failure.value))
     assert len(messages) == 1, messages
     message = messages.pop()
-    assert ("on 3 processes: the 1st message from rank 0 to rank 1 does not fit its receive: "
+    assert ("on 3 processes: message 1 of those from rank 0 to rank 1 does not fit its receive: "
             "rank 0 sends 2 float64 elements (16 bytes), and rank 1 receives it into 2 float32 "
             "elements (8 bytes)") in message
     assert "same dtype" in message

@@ -101,6 +101,7 @@ def tiled_transpose(x, out):
         out[out_r, out_c] = tile[tx, ty]
 
 
+# A deliberate variant of early_return: every thread stays, and writes its slot.
 @cuda.jit
 def block_sums(x, out):
     staged = cuda.shared.array(THREADS, float32)
@@ -281,12 +282,14 @@ def test_the_puzzles_solutions_pass_the_sanitizer():
     launches = [
         (found["transpose_tiled"], (3, 2), (t, t), (x, np.zeros((10, 6), np.float32))),
         (found["moving_average"], 3, found["AVERAGE_BLOCK"], (vector, np.zeros(20, np.float32))),
-        (found["dot_partials"], 2, found["DOT_THREADS"], (vector, vector, np.zeros(2, np.float32))),
+        (found["dot_partials"], 2, found["DOT_THREADS"],
+         (vector, vector, np.zeros(2, np.float32))),
         (found["expert_offsets"], 1, found["SCAN_THREADS"],
          (np.arange(5, dtype=np.int32), np.zeros(5, np.int32))),
         (found["matmul_tile"], 1, (8, 8), (x[:3, :5].copy(), x[:5, :4].copy(),
                                            np.zeros((3, 4), np.float32))),
-        (found["softmax_rows"], 2, found["SOFTMAX_THREADS"], (x[:2], np.zeros((2, 10), np.float32))),
+        (found["softmax_rows"], 2, found["SOFTMAX_THREADS"],
+         (x[:2], np.zeros((2, 10), np.float32))),
     ]
     with sanitized():
         for kernel, grid, block, args in launches:

@@ -85,5 +85,6 @@ def test_make_check_shows_what_the_cell_said(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert all(line in printed for line in DIAGNOSIS.splitlines())
     report = format_scores(path, list(scores.values()))  # a SanitizerError is shown in full
-    assert all(f"      {line}" in report for line in sanitized.error.split(": ", 1)[1].splitlines())
+    said = sanitized.error.split(": ", 1)[1].splitlines()
+    assert all(f"      {line}" in report for line in said)
     assert "assert False" in printed  # the traceback's line of code, with --verbose

@@ -243,7 +243,7 @@ def _fits(sent, received) -> bool:
 
 
 def _mismatch(sender, receiver, index, sent, received) -> str:
-    return (f"the {_ordinal(index + 1)} message from rank {sender} to rank {receiver} does "
+    return (f"message {index + 1} of those from rank {sender} to rank {receiver} does "
             f"not fit its receive: rank {sender} sends {_described(sent)}, and rank "
             f"{receiver} receives it into {_described(received)}. The tensor a rank receives "
             "into must have the same number of elements and the same dtype as the tensor its "
@@ -254,11 +254,6 @@ def _described(entry) -> str:
     code, elements, size = entry
     dtype = _DTYPES[code - 1] if code else "elements"
     return f"{elements} {dtype} element{'s' if elements != 1 else ''} ({elements * size} bytes)"
-
-
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
 
 
 class _Refused:

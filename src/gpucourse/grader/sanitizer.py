@@ -174,7 +174,24 @@ def _report(check: str, key: tuple, message: str) -> None:
 # Shared memory that remembers who wrote and read each slot
 # --------------------------------------------------------------------------
 
-class SanitizedShared:
+class WatchedArray:
+    """What the arrays that watch a kernel's accesses share: ``len``, iteration element by
+    element (each one an access), and NumPy's functions, which read the whole array
+    through ``__array__``."""
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain = [np.asarray(x) if isinstance(x, WatchedArray) else x for x in inputs]
+        return getattr(ufunc, method)(*plain, **kwargs)
+
+
+class SanitizedShared(WatchedArray):
     """A shared array as a kernel sees it, checking each access (see the module's notes).
 
     Per slot it keeps whether a thread of the current block wrote it, and the
@@ -215,9 +232,6 @@ class SanitizedShared:
 
     def __repr__(self):
         return f"SanitizedShared({self.name!r}, shape={self.shape}, dtype={self.dtype})"
-
-    def __len__(self):
-        return self.shape[0]
 
     def _flat(self, index, thread) -> list:
         """The flat positions an index names; an index outside the array raises."""
@@ -335,13 +349,15 @@ class SanitizedShared:
         data = np.asarray(self.inner)
         return data if dtype is None else data.astype(dtype)
 
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
 
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        plain = [np.asarray(x) if isinstance(x, SanitizedShared) else x for x in inputs]
-        return getattr(ufunc, method)(*plain, **kwargs)
+
+def shared_data(fake_shared, shape, dtype) -> np.ndarray:
+    """The memory of a new shared array of the simulator's launch ``fake_shared``: a
+    view of the dynamic buffer for shape 0, else zeros."""
+    if shape == 0:
+        return np.frombuffer(fake_shared._dynshared.data, dtype=dtype,
+                             count=fake_shared._dynshared_size // dtype.itemsize)
+    return np.zeros(shape, dtype)
 
 
 def watched(inner, data: np.ndarray, frame, dynamic: bool = False) -> SanitizedShared:
@@ -406,11 +422,7 @@ def _patches():
             raise SanitizerError(sanitizer.report(sanitizer.findings[before:], kernel))
 
     def shared_array(fake_shared, shape, dtype, frame):
-        if shape == 0:
-            data = np.frombuffer(fake_shared._dynshared.data, dtype=dtype,
-                                 count=fake_shared._dynshared_size // dtype.itemsize)
-        else:
-            data = np.zeros(shape, dtype)
+        data = shared_data(fake_shared, shape, dtype)
         return watched(data, data, frame, dynamic=shape == 0)
 
     patched = [(BlockThread, "syncthreads", syncthreads), (BlockThread, "run", thread_run),

@@ -57,7 +57,7 @@ def _current_thread() -> tuple:
     return (tuple(block), tuple(index))
 
 
-class CountingArray:
+class CountingArray(sanitizer.WatchedArray):
     """A NumPy array that records which elements each simulated thread reads and writes.
 
     It behaves like the array inside a kernel (indexing, ``shape``, ``size``,
@@ -82,9 +82,6 @@ class CountingArray:
 
     def __repr__(self):
         return f"CountingArray({self.name!r}, shape={self.shape}, dtype={self.dtype})"
-
-    def __len__(self):
-        return self.shape[0]
 
     def _elements(self, index) -> list[tuple]:
         """The elements an index names, checked against the array's bounds."""
@@ -117,13 +114,6 @@ class CountingArray:
         self.reads[_current_thread()].extend(np.ndindex(*self.shape))
         return self.data if dtype is None else self.data.astype(dtype)
 
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        plain = [np.asarray(x) if isinstance(x, CountingArray) else x for x in inputs]
-        return getattr(ufunc, method)(*plain, **kwargs)
 
 
 @dataclass
@@ -298,11 +288,7 @@ def _counting_shared_arrays(found: dict):
     original = shared.array
 
     def counting_array(block, shape, dtype, frame):
-        if shape == 0:
-            data = np.frombuffer(block._dynshared.data, dtype=dtype,
-                                 count=block._dynshared_size // dtype.itemsize)
-        else:
-            data = np.zeros(shape, dtype)
+        data = sanitizer.shared_data(block, shape, dtype)
         name = shared_array_name(frame)
         while name in found and found[name].data is not data:
             name += "'"
