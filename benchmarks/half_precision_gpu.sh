@@ -45,13 +45,15 @@ for part in "$@"; do
     ncu)
         mkdir -p /tmp/ncu
         labels=()
-        for job in hgemm:hgemm:make_hgemm_kernel tf32:tf32:make_tf32_kernel \
+        for job in ${NCU_JOBS:-hgemm:hgemm:make_hgemm_kernel tf32:tf32:make_tf32_kernel \
                    attention:attention:make_flash_half_kernel \
-                   dkdv:backward:make_dkdv_kernel dq:backward:make_dq_kernel; do
+                   dkdv:backward:make_dkdv_kernel dq:backward:make_dq_kernel}; do
             IFS=: read -r label target kernel <<< "$job"
-            timeout 150 ncu --clock-control none -k "regex:$kernel" --launch-skip 3 -c 1 \
-                --set full -f -o "/tmp/ncu/$label" python3 benchmarks/ncu_targets.py "$target" \
-                > /dev/null 2>&1 || echo "ncu $label failed"
+            timeout 150 ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" \
+                --launch-skip 3 -c 1 --set full -f -o "/tmp/ncu/$label" \
+                python3 benchmarks/ncu_targets.py "$target" \
+                > "/tmp/ncu/$label.log" 2>&1 || echo "ncu $label failed"
+            grep "==PROF==\|==ERROR==\|==WARNING==" "/tmp/ncu/$label.log" | tail -4
             ncu -i "/tmp/ncu/$label.ncu-rep" --page details > "/tmp/ncu/$label.txt" 2>&1
             ncu -i "/tmp/ncu/$label.ncu-rep" --page source --csv --print-source sass \
                 > "/tmp/ncu/${label}_sass.csv" 2>&1

@@ -38,6 +38,9 @@ DETAILS = [("Duration", "duration_ms"), ("Registers Per Thread", "registers_per_
            ("Dynamic Shared Memory Per Block", "dynamic_shared_kb_per_block"),
            ("Static Shared Memory Per Block", "static_shared_per_block")]
 
+TO_MS = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3,
+         "second": 1e3}
+
 
 def details(path: Path) -> dict:
     """Kernel name and the DETAILS metrics of an `ncu --page details` text."""
@@ -49,6 +52,8 @@ def details(path: Path) -> dict:
             match = re.match(rf"\s+{re.escape(name)}\s+(\S+)?\s+([\d,.]+)\s*$", line)
             if match and key not in found:
                 value = float(match.group(2).replace(",", ""))
+                if key == "duration_ms":  # Nsight Compute picks the unit: ns, us, ms or s
+                    value = round(value * TO_MS.get(match.group(1), 1.0), 6)
                 found[key] = int(value) if value.is_integer() else value
     return found
 
