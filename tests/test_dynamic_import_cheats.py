@@ -88,6 +88,10 @@ TARGETS = {
         ("online_solution", "online_softmax", "gpucourse.kernels.attention", FORWARD),
         ("causal_solution", "causal_key_tiles", "gpucourse.kernels.attention", FORWARD),
     ],
+    "11_tensor_cores": [
+        ("bf16_solution", "round_to_bf16", "gpucourse.chapters.tensor_cores", FORWARD),
+        ("swizzle_solution", "swizzled_chunk", "gpucourse.chapters.tensor_cores", FORWARD),
+    ],
 }
 
 # What the run-time check's message says (gpucourse.grader.runtime.Watch.message).

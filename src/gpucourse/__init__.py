@@ -33,7 +33,7 @@ multi-process exercise harness, the instructor's command); ``verify``,
 addresses the test cells and command lines use. ``device`` chooses between a
 real GPU and Numba's CUDA simulator; ``distributed`` runs a function on N
 processes with a deadline; ``checks`` holds the argument checks; ``results``
-finds and reads the benchmark results files; ``course`` the ten-week map.
+finds and reads the benchmark results files; ``course`` the eleven-week map.
 
 Importing the package imports none of Numba or torch, so the theory chapters
 run anywhere.

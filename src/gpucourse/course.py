@@ -1,4 +1,4 @@
-"""The ten-week map of the course.
+"""The eleven-week map of the course.
 
 The book's table of contents, the intro's map and the part pages all read
 this one list, kept as data in ``data/journey.json``. The map's figure lives

@@ -1,4 +1,4 @@
-"""What the book's introduction shows: the ten-week map of the course, drawn
+"""What the book's introduction shows: the eleven-week map of the course, drawn
 as a timeline of coloured blocks, one row per part.
 
 The journey itself is data, read by ``gpucourse.course``; this module only
@@ -11,7 +11,7 @@ from gpucourse.course import JOURNEY, PARTS, ROMAN, weeks_label
 
 
 def plot_journey(ax=None):
-    """Draw the ten-week map as a timeline of coloured blocks, one row per part."""
+    """Draw the eleven-week map as a timeline of coloured blocks, one row per part."""
     import textwrap
 
     import matplotlib.pyplot as plt

@@ -19,8 +19,9 @@ it. Its modules run in three different places, and that is why they are apart:
   (the simulator and a real compiler cannot share one process). On these
   stand the checks of each set of exercises, one module each, since each
   knows its own contract: ``puzzles`` (the GPU puzzles), ``sgemm`` (the
-  SGEMM ladder and its tile search) and ``attention`` (the FlashAttention
-  kernels and their memory traffic).
+  SGEMM ladder and its tile search), ``attention`` (the FlashAttention
+  kernels and their memory traffic) and ``tensor_cores`` (week 11: the mma
+  fragment map, a warp's mma, the HGEMM, the swizzle, the precision lab).
 * **In processes the grader starts**, for week 4's collectives:
   ``ring_rules`` (what a ring may call, and the guards that refuse the rest),
   ``forked_ranks`` (starting N gloo processes by fork and always stopping
