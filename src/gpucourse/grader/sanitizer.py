@@ -153,6 +153,8 @@ class Sanitizer:
         return "\n".join(lines)
 
 
+_current_thread = threading.current_thread
+_getframe = sys._getframe
 _lock = threading.RLock()
 _active: list[Sanitizer] = []  # the innermost last
 _everywhere: list[Sanitizer] = []  # the process-wide one, under GPUCOURSE_SANITIZE=1
@@ -237,16 +239,18 @@ class SanitizedShared(WatchedArray):
         """The flat positions an index names; an index outside the array raises."""
         key = index if type(index) is tuple else (index,)
         if len(key) == self.ndim:
-            try:
-                flat = 0
-                for axis, (i, n) in enumerate(zip(key, self.shape)):
+            flat = 0
+            for axis, n in enumerate(self.shape):
+                i = key[axis]
+                if type(i) is not int:
+                    if not hasattr(i, "__index__"):
+                        break  # a slice or an index array
                     i = i.__index__()
-                    if not 0 <= i < n:
-                        self._outside(key, axis, thread)
-                    flat = flat * n + i
+                if not 0 <= i < n:
+                    self._outside(key, axis, thread)
+                flat = flat * n + i
+            else:
                 return (flat,)
-            except (AttributeError, TypeError):
-                pass
         # A slice, a partial index or an index array: every element it covers.
         return [int(p) for p in np.ravel(np.arange(self.size).reshape(self.shape)[index])]
 
@@ -261,24 +265,24 @@ class SanitizedShared(WatchedArray):
         return f"{self.name}[{', '.join(str(int(i)) for i in position)}]"
 
     def _check(self, index, writing: bool, site, value=None) -> None:
-        thread = threading.current_thread()
-        me = getattr(thread, "thread_id", None)
-        if me is None:
-            return  # the host
+        thread = _current_thread()
+        try:
+            me, epoch, atomic = thread.thread_id, thread._sanitizer_epoch, thread._sanitizer_atomic
+        except AttributeError:
+            return  # the host, or a thread of a launch begun before the sanitizer
         flats = self._flat(index, thread)
         if thread._manager is not self._manager:
             with self._lock:  # the first access of a new block starts afresh, once
                 if thread._manager is not self._manager:
                     self._start_block(thread._manager)
-        epoch = getattr(thread, "_sanitizer_epoch", 0)
-        atomic = getattr(thread, "_sanitizer_atomic", False)
         # No lock per access (Python's own lock keeps each step whole): two threads
         # updating a slot at the same moment are racing anyway, and one of them is seen.
-        for flat in flats:
-            if writing:
+        if writing:
+            for flat in flats:
                 self._write(flat, thread, epoch, me, site, atomic, value)
-            else:
-                self._read(flat, thread, epoch, me, site, atomic)
+            return
+        for flat in flats:
+            self._read(flat, thread, epoch, me, site, atomic)
 
     def _race(self, flat, thread, other: int, other_site, verbs: str, site) -> None:
         block = tuple(thread.blockIdx)
@@ -333,13 +337,46 @@ class SanitizedShared(WatchedArray):
         self.write_epoch[flat] = epoch
         self.write_site[flat] = site
 
+    def _scalar(self, index):
+        """The flat position of an index of whole numbers inside the array, else None (the
+        checks that read slices and raise for indexes outside are in _check)."""
+        if type(index) is int:
+            if self.ndim == 1 and 0 <= index < self.size:
+                return index
+        elif type(index) is tuple and len(index) == 2 == self.ndim:
+            i, j = index
+            rows, columns = self.shape
+            if type(i) is int and type(j) is int and 0 <= i < rows and 0 <= j < columns:
+                return i * columns + j
+        return None
+
     def __getitem__(self, index):
-        caller = sys._getframe(1)
+        # The common case inline (a whole-number index, a thread of the current block,
+        # a slot written before the last barrier): this runs at every shared read.
+        thread = _current_thread()
+        flat = self._scalar(index)
+        if flat is not None:
+            try:
+                manager, epoch = thread._manager, thread._sanitizer_epoch
+            except AttributeError:
+                return self.inner[index]  # the host, or a launch begun before the sanitizer
+            if manager is self._manager and self.written[flat] \
+                    and self.write_epoch[flat] != epoch and not thread._sanitizer_atomic:
+                if self.read_epoch[flat] != epoch:
+                    caller = _getframe(1)
+                    self.read_epoch[flat] = epoch
+                    self.reader[flat] = thread.thread_id
+                    self.read_site[flat] = (caller.f_code, caller.f_lineno)
+                    self.many_readers[flat] = 0
+                elif self.reader[flat] != thread.thread_id:
+                    self.many_readers[flat] = 1
+                return self.inner[index]
+        caller = _getframe(1)
         self._check(index, False, (caller.f_code, caller.f_lineno))
         return self.inner[index]
 
     def __setitem__(self, index, value):
-        caller = sys._getframe(1)
+        caller = _getframe(1)
         self._check(index, True, (caller.f_code, caller.f_lineno), value)
         self.inner[index] = value
 
@@ -395,9 +432,10 @@ def _patches():
         site = (frame.f_code, frame.f_lineno) if frame is not None else None
         self.__dict__.setdefault("_sanitizer_barriers", []).append(site)
         sync(self)
-        self._sanitizer_epoch = getattr(self, "_sanitizer_epoch", 0) + 1
+        self._sanitizer_epoch += 1
 
     def thread_run(self):
+        self._sanitizer_epoch, self._sanitizer_atomic = 0, False
         try:
             run_thread(self)
         finally:
