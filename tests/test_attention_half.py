@@ -121,26 +121,31 @@ def test_the_committed_run_meets_the_issues_forward_target():
 
 
 @on_the_simulator
-def test_the_half_backward_matches_float64():
+@pytest.mark.parametrize("seq, key_seq, causal", [(20, 40, True), (70, 24, False)])
+def test_the_half_backward_matches_float64(seq, key_seq, causal):
     # attention.half_backward (flash_attention_backward's version 5 on a
-    # GPU): dQ, dK and dV of causal cross-attention in bf16, against float64
-    # autograd. Float32 gradients rounded once to bf16 err by half a unit;
-    # like FlashAttention-2, this kernel also rounds P and dS to bf16 before
-    # their products (a unit each, at most), so it is held to 3x that error.
-    # (On a GPU, tests/test_attention_backward.py holds it to SDPA flash's.)
+    # GPU): dQ, dK and dV of cross-attention in bf16, against float64
+    # autograd: causal with one tile of queries, and not causal with three
+    # (the last ragged), so that the dK and dV kernel walks from one tile's
+    # L and D to the next's. Float32 gradients rounded once to bf16 err by
+    # half a unit; like FlashAttention-2, this kernel also rounds P and dS to
+    # bf16 before their products (a unit each, at most), so it is held to 3x
+    # that error. (On a GPU, tests/test_attention_backward.py holds it to
+    # SDPA flash's.)
     from gpucourse.kernels.attention.half_backward import half_attention_backward
 
     gen = torch.Generator().manual_seed(7)
-    q, dout = (torch.randn(1, 1, 20, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(1, 1, 40, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
-    out, lse = half_attention(q, k, v, causal=True)
-    got = half_attention_backward(q, k, v, out, lse, dout, causal=True)
+    q, dout = (torch.randn(1, 1, seq, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 1, key_seq, 16, generator=gen).to(torch.bfloat16)
+            for _ in range(2))
+    out, lse = half_attention(q, k, v, causal=causal)
+    got = half_attention_backward(q, k, v, out, lse, dout, causal=causal)
     leaves = [x.double().requires_grad_() for x in (q, k, v)]
     want = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
-        *leaves, is_causal=True), leaves, dout.double())
+        *leaves, is_causal=causal), leaves, dout.double())
     singles = [x.float().requires_grad_() for x in (q, k, v)]
     peers = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
-        *singles, is_causal=True), singles, dout.float())
+        *singles, is_causal=causal), singles, dout.float())
     for name, g, w, peer in zip(("dq", "dk", "dv"), got, want, peers):
         assert g.dtype == torch.bfloat16 and g.shape == w.shape, name
         error = float((g.double() - w).abs().max())

@@ -130,6 +130,17 @@ def make_pair_copies(config: HalfConfig, rows: int, place):
     return loads, copy_once, plan, copy_tile
 
 
+@cuda.jit(device=True, inline=True)
+def query_stat(lse, delta, row_base, query, seq, of_lse):
+    """What dK and dV's kernel keeps of a query: its L times log2 e (of_lse)
+    or its D; zero past the last query."""
+    if query >= seq:
+        return float32(0.0)
+    if of_lse:
+        return lse[row_base + query] * LOG2E
+    return delta[row_base + query]
+
+
 @lru_cache(maxsize=None)
 def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
@@ -145,6 +156,13 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     stage_bytes = 2 * 2 * tile_q  # a stage: Q and dO
     step_bytes = 16 * D * 2
     kv_halves = 2 * BK * D  # K and V, before the stages
+    # After the two stages of Q and dO, two stages of the query tile's L
+    # (times log2 e) and D, in floats: 2 BQ a stage.
+    stats_base = (kv_halves + 4 * tile_q) // 2
+    stats_stage = 2 * BQ
+    # Up to head dim 64; at 128, whose sums leave no registers to spare, the
+    # staging's register would spill and L and D are read where they are used.
+    stage_stats = D <= 64
     mma = mma_packed if kind == "f16" else mma_packed_bf16
     pack = pack_f16x2 if kind == "f16" else pack_bf16x2
     store_row = make_row_store(pack, o_tiles)
@@ -160,6 +178,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
         smem = cuda.shared.array(0, uint16)
+        smemf = cuda.shared.array(0, float32)  # the same bytes, as float32
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
@@ -207,10 +226,22 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
         for i in range(o_size):
             dk_acc[i] = float32(0.0)
             dv_acc[i] = float32(0.0)
-        # The first query tile into stage 0.
+        # The first query tile into stage 0. The queries' L and D go through
+        # shared memory too, each read once by one of the first 2 BQ threads:
+        # read from global memory for the next tile in the middle of a step
+        # and stored at its end, so that the read's latency hides behind the
+        # step's last products (read where they are used, every element's own,
+        # they stalled the warps for a third of the kernel's time: Nsight
+        # Compute, results/half_precision_ncu-h200-2026-11-28.json).
         copy_queries(q_to, q_from, do_from, q_row, uint32(0), uint64(0), first_tile * BQ, seq)
         cp_async_commit()
+        stat_query = thread % BQ  # the query (in a tile) whose L or D this thread moves
+        moves_stat = stage_stats and thread < 2 * BQ
+        if moves_stat:
+            smemf[stats_base + thread] = query_stat(lse, delta, row_base, first_tile * BQ
+                                                    + stat_query, seq, thread < BQ)
         stage = uint32(0)
+        stat = 0
         for qi in range(first_tile, q_tiles):
             wait_all()
             cuda.syncthreads()
@@ -246,9 +277,14 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
                     key = k_start + warp * 16 + g + 8 * (e // 2)
                     value = float32(0.0)
                     if query < seq and not (causal and query < key):
-                        value = math.exp2(s[nt * 4 + e] * scale2
-                                          - lse[row_base + query] * LOG2E)
-                        dp[nt * 4 + e] = value * (dp[nt * 4 + e] - delta[row_base + query])
+                        if stage_stats:
+                            at = stats_base + stat + query - q_start
+                            scaled_lse, d_value = smemf[at], smemf[at + BQ]
+                        else:
+                            scaled_lse = lse[row_base + query] * LOG2E
+                            d_value = delta[row_base + query]
+                        value = math.exp2(s[nt * 4 + e] * scale2 - scaled_lse)
+                        dp[nt * 4 + e] = value * (dp[nt * 4 + e] - d_value)
                     else:
                         dp[nt * 4 + e] = float32(0.0)
                     s[nt * 4 + e] = value
@@ -261,6 +297,12 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
                 ds[kk * 4 + 1] = pack(dp[8 * kk + 2], dp[8 * kk + 3])
                 ds[kk * 4 + 2] = pack(dp[8 * kk + 4], dp[8 * kk + 5])
                 ds[kk * 4 + 3] = pack(dp[8 * kk + 6], dp[8 * kk + 7])
+            # The next tile's L or D, read now that the scores' registers are
+            # free, stored below once the products have hidden the read.
+            following = float32(0.0)
+            if moves_stat and qi + 1 < q_tiles:
+                following = query_stat(lse, delta, row_base, (qi + 1) * BQ + stat_query, seq,
+                                       thread < BQ)
             # dV += P^T dO and dK += dS^T Q (dO and Q row-major: .trans).
             for kk in range(q_steps):
                 for tp in range(pairs_d):
@@ -278,7 +320,12 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
                         for z in range(4):
                             dv_acc[n + z] = e[z]
                             dk_acc[n + z] = f[z]
+            # The next tile's L and D into the other stage (read by no warp
+            # since the barrier above; read in the next step, after its own).
+            if moves_stat and qi + 1 < q_tiles:
+                smemf[stats_base + stats_stage - stat + thread] = following
             stage = uint32(stage_bytes) - stage
+            stat = stats_stage - stat
         # The keys' gradients, rounded to halves two at a time.
         for h in range(2):
             key = k_start + warp * 16 + g + 8 * h
@@ -463,10 +510,12 @@ def backward_configs(head_dim: int) -> tuple[HalfConfig, HalfConfig]:
                                                                     block_cols=16)
 
 
-def _shared_bytes(config: HalfConfig) -> int:
+def _shared_bytes(config: HalfConfig, stats: bool = False) -> int:
     """The dynamic shared memory of either kernel: its own two tiles (16 rows
-    a warp) and two stages of the two tiles it walks."""
-    return 2 * config.head_dim * (2 * config.block_rows + 4 * config.block_cols)
+    a warp) and two stages of the two tiles it walks; with `stats` (dK and
+    dV's kernel), two stages of the walked queries' L and D as well."""
+    extra = 2 * 2 * 4 * config.block_cols if stats else 0
+    return 2 * config.head_dim * (2 * config.block_rows + 4 * config.block_cols) + extra
 
 
 ROW_THREADS = 128
@@ -519,7 +568,7 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     scalars = (np.int32(seq), np.int32(key_seq), np.int32(heads), np.float32(scale2),
                np.float32(scale))
     forget_earlier_moves()
-    dkdv[key_grid, dkdv_config.threads, 0, _shared_bytes(dkdv_config)](
+    dkdv[key_grid, dkdv_config.threads, 0, _shared_bytes(dkdv_config, stats=True)](
         flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat, flat[6], flat[7], *scalars)
     forget_earlier_moves()
     dq_kernel[dq_config.grid(batch, heads, seq), dq_config.threads, 0,
@@ -550,9 +599,9 @@ def _launch_on_gpu(kind, causal, configs, kernels, tensors, sizes):
            *arg(out), *arg(dout), *arg(delta), ctypes.c_int32(q.shape[3]))
     scalars = (ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
                ctypes.c_float(scale2), ctypes.c_float(scale))
-    function, stream = compiled_launchable(dkdv, _DKDV_SIGNATURE, _shared_bytes(dkdv_config),
+    function, stream = compiled_launchable(dkdv, _DKDV_SIGNATURE, _shared_bytes(dkdv_config, stats=True),
                                            device)
-    launch(stream, launch_config(key_grid, dkdv_config.threads, _shared_bytes(dkdv_config)),
+    launch(stream, launch_config(key_grid, dkdv_config.threads, _shared_bytes(dkdv_config, stats=True)),
            function, *arg(q), *arg(k), *arg(v), *arg(dout), *arg(lse), *arg(delta), *arg(dk),
            *arg(dv), *scalars)
     function, stream = compiled_launchable(dq_kernel, _DQ_SIGNATURE, _shared_bytes(dq_config),
