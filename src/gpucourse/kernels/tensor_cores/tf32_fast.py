@@ -6,9 +6,14 @@ same product on the pieces that took the half-precision GEMM to half of
 cuBLAS (``hgemm_ladder`` level 7): tiles of 128 x 128, 16 deep, copied by
 ``cp.async`` four stages ahead into swizzled shared memory, 8 warps of 64 x
 32, blocks in groups of rows for L2, every address worked out before the
-walk along K. (Chosen so that ptxas keeps everything in registers, 212 of
-them for one pass and 255 for three, without spilling; 32-deep tiles or 4
-warps of 64 x 64 spill. Not yet timed on a GPU.)
+walk along K. (Chosen so that ptxas keeps everything in registers without
+spilling; 32-deep tiles or 4 warps of 64 x 64 spill.) On an H200 it ran at
+91 TFLOP/s in one pass (0.22-0.24 of cuBLAS TF32) and 44-45 in three
+(results/hgemm-h200-2026-11-28.json); Nsight Compute found its warps
+issuing integer instructions, two thirds of the total, for 9% mma
+(results/half_precision_ncu-h200-2026-11-28.json), most of them the
+addresses of B's reads. Those are now planned once per tile (one_step), not
+yet timed.
 What differs is the element, 4 bytes instead of 2:
 
 * A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
@@ -41,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from numba import float32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from numba import float32, int32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
@@ -101,19 +106,19 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
             small[i] = cvt_rna_tf32(x - high)
 
     @cuda.jit(device=True, inline=True)
-    def one_step(ks, smem, smemf, read, a_reads, acc, a_big, a_small, b_big, b_small, g, t,
-                 warp_col):
+    def one_step(ks, smem, smemf, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
         """acc += the warp's product for the 8 of K at ks * 8 in the stage at
         `read` (floats): A's fragments by ldmatrix, B's by 32-bit loads, each
-        rounded (and split, with 3 passes) to TF32."""
+        rounded (and split, with 3 passes) to TF32. B's value at row
+        ks * 8 + t + 4 j is b_reads[tn] (row t's) plus a constant: the
+        swizzle depends on the row mod 4 alone, which is t's."""
         for tm in range(tiles_m):
             x = ldmatrix_x4(a_reads[ks] + uint32(4 * read + tm * a_tile_bytes))
             for j in range(4):
                 tf32_parts(as_float32(x[j]), a_big, a_small, tm * 4 + j)
         for tn in range(tiles_n):
-            col = warp_col + tn * 8 + g
             for j in range(2):
-                tf32_parts(smemf[read + b_place(ks * 8 + t + 4 * j, col)], b_big, b_small,
+                tf32_parts(smemf[read + b_reads[tn] + (ks * 8 + 4 * j) * bn], b_big, b_small,
                            tn * 2 + j)
         for tm in range(tiles_m):
             for tn in range(tiles_n):
@@ -172,6 +177,10 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         for ks in range(steps):
             a_reads[ks] = shared_address(smem, 2 * a_place(warp_row + lane % 16,
                                                            ks * 8 + (lane // 16) * FLOATS))
+        # B's reads per n-tile, at row t of a stage (see one_step).
+        b_reads = cuda.local.array(tiles_n, int32)
+        for tn in range(tiles_n):
+            b_reads[tn] = b_place(t, warp_col + tn * 8 + g)
         acc = cuda.local.array(acc_size, float32)
         a_big = cuda.local.array(a_size, float32)
         a_small = cuda.local.array(a_size, float32)
@@ -223,17 +232,17 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
                 into = part
                 for i in range(part_size):
                     part[i] = float32(0.0)
-            one_step(0, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g, t,
-                     warp_col)
+            one_step(0, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
+                     b_small)
             if steps > 1:
-                one_step(1, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
-                         t, warp_col)
+                one_step(1, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
+                         b_small)
             if steps > 2:
-                one_step(2, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
-                         t, warp_col)
+                one_step(2, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
+                         b_small)
             if steps > 3:
-                one_step(3, smem, smemf, read, a_reads, into, a_big, a_small, b_big, b_small, g,
-                         t, warp_col)
+                one_step(3, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
+                         b_small)
             if passes == 3:
                 for i in range(part_size):
                     acc[i] += part[i]
