@@ -211,21 +211,29 @@ def test_final_losses_are_compared_above_the_floor():
 
     record = results.load_results("tinygpt_full")
     rows = T.final_loss_comparison(record)
-    # PyTorch's run and at least one on the course's kernels, from each seed.
-    assert "pytorch" in {r["run"] for r in rows}
-    assert {r["run"] for r in rows} & {"course_attention", "course"}
+    # PyTorch's run and at least one on the course's kernels, from each seed
+    # (fp32, or bf16 beside PyTorch's bf16 run).
+    assert {r["run"] for r in rows} & {"pytorch", "pytorch_bf16"}
+    assert {r["run"] for r in rows} & {"course_attention", "course", "course_bf16"}
     for r in rows:
         assert r["floor"] == pytest.approx(T.loss_floor(record["configuration"]["model"]
                                                         ["block_size"], answers_only=False))
         # No run can end below the floor by more than the noise of a batch.
         assert r["above_floor"] > -0.01, r
-        if r["run"] == "pytorch":
+        if r["run"] in ("pytorch", "pytorch_bf16"):
             assert r["vs_pytorch"] == 0.0
     fake = {"loss_floor": 1.0, "results": [
         dict(run="pytorch", seed=0, final_loss=1.10, accuracy=1.0),
         dict(run="course", seed=0, final_loss=1.21, accuracy=1.0)]}
     course = T.final_loss_comparison(fake)[1]
     assert course["vs_pytorch"] == pytest.approx(0.1) and course["above_floor"] == pytest.approx(0.21)
+    # A bf16 run is compared with PyTorch's bf16 run, not its fp32 one.
+    fake_bf16 = {"loss_floor": 1.0, "results": fake["results"] + [
+        dict(run="pytorch_bf16", seed=0, precision="bf16", final_loss=1.20, accuracy=1.0),
+        dict(run="course_bf16", seed=0, precision="bf16", final_loss=1.32, accuracy=1.0)]}
+    assert T.final_loss_comparison(fake_bf16)[3]["vs_pytorch"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no 'pytorch_bf16' run"):
+        T.final_loss_comparison({"loss_floor": 1.0, "results": fake_bf16["results"][3:]})
     with pytest.raises(ValueError, match="no loss floor"):
         T.final_loss_comparison({"loss_floor": 0.0, "results": []})
     with pytest.raises(ValueError, match="no 'pytorch' run"):

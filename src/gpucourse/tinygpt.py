@@ -541,18 +541,21 @@ def final_loss_comparison(record) -> list[dict]:
     """For each run of a results file with every character scored
     (``results.load_results("tinygpt_full")``): its final loss, the loss
     floor, how far above the floor it ended (as a share of the floor), and
-    its final loss over PyTorch's run of the same seed minus one (the share
-    by which the two differ, issue 17's "within 2%")."""
+    its final loss over PyTorch's run of the same seed and precision minus
+    one (the share by which the two differ: issue 17's "within 2%", issue
+    29's "within 1%" in bf16)."""
     floor = record.get("loss_floor")
     if not floor:
         raise ValueError("this results file has no loss floor above zero: it scored the sums "
                          "alone (load 'tinygpt_full', written by --all-characters)")
     rows = []
     for r in record["results"]:
+        # bf16 runs are compared with PyTorch's bf16 run, the others with its fp32 one.
+        peer = "pytorch_bf16" if r.get("precision") == "bf16" else "pytorch"
         reference = next((x for x in record["results"]
-                          if x["seed"] == r["seed"] and x["run"] == "pytorch"), None)
+                          if x["seed"] == r["seed"] and x["run"] == peer), None)
         if reference is None:
-            raise ValueError(f"seed {r['seed']} has no 'pytorch' run to compare with")
+            raise ValueError(f"seed {r['seed']} has no {peer!r} run to compare with")
         rows.append(dict(run=r["run"], label=RUN_LABELS.get(r["run"], r["run"]), seed=r["seed"],
                          final_loss=r["final_loss"], floor=floor,
                          above_floor=r["final_loss"] / floor - 1,
