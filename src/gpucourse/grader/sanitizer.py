@@ -338,16 +338,19 @@ class SanitizedShared(WatchedArray):
         self.write_site[flat] = site
 
     def _scalar(self, index):
-        """The flat position of an index of whole numbers inside the array, else None (the
-        checks that read slices and raise for indexes outside are in _check)."""
-        if type(index) is int:
-            if self.ndim == 1 and 0 <= index < self.size:
-                return index
-        elif type(index) is tuple and len(index) == 2 == self.ndim:
-            i, j = index
-            rows, columns = self.shape
-            if type(i) is int and type(j) is int and 0 <= i < rows and 0 <= j < columns:
-                return i * columns + j
+        """The flat position of an index of whole numbers (Python's or NumPy's) inside the
+        array, else None (_check reads slices, and raises for indexes outside)."""
+        try:
+            if type(index) is not tuple:
+                if self.ndim == 1:
+                    i = index.__index__()
+                    return i if 0 <= i < self.size else None
+            elif len(index) == 2 == self.ndim:
+                i, j = index[0].__index__(), index[1].__index__()
+                rows, columns = self.shape
+                return i * columns + j if 0 <= i < rows and 0 <= j < columns else None
+        except (AttributeError, TypeError):
+            pass
         return None
 
     def __getitem__(self, index):
