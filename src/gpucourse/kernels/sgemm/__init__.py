@@ -15,8 +15,9 @@ performance" (2022), rebuilt in Python:
     level 7   warp tiling: each warp owns a sub-tile of the block's tile, and each thread
               several small patches spread over it (a WarpTileConfig); level 5's loads,
               double-buffered tiles
-    auto      level 6's kernel with the tile sizes measured best near the product's shape
-              (small products want small tiles, so that every SM has work)
+    auto      level 6's kernel with the tiles and slices of K the shape model prices
+              cheapest for the product's shape on this GPU (``shape_model``: waves of
+              blocks on the SMs, the tail of the last wave, padding, split-K)
 
 Every kernel is correct for any shape: tiles that hang over the edge of a
 matrix are filled with zeros when loaded and skipped when stored.
@@ -52,7 +53,8 @@ those above it in this list):
     building_blocks  the device-function factories levels 5-7 share, and why
     vectorized       levels 5 and 6
     warptiling       level 7
-    tuned_table      reading the tiles measured best per GPU and per shape
+    shape_model      auto's cost model: waves, tails, padding, split-K; its calibration
+    tuned_table      reading level 6's tuned tiles per GPU, and auto's plan per shape
     kernel_choice    kernel_for: which kernel, grid and block a level runs
     split_k          cutting K into slices, and adding them up
     traffic          flops and bytes: the models the chapter's roofline uses
@@ -78,8 +80,8 @@ from gpucourse.kernels.sgemm.config import (CONFIG_4A, CONFIG_4B, CONFIG_5, DEFA
                                             MAX_REGISTERS_PER_THREAD, MAX_THREADS_PER_BLOCK,
                                             NAIVE_BLOCK, ONE, REGISTER_OVERHEAD, SEARCH_SPACE,
                                             SHARED_TILE, STATIC_SHARED_LIMIT_BYTES, WARP_SIZE,
-                                            WARP_TILE_CANDIDATES, WARP_TILE_DEFAULT, ZERO,
-                                            LEVEL_NAMES, LEVELS, TileConfig, WarpTileConfig,
+                                            WARP_TILE_CANDIDATES, WARP_TILE_DEFAULT,
+                                            WARP_TILE_WORKLOG, ZERO, LEVEL_NAMES, LEVELS, TileConfig, WarpTileConfig,
                                             _blocks, _level, _u, _whole, _whole_or_zero,
                                             candidate_configs, check_config, check_warp_config)
 from gpucourse.kernels.sgemm.entry_point import (_aligned_rows, _device_view, _fast_matmul,
@@ -92,9 +94,11 @@ from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_
                                              SPLIT_SIGNATURE, SPLIT_SUMS, SUM_BLOCK,
                                              split_kernel_for, split_ranges, sum_splits,
                                              zero_matrix)
+from gpucourse.kernels.sgemm.shape_model import (MODEL_PATH, SPLITS, calibrate, choose_plan,
+                                                 gpu_entry, plan_cost, plan_summary, planned,
+                                                 resident_blocks)
 from gpucourse.kernels.sgemm.traffic import matmul_flops, minimum_bytes, traffic_model
-from gpucourse.kernels.sgemm.tuned_table import (TUNED_PATH, _by_shape_here, _plan_here,
-                                                 _read_tuned, _tuned_here, auto_config,
+from gpucourse.kernels.sgemm.tuned_table import (TUNED_PATH, _read_tuned, _tuned_here, auto_config,
                                                  auto_plan, gpu_model, tuned_config)
 from gpucourse.kernels.sgemm.vectorized import _make_vectorized_kernel
 from gpucourse.kernels.sgemm.warptiling import _make_warp_tiled_kernel

@@ -23,8 +23,7 @@ from gpucourse.kernels.sgemm.config import (LEVEL_NAMES, TileConfig, WarpTileCon
 from gpucourse.kernels.sgemm.entry_point import _aligned_rows, _quick_plan, matmul
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
 from gpucourse.kernels.timing import median_time_s  # timing imports no kernels at load
-from gpucourse.kernels.sgemm.tuned_table import (TUNED_PATH, _by_shape_here, _plan_here,
-                                                 _read_tuned, _tuned_here, gpu_model)
+from gpucourse.kernels.sgemm.tuned_table import TUNED_PATH, _read_tuned, _tuned_here, gpu_model
 
 
 # -----------------------------------------------------------------------------
@@ -126,8 +125,6 @@ def autotune(m, n, k, *, configs=None, path=None, repeats=5, progress=True) -> d
         json.dump(table, f, indent=2, sort_keys=True)
         f.write("\n")
     _tuned_here.cache_clear()
-    _by_shape_here.cache_clear()
-    _plan_here.cache_clear()
     _quick_plan.cache_clear()
     best_config = TileConfig(**{f: best[f] for f in ("bm", "bn", "bk", "tm", "tn")})
     return {"gpu": gpu, "best": best_config, "tried": tried}

@@ -9,10 +9,11 @@ Everything else (128-bit loads through registers, A transposed, two copies
 of the tiles, the dot loop written out) comes from ``building_blocks``, as
 level 6's does. Measured on the H100 at 4096^3
 (benchmarks/results/sgemm_level7-h100-2026-11-26.json, cuBLAS 51.6 TFLOP/s):
-the default WARP_TILE_DEFAULT (the worklog's kernel 10) 45.70 TFLOP/s
-(88.5% of cuBLAS); the best candidate, 128 x 256 tiles in eight warps of
-64 x 64, 48.23 TFLOP/s (93.4%), against level 6's 47.46 (91.9%) in the same
-run.
+the worklog's kernel 10 (WARP_TILE_WORKLOG) 45.70 TFLOP/s (88.5% of
+cuBLAS); 128 x 256 tiles in eight warps of 64 x 64, 48.23 TFLOP/s (93.4%),
+against level 6's 47.46 (91.9%) in the same run. That one won across the
+sweep's shapes, and is level 7's default (WARP_TILE_DEFAULT; config.py says
+how it was chosen).
 """
 
 from __future__ import annotations

@@ -1,0 +1,323 @@
+"""SGEMM on a grid of the shapes users call: auto and level 7 as a user calls them, beside cuBLAS.
+
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py [--quick] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --calibrate [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --fit-committed     (no GPU)
+
+The shapes were chosen before any tuning against them and are written here
+(GRID): five classes of issue 33, several members each, plus "square" for
+level 7's targets at 4096^3 and 8192^3:
+
+* ragged: no side a multiple of 16, some rows not a multiple of 4 (the
+  scalar loads);
+* skinny: M or N at most 512;
+* deep_k: K from 8k to 64k;
+* small: every side from 32 to 512;
+* transformer: chapter 10's tiny GPT (256 wide, 256 sequences of 39 tokens:
+  9984 rows) and GPT-2-sized layers (768 wide, 8 x 1024 tokens), forward and
+  weight-gradient products.
+
+1. **Validation** (before any timing). auto and level 7's default on ragged
+   shapes of each class, a deep-K product auto cuts into slices (split-K's
+   atomic sums) and products whose A holds a NaN and an Inf, into outputs
+   poisoned with NaN, against torch.mm in float64: relative error at most
+   max(1e-5, 4 x cuBLAS's own), and NaN exactly where float64 has it.
+2. **The grid.** At each shape: cuBLAS (torch.mm, TF32 off), `matmul(a, b)`
+   (auto) and `matmul(a, b, 7)` (level 7's default, WARP_TILE_DEFAULT) on CUDA
+   torch tensors, as a user calls them, in turns over 3 rounds, median:
+   `ms`, the wall clock per call of a loop ending in a synchronize (what a
+   caller waits for), and `kernel_ms`, CUDA events around back-to-back calls
+   (benchmarks/sgemm.py's time_ms). Each result is checked against cuBLAS.
+   Auto's rows carry the shape model's reasoning (tiles, waves, tail and
+   padding efficiency, predicted time). Shapes still waiting after BUDGET_S
+   seconds are listed as skipped (one device call must stay under 9 minutes).
+
+It writes DIR/sgemm_grid-<gpu-slug>-<YYYY-MM-DD>.json (CONVENTIONS.md rows,
+plus "class", "config" and "model"). --quick: the first two shapes of each
+class, one round, written as ...-quick.json.
+
+**--calibrate** times level 6's kernel with every plan of the shape model's
+menu (each configuration, with the slices of K the model would consider) at
+CALIBRATION_SHAPES, which are not in the grid, fits the model's constants to
+those times (shape_model.calibrate) and writes them, with their source, into
+src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, and the
+timings to DIR/sgemm_calibration-<gpu-slug>-<date>.json. Commit both; then
+run the grid.
+
+**--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
+the committed sgemm_shapes results (their rows of auto and level 6, and the
+plans their searches found slower as lower bounds) and writes them into the
+model's JSON: how the constants in it now were made.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from _common import RESULTS, benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+
+GPT2_TOKENS, TINY_TOKENS = 8 * 1024, 256 * 39
+GRID = {
+    "ragged": [(1000, 1000, 1000), (1537, 1023, 771), (2500, 1999, 3001), (777, 1313, 2047),
+               (3001, 2999, 1009), (4001, 4003, 4005)],
+    "skinny": [(512, 4096, 4096), (4096, 256, 4096), (128, 8192, 2048), (8192, 64, 1024),
+               (384, 3000, 5000), (4096, 4096, 96)],
+    "deep_k": [(1024, 1024, 16384), (512, 512, 32768), (256, 384, 65536), (2048, 2048, 8192),
+               (768, 768, 12288), (300, 500, 20000)],
+    "small": [(32, 32, 32), (64, 64, 64), (100, 100, 100), (128, 256, 64), (300, 200, 400),
+              (256, 256, 256), (511, 511, 511), (512, 512, 512)],
+    "transformer": [(TINY_TOKENS, 768, 256), (TINY_TOKENS, 256, 1024), (256, 1024, TINY_TOKENS),
+                    (GPT2_TOKENS, 2304, 768), (GPT2_TOKENS, 3072, 768), (GPT2_TOKENS, 768, 3072),
+                    (768, 3072, GPT2_TOKENS), (GPT2_TOKENS, 50257, 768)],
+    "square": [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
+}
+# Where --calibrate times the model's menu: none of them in GRID.
+CALIBRATION_SHAPES = [(768, 768, 768), (1536, 1536, 1536), (3072, 3072, 3072), (6144, 6144, 2048),
+                      (640, 640, 10240), (256, 2048, 16384), (2048, 512, 2048), (200, 3000, 1000)]
+ROUNDS = 3
+BUDGET_S = 420.0  # shapes still waiting after this long are skipped
+WRONG_ABOVE = 1e-5  # max |C - C_ref| / max |C_ref| against float64, or 4 x cuBLAS's own
+COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
+             "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
+
+
+def grid_shapes(quick: bool = False) -> list[tuple[str, tuple]]:
+    """(class, shape) of every grid shape, or the first two of each class with quick."""
+    return [(name, shape) for name, shapes in GRID.items() for shape in shapes[:2 if quick else None]]
+
+
+def relative_error(c, reference) -> float:
+    """max |c - reference| / max |reference| over the reference's finite entries;
+    inf where c's NaNs or infinities are not the reference's."""
+    import torch
+
+    c = c.double()
+    infinite = torch.isinf(reference)
+    if not torch.equal(torch.isnan(c), torch.isnan(reference)) or \
+            not torch.equal(torch.isinf(c), infinite) or not torch.equal(c[infinite], reference[infinite]):
+        return float("inf")
+    fine = torch.isfinite(reference)
+    if not fine.any():
+        return 0.0
+    scale = float(reference[fine].abs().max()) or 1.0
+    return float((c[fine] - reference[fine]).abs().max()) / scale
+
+
+def validate(sgemm, torch) -> list[dict]:
+    """auto and level 7 on ragged shapes, split-K and NaN/Inf inputs, against float64."""
+    cases = [("ragged", (1000, 1030, 777)), ("ragged aligned", (1000, 1028, 780)),
+             ("skinny", (37, 2051, 515)), ("small", (33, 17, 45)),
+             ("deep_k split-K", (257, 383, 40000)), ("nan_inf", (301, 299, 1203))]
+    found = []
+    for name, (m, n, k) in cases:
+        a = torch.randn((m, k), device="cuda")
+        b = torch.randn((k, n), device="cuda")
+        if name == "nan_inf":
+            a[5, 7], a[9, 3] = float("nan"), float("inf")
+        reference = a.double() @ b.double()
+        cublas_error = relative_error(torch.mm(a, b), reference)
+        allowed = max(WRONG_ABOVE, 4 * cublas_error)
+        for variant, level in (("auto", "auto"), ("level7", 7)):
+            out = torch.full((m, n), float("nan"), device="cuda")
+            sgemm.matmul(a, b, level, out=out)
+            error = relative_error(out, reference)
+            config, splits = sgemm.auto_plan((m, n, k)) if level == "auto" else (None, 1)
+            found.append({"case": name, "variant": variant, "m": m, "n": n, "k": k,
+                          "splits": splits, "max_rel_err": error, "cublas_rel_err": cublas_error,
+                          "ok": error <= allowed})
+    return found
+
+
+def wall_ms(torch, call, calls: int) -> float:
+    """Wall-clock ms per call of a loop of calls that ends in a synchronize."""
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - began) / calls * 1e3
+
+
+def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[dict]:
+    """The rows of one grid shape: cuBLAS, auto and level 7 in turns."""
+    import numpy as np
+
+    m, n, k = shape
+    a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+    reference = torch.mm(a, b).double()
+    variants = {"cublas": lambda: torch.mm(a, b), "auto": lambda: sgemm.matmul(a, b),
+                "level7": lambda: sgemm.matmul(a, b, 7)}
+    errors = {name: relative_error(call(), reference) for name, call in variants.items()}
+    one = time_ms(variants["cublas"])[0]
+    calls = int(min(2000, max(5, 100.0 / max(one, 1e-3))))  # about 100 ms a round
+    walls = {name: [] for name in variants}
+    kernels = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, call in variants.items():
+            call()
+            walls[name].append(wall_ms(torch, call, calls))
+            kernels[name].append(time_ms(call)[0])
+    cublas_ms = float(np.median(walls["cublas"]))
+    plan = sgemm.choose_plan(shape, sgemm.gpu_model())
+    rows = []
+    for name in variants:
+        ms = float(np.median(walls[name]))
+        row = {"variant": name, "class": group, "m": m, "n": n, "k": k, "ms": ms,
+               "tflops": 2 * m * n * k / (ms * 1e-3) / 1e12, "vs_cublas": cublas_ms / ms,
+               "kernel_ms": float(np.median(kernels[name])), "max_rel_err": errors[name],
+               "failed": not errors[name] <= 1e-4}
+        if name == "auto":
+            row["config"] = {**asdict(plan["config"]), "splits": plan["splits"]}
+            row["model"] = {key: plan[key] for key in (
+                "tiles", "slices", "blocks", "blocks_per_sm", "waves", "busiest_sm_blocks",
+                "tail_efficiency", "padding_efficiency", "predicted_us")}
+        if name == "level7":
+            row["config"] = asdict(sgemm.WARP_TILE_DEFAULT)
+        rows.append(row)
+    print(f"{group:<12} {m}x{n}x{k}: " + ", ".join(
+        f"{r['variant']} {r['ms'] * 1e3:.1f} us ({r['vs_cublas']:.0%})" for r in rows), flush=True)
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per class and variant: the worst and the median share of cuBLAS."""
+    import numpy as np
+
+    found = {}
+    for group in dict.fromkeys(r["class"] for r in rows):
+        for variant in ("auto", "level7"):
+            shares = [r["vs_cublas"] for r in rows if r["class"] == group and r["variant"] == variant]
+            if shares:
+                found.setdefault(group, {})[variant] = {"worst": min(shares),
+                                                        "median": float(np.median(shares))}
+    return found
+
+
+def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
+    """--calibrate: time every plan of the menu at CALIBRATION_SHAPES, fit, write."""
+    record["benchmark"] = "sgemm_calibration"
+    gpu = record["gpu"]
+    entry = sgemm.gpu_entry(gpu)
+    rows = []
+    for shape in CALIBRATION_SHAPES:
+        m, n, k = shape
+        a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+        for plan in sgemm.choose_plan(shape, gpu)["candidates"]:
+            if time.perf_counter() - started > BUDGET_S:
+                break
+            config, splits = plan["config"], plan["splits"]
+            call = lambda: sgemm.matmul(a, b, 6, config=config, splits=splits)  # noqa: E731
+            call()
+            calls = int(min(500, max(5, 50.0 / max(time_ms(call)[0], 1e-3))))
+            ms = wall_ms(torch, call, calls)
+            rows.append({"m": m, "n": n, "k": k, "config": {**asdict(config), "splits": splits},
+                         "ms": ms, "predicted_ms": plan["predicted_us"] / 1e3})
+        print(f"calibration {m}x{n}x{k}: {len(rows)} plans timed so far", flush=True)
+    measured = [((r["m"], r["n"], r["k"]), sgemm.TileConfig(**{f: r["config"][f] for f in (
+        "bm", "bn", "bk", "tm", "tn")}), r["config"]["splits"], r["ms"] * 1e3) for r in rows]
+    fit = sgemm.calibrate(measured, entry, fixed=())
+    record["results"] = rows
+    record["fit"] = fit
+    path = write_record(record, out_dir)
+    save_constants(sgemm, gpu, fit, f"benchmarks/results/{path.name} (--calibrate)")
+    print(f"wrote {path} and the constants for {gpu} (rms log error {fit['rms_log_error']:.3f})")
+    return 0
+
+
+def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
+    """Write fitted constants for `gpu` into the model's JSON, with their source."""
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    entry = data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]]))
+    entry["constants"] = {name: round(value, 6) for name, value in fit["constants"].items()}
+    entry["calibrated"] = (f"{source}: {fit['rows']} timings, {fit.get('bounds', 0)} lower bounds, "
+                           f"rms log error {fit['rms_log_error']:.4f}")
+    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    from gpucourse.kernels.sgemm import shape_model
+
+    shape_model._read_model.cache_clear()
+    shape_model.planned.cache_clear()
+
+
+def fit_committed() -> int:
+    """--fit-committed: the constants of each GPU of COMMITTED, from its committed
+    sgemm_shapes results (call_us: its 1 x 1 x 1 cuBLAS call; GPUs without
+    split-K timings keep the H100's split constants)."""
+    from gpucourse.kernels import sgemm
+
+    split_constants = ("split_call_us", "zero_us", "atomics_per_us")
+    fitted = {}
+    for gpu, name in COMMITTED.items():
+        record = json.loads((RESULTS / name).read_text())
+        rows = [r for r in sgemm.shape_model.measured_rows(record) if r[0] != (1, 1, 1)]
+        call = next(r for r in record["results"] if r["variant"] == "cublas" and r["m"] == 1)
+        entry = sgemm.gpu_entry(gpu)
+        start_from = dict(fitted.get("NVIDIA H100 80GB HBM3", entry["constants"]))
+        has_splits = any(splits > 1 for _, _, splits, _ in rows)
+        entry = {**entry, "constants": {**start_from, "call_us": call["ms"] * 1e3}}
+        bounds = sgemm.shape_model.search_bounds(record, entry)
+        fixed = ("call_us",) + (() if has_splits else split_constants)
+        fit = sgemm.calibrate(rows, entry, bounds, rounds=80, fixed=fixed)
+        fitted[gpu] = fit["constants"]
+        save_constants(sgemm, gpu, fit, f"benchmarks/results/{name} (--fit-committed)")
+        print(f"{gpu}: rms log error {fit['rms_log_error']:.4f} over {fit['rows']} timings and "
+              f"{fit['bounds']} lower bounds")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--quick", action="store_true", help="two shapes a class, one round")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="time the model's menu at CALIBRATION_SHAPES and fit its constants")
+    parser.add_argument("--fit-committed", action="store_true",
+                        help="fit the constants to the committed sgemm_shapes results (no GPU)")
+    if "--fit-committed" in (sys.argv[1:] if argv is None else argv):
+        return fit_committed()
+    args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
+        "sgemm_grid.py", "--fit-committed fits the model to the committed results without one"))
+    import torch
+    from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
+
+    from gpucourse.kernels import sgemm
+
+    out_dir = Path(args.out)
+    gpu = sgemm.gpu_model()
+    record = record_start(
+        "sgemm_grid", gpu, versions(),
+        (f"cuBLAS (torch.mm), matmul(a, b) (auto) and matmul(a, b, 7) on CUDA torch tensors "
+         f"in turns, {1 if args.quick else ROUNDS} round(s), median; ms: wall clock per call of "
+         "a loop ending in torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back "
+         "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
+         "max|C - C_cublas| / max|C_cublas|"),
+        model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+    if args.calibrate:
+        return calibrate_main(sgemm, torch, time_ms, record, out_dir, started)
+    record["validation"] = validate(sgemm, torch)
+    bad = [v for v in record["validation"] if not v["ok"]]
+    for v in bad:
+        print(f"WRONG: {v['variant']} on {v['case']} {v['m']}x{v['n']}x{v['k']}: "
+              f"{v['max_rel_err']:.2e} (cuBLAS {v['cublas_rel_err']:.2e})", flush=True)
+    rows, skipped = [], []
+    for group, shape in grid_shapes(args.quick):
+        if time.perf_counter() - started > BUDGET_S:
+            skipped.append({"class": group, "shape": list(shape)})
+            continue
+        rows += time_shape(sgemm, torch, time_ms, group, shape, 1 if args.quick else ROUNDS)
+    record["results"] = rows
+    record["skipped_shapes"] = skipped
+    record["summary"] = summary(rows)
+    record["seconds"] = time.perf_counter() - started
+    path = write_record(record, out_dir, "-quick" if args.quick else "")
+    for group, shares in record["summary"].items():
+        print(f"{group:<12} " + ", ".join(f"{v} worst {s['worst']:.1%} median {s['median']:.1%}"
+                                          for v, s in shares.items()))
+    print(f"wrote {path} ({record['seconds']:.0f} s; {len(skipped)} shapes skipped)")
+    return 1 if bad or any(r["failed"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,355 @@
+"""How level "auto" chooses its tiles and split-K: a cost model of blocks in
+waves on the GPU's multiprocessors, with a few constants a sweep calibrates.
+
+Why a model and not a table of measured shapes: tiles measured best at
+1024^3 say nothing about 1000 x 1000 x 1000 or 384 x 512 x 32768, and a
+product's shape decides most of what matters by arithmetic a student can
+follow. For an (m, n, k) product, a tile configuration (level 6's kernel,
+a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
+
+* **tiles and blocks.** C is cut into ceil(m/bm) x ceil(n/bn) tiles; each of
+  the slices of K gets its own blocks, so blocks = tiles x slices.
+* **padding waste.** Edge tiles hang over C and do a whole tile's arithmetic
+  anyway: the useful share is m*n / (tiles * bm*bn) (and K rounded up to bk).
+* **blocks per SM.** How many of these blocks one multiprocessor holds at
+  once: the fewest its registers, shared memory, thread slots and block slots
+  allow (``resident_blocks``; level 6's register cap lets two blocks of 256
+  threads share an SM where their accumulators fit).
+* **waves and the tail.** With S SMs each holding r blocks, a wave is S*r
+  blocks; waves = blocks / (S*r). The busiest SM gets ceil(blocks / S)
+  blocks, and the product ends when it does: tail efficiency = blocks / (S *
+  ceil(blocks / S)) is the share of the SMs' time that does work. 128 tiles on
+  132 SMs is one wave at 97%; 140 tiles is two rounds on 8 SMs while 124 wait.
+* **the rate of a block.** An SM's arithmetic rate with w resident warps is
+  peak * efficiency * (1 - exp(-w / warps_to_hide)): few warps leave its
+  pipelines waiting for memory. The efficiency of a tile grows with the
+  work a thread does per value it loads from shared memory (tm*tn outputs for
+  tm + tn loads) and a block per value it loads from global memory:
+  eff = eff_max / (1 + thread_loads * (1/tm + 1/tn) + block_loads * (1/bm + 1/bn)).
+* **fixed costs.** Every block pays block_us to start and store; tiles that
+  hang over an edge test every load (edge_share more time); a call costs
+  call_us of Python and launch; split-K adds a launch that zeroes C and
+  m*n*slices atomic additions (atomics_per_us).
+
+The product takes max(what the host needs to issue the call, what the GPU
+needs to run it). ``choose_plan`` prices every configuration of the GPU's menu
+(the tiles that won somewhere in the committed sweeps, in the model's JSON)
+with every number of slices in SPLITS and returns the cheapest with its
+reasoning numbers, which chapter 8 prints. ``calibrate`` fits the constants
+to measured times (benchmarks/sgemm_grid.py --calibrate on a GPU); they live
+in ``sgemm_shape_model.json`` beside this module, each GPU's with where they
+came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from functools import lru_cache
+from pathlib import Path
+
+from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER_SM
+from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, TileConfig, _whole,
+                                            _whole_or_zero, check_config)
+
+MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
+# Slices of K the model may choose (split-K); each slice is a multiple of 16 long.
+SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+# A slice shorter than this is never worth its atomic additions.
+MIN_SLICE = 256
+# The cost model's constants (see the module's docstring), each > 0.
+CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
+             "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
+# What a GPU's entry must say about one multiprocessor (and how many there are).
+SM_FIELDS = ("sms", "registers", "threads", "blocks", "shared_bytes",
+             "shared_reserved_per_block_bytes", "register_unit", "peak_tflops")
+
+
+# -----------------------------------------------------------------------------
+# Reading the model's data
+
+
+@lru_cache(maxsize=8)
+def _read_model(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def gpu_entry(gpu_name: str, path=None) -> dict:
+    """The model's entry for `gpu_name` (its SMs, constants and menu of tiles):
+    the GPU's own where the JSON has one, else the default entry (an H100's
+    limits and constants, marked "calibrated": None)."""
+    if not isinstance(gpu_name, str):
+        raise ValueError(f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {gpu_name!r}")
+    data = _read_model(str(MODEL_PATH if path is None else path))
+    entry = data["gpus"].get(gpu_name)
+    if entry is None:
+        entry = {**data["gpus"][data["default"]], "calibrated": None}
+    return {"name": gpu_name, **entry}
+
+
+def menu(entry: dict) -> list[TileConfig]:
+    """The tile configurations the model chooses among on a GPU, each checked."""
+    return [check_config(TileConfig(*row)) for row in entry["menu"]]
+
+
+# -----------------------------------------------------------------------------
+# What one multiprocessor holds
+
+
+def resident_blocks(registers_per_thread: int, shared_bytes_per_block: int,
+                    threads_per_block: int, sm: dict) -> tuple[int, str]:
+    """(blocks of this kind one SM holds at once, the limit that decides it).
+
+    The fewest of four limits: registers (allocated per warp in units of
+    sm["register_unit"]), shared memory (plus the system's reservation per
+    block), thread slots and block slots.
+    """
+    for name, value in (("registers_per_thread", registers_per_thread),
+                        ("shared_bytes_per_block", shared_bytes_per_block),
+                        ("threads_per_block", threads_per_block)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+    if not 1 <= threads_per_block <= 1024:
+        raise ValueError(f"threads_per_block must be in [1, 1024], got {threads_per_block}")
+    warps = math.ceil(threads_per_block / 32)
+    unit = sm["register_unit"]
+    registers_per_warp = math.ceil(registers_per_thread * 32 / unit) * unit
+    limits = {
+        "threads": sm["threads"] // (warps * 32),
+        "blocks": sm["blocks"],
+        "registers": (sm["registers"] // (registers_per_warp * warps) if registers_per_thread
+                      else sm["blocks"]),
+        "shared memory": (sm["shared_bytes"] // (shared_bytes_per_block
+                                                 + sm["shared_reserved_per_block_bytes"])
+                          if shared_bytes_per_block else sm["blocks"]),
+    }
+    limiter = min(limits, key=lambda name: limits[name])
+    return limits[limiter], limiter
+
+
+def kernel_resources(config: TileConfig) -> tuple[int, int]:
+    """(registers per thread, shared bytes per block) of level 6's kernel for
+    `config`, as the model counts them: the register estimate rounded up to 8,
+    held to the cap that lets two blocks share an SM where the accumulators fit
+    (building_blocks' `_register_cap`), and two copies of the tiles where they
+    fit in 48 KiB (vectorized's DOUBLE_BUFFER)."""
+    two_blocks = min(255, REGISTERS_PER_SM // (2 * config.threads)) // 8 * 8
+    needed = config.tm * config.tn + config.tm + config.tn
+    registers = min(255, -(-config.register_estimate // 8) * 8)
+    if needed + REGISTER_ROOM <= two_blocks:
+        registers = min(registers, two_blocks)
+    double = 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
+    return registers, config.shared_bytes * (2 if double else 1)
+
+
+# -----------------------------------------------------------------------------
+# The cost of one plan
+
+
+def _shape(shape) -> tuple[int, int, int]:
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    return tuple(_whole_or_zero(name, v) for name, v in zip("mnk", shape))
+
+
+def _slices(k: int, splits: int) -> tuple[int, int]:
+    """(slices, columns of the longest slice) when K is cut into `splits`, as
+    split_k.split_ranges cuts it (multiples of 16, fewer slices for a short K)."""
+    chunk = max(16, -(-k // splits // 16) * 16)
+    return max(1, -(-k // chunk)), min(k, chunk)
+
+
+def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None) -> dict:
+    """The model's reasoning and predicted time for level 6's kernel with
+    `config` and `splits` slices of K on an (m, n, k) product, on the GPU of
+    `entry` (``gpu_entry``; default the model's default GPU).
+
+    Returns a dict: tiles, slices, blocks, blocks_per_sm (and its limiter),
+    waves, busiest_sm_blocks, tail_efficiency, padding_efficiency,
+    tile_efficiency, warps_per_sm, sm_us (the busiest SM's time), host_us,
+    gpu_us and predicted_us = max(host_us, gpu_us), and the useful TFLOP/s
+    that predicts.
+    """
+    m, n, k = _shape(shape)
+    check_config(config)
+    splits = _whole("splits", splits)
+    entry = gpu_entry("default") if entry is None else entry
+    c = entry["constants"]
+    tiles = -(-max(m, 1) // config.bm) * -(-max(n, 1) // config.bn)
+    slices, slice_k = _slices(max(k, 1), splits)
+    blocks = tiles * slices
+    registers, shared = kernel_resources(config)
+    resident, limiter = resident_blocks(registers, shared, config.threads, entry)
+    sms = entry["sms"]
+    busiest = -(-blocks // sms)
+    padded_k = -(-slice_k // config.bk) * config.bk
+    block_flops = 2.0 * config.bm * config.bn * padded_k
+    warps = config.threads // 32
+    tile_eff = c["eff_max"] / (1 + c["thread_loads"] * (1 / config.tm + 1 / config.tn)
+                               + c["block_loads"] * (1 / config.bm + 1 / config.bn))
+    peak_per_us = entry["peak_tflops"] * 1e6 / sms  # FLOP per microsecond per SM
+    edges = bool(m % config.bm or n % config.bn or k % config.bk or slices > 1)
+    sm_us, left = 0.0, busiest
+    while left > 0:  # the busiest SM's blocks, `resident` at a time
+        together = min(left, resident)
+        occupancy = 1 - math.exp(-together * warps / c["warps_to_hide"])
+        sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
+        left -= together
+    sm_us *= 1 + c["edge_share"] * edges
+    split = slices > 1
+    gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
+    host_us = c["call_us"] + split * c["split_call_us"]
+    predicted = max(host_us, gpu_us)
+    return {
+        "config": config, "splits": splits, "tiles": tiles, "slices": slices, "slice_k": slice_k,
+        "blocks": blocks, "blocks_per_sm": resident, "limiter": limiter,
+        "warps_per_sm": min(busiest, resident) * warps,
+        "waves": blocks / (sms * resident), "busiest_sm_blocks": busiest,
+        "tail_efficiency": blocks / (sms * busiest),
+        "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
+        if m and n and k else 0.0,
+        "tile_efficiency": tile_eff, "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
+        "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
+    }
+
+
+def _splits_worth_pricing(k: int) -> list[int]:
+    """1, and each number of SPLITS whose slices keep at least MIN_SLICE columns."""
+    return [s for s in SPLITS if s == 1 or _slices(k, s)[1] >= MIN_SLICE and _slices(k, s)[0] == s]
+
+
+def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None = None) -> dict:
+    """The plan auto runs for an (m, n, k) product on `gpu_name`: the cheapest
+    (configuration, slices of K) of the GPU's menu by ``plan_cost``, with its
+    reasoning numbers, plus "candidates": every plan priced, cheapest first,
+    and "gpu" and "calibrated" (where the GPU's constants came from, None for
+    a GPU the model has no entry for)."""
+    m, n, k = _shape(shape)
+    entry = gpu_entry(gpu_name, path) if entry is None else entry
+    priced = [plan_cost((m, n, k), config, splits, entry)
+              for config in menu(entry) for splits in _splits_worth_pricing(max(k, 1))]
+    # Cheapest first; among equals (a call the host's cost decides), fewer
+    # slices, then fewer blocks: the plan with the least work on the GPU.
+    priced.sort(key=lambda p: (round(p["predicted_us"], 3), p["slices"], p["gpu_us"]))
+    return {**priced[0], "gpu": entry["name"], "calibrated": entry.get("calibrated"),
+            "candidates": priced}
+
+
+@lru_cache(maxsize=4096)
+def planned(gpu_name: str, m: int, n: int, k: int) -> tuple[TileConfig, int]:
+    """(configuration, splits) of ``choose_plan`` from the package's model,
+    found once per GPU and shape: a loop calling matmul pays for it once."""
+    plan = choose_plan((m, n, k), gpu_name)
+    return plan["config"], plan["splits"]
+
+
+# -----------------------------------------------------------------------------
+# Calibration: the constants that make the model's times the measured ones
+
+
+def _prediction_error(constants: dict, entry: dict, rows: list, bounds: list) -> float:
+    """Mean squared log ratio of predicted to measured time over `rows`, plus,
+    for each of `bounds` predicted faster than its measured lower bound (less
+    a 3% margin, the spread of a quick timing), the square of the log ratio."""
+    trial = {**entry, "constants": constants}
+    errors = [math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / us) ** 2
+              for shape, config, splits, us in rows]
+    for shape, config, splits, at_least in bounds:
+        short = math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / (0.97 * at_least))
+        errors.append(min(0.0, short) ** 2)
+    return sum(errors) / len(errors)
+
+
+def _rows(rows, name: str) -> list:
+    checked = [(_shape(tuple(shape)), check_config(config), _whole("splits", splits), float(us))
+               for shape, config, splits, us in rows]
+    if any(not us > 0 for *_, us in checked):
+        raise ValueError(f"{name} must be (shape, config, splits, microseconds > 0) rows")
+    return checked
+
+
+def calibrate(rows, entry: dict, bounds=(), rounds: int = 30, fixed=("call_us",)) -> dict:
+    """Constants that fit measured times, from the entry's constants as a start.
+
+    rows: (shape, TileConfig, splits, measured microseconds) of level 6's kernel
+    as a user calls it. bounds: rows of the same form whose time is a lower
+    bound (a plan a search measured no faster than its winner: ``search_bounds``),
+    so that the model does not pick what the sweep found slower. A coordinate
+    search on each constant's logarithm (steps of x2, then smaller), keeping any
+    change that lowers the error; the constants named in `fixed` stay. Returns
+    {"constants": ..., "rms_log_error": ..., "rows": ..., "bounds": ...}.
+    """
+    rows, bounds = _rows(rows, "rows"), _rows(bounds, "bounds")
+    if not rows:
+        raise ValueError("rows must hold at least one measured (shape, config, splits, microseconds)")
+    constants = dict(entry["constants"])
+    best = _prediction_error(constants, entry, rows, bounds)
+    step = 2.0
+    for _ in range(rounds):
+        improved = False
+        for name in CONSTANTS:
+            if name in fixed:
+                continue
+            for factor in (step, 1 / step):
+                trial = {**constants, name: constants[name] * factor}
+                if name == "eff_max" and trial[name] > 1:
+                    continue
+                error = _prediction_error(trial, entry, rows, bounds)
+                if error < best:
+                    constants, best, improved = trial, error, True
+        if not improved:
+            step = math.sqrt(step)
+            if step < 1.01:
+                break
+    return {"constants": constants, "rms_log_error": math.sqrt(best), "rows": len(rows),
+            "bounds": len(bounds)}
+
+
+def search_bounds(record: dict, entry: dict) -> list:
+    """Lower bounds from a benchmarks/sgemm_shapes.py record's search: at each
+    shape it searched, every configuration of the GPU's menu that its search
+    space held was timed with one slice of K and was no faster than the
+    winner; the winner itself was timed with every number of slices the
+    search tried; and where it tried split-K in its quick pass (tiles of
+    64 x 128 and more, at its SPLIT_SHAPES: 2048^3 and where a winner has
+    slices), so was every such configuration of the menu."""
+    search = record.get("search") or {}
+    space = search.get("space") or {}
+    tried_splits = [s for s in search.get("splits") or (1,) if s > 1]
+    found = []
+    for best in search.get("by_shape", []):
+        shape = (best["m"], best["n"], best["k"])
+        winner = (TileConfig(*(best[f] for f in ("bm", "bn", "bk", "tm", "tn"))), best.get("splits", 1))
+        split_shape = best.get("splits", 1) > 1 or shape == (2048, 2048, 2048)
+        for config in menu(entry):
+            if any(getattr(config, f) not in space.get(f, ()) for f in ("bm", "bn", "bk", "tm", "tn")):
+                continue
+            splits = [1] + (tried_splits if split_shape and config.bm * config.bn >= 64 * 128 else [])
+            found += [(shape, config, s, best["ms"] * 1e3) for s in splits if (config, s) != winner]
+        found += [(shape, winner[0], s, best["ms"] * 1e3) for s in [1] + tried_splits
+                  if s != winner[1] and (shape, winner[0], s, best["ms"] * 1e3) not in found]
+    return found
+
+
+def measured_rows(record: dict, variants=("auto", "level6")) -> list:
+    """(shape, TileConfig, splits, microseconds) of a benchmark record's rows of
+    level 6's kernel (sgemm_shapes or sgemm_grid results: rows with a "config"
+    of bm, bn, bk, tm, tn and a wall-clock "ms"), for ``calibrate`` and the tests."""
+    found = []
+    for row in record.get("results", []):
+        config = row.get("config")
+        if row.get("variant") not in variants or not config or row.get("failed"):
+            continue
+        tiles = TileConfig(*(config[f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        found.append(((row["m"], row["n"], row["k"]), tiles, config.get("splits", 1),
+                      row["ms"] * 1e3))
+    return found
+
+
+def plan_summary(plan: dict) -> dict:
+    """A plan's reasoning numbers as plain values (the configuration as a dict),
+    without its list of candidates: what a results file or a table keeps."""
+    return {key: (asdict(value) if isinstance(value, TileConfig) else value)
+            for key, value in plan.items() if key != "candidates"}
