@@ -341,9 +341,9 @@ class SanitizedShared(WatchedArray):
         """The flat position of an index of whole numbers (Python's or NumPy's) inside the
         array, else None (_check reads slices, and raises for indexes outside)."""
         try:
-            if type(index) is not tuple:
+            if type(index) is not tuple or len(index) == 1:
                 if self.ndim == 1:
-                    i = index.__index__()
+                    i = (index[0] if type(index) is tuple else index).__index__()
                     return i if 0 <= i < self.size else None
             elif len(index) == 2 == self.ndim:
                 i, j = index[0].__index__(), index[1].__index__()
