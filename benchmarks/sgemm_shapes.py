@@ -13,11 +13,12 @@
    split-K candidates (split_candidates(): bk = 16, tiles of 64 x 128 and
    larger) with every number of slices, and the three configurations fastest
    at one slice join the finals as well: a tile too large to fill the GPU
-   alone may win once K is cut. The fastest per shape goes into the GPU's
-   "by_shape" list in src/gpucourse/kernels/sgemm/sgemm_tuned.json, which
-   sgemm.auto_config reads (a copy goes to DIR). Small products want small
-   tiles: 1024^3 in level 6's 128 x 256 tiles is 32 blocks for the H100's
-   132 SMs.
+   alone may win once K is cut. The fastest per shape is recorded in the
+   results file ("search"); auto no longer reads a table of them (it prices
+   plans with the shape model, kernels/sgemm/shape_model.py), but
+   benchmarks/sgemm_grid.py --fit-committed fits the model's constants to
+   these searches and timings. Small products want small tiles: 1024^3 in
+   level 6's 128 x 256 tiles is 32 blocks for the H100's 132 SMs.
 2. **The table.** For each shape of SHAPES it calls cuBLAS (torch.mm, TF32 off),
    level 6 and level "auto" the way a user does, on CUDA torch tensors, and
    "auto" on Numba device arrays viewing the same memory (auto_numba), and
@@ -44,8 +45,6 @@ writes DIR/sgemm_split_k-<gpu-slug>-<YYYY-MM-DD>.json.
 from __future__ import annotations
 
 import datetime
-import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -176,16 +175,6 @@ def search(shapes, progress=True, timings=None) -> list[dict]:
     return found
 
 
-def save_by_shape(gpu: str, rows: list[dict]) -> None:
-    table = json.loads(sgemm.TUNED_PATH.read_text()) if sgemm.TUNED_PATH.exists() else {}
-    entry = table.setdefault(gpu, {**vars(sgemm.DEFAULT_TUNED)})
-    entry["by_shape"] = rows
-    sgemm.TUNED_PATH.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
-    sgemm._tuned_here.cache_clear()
-    sgemm._by_shape_here.cache_clear()
-    sgemm._plan_here.cache_clear()
-
-
 def table_rows(shapes, progress=True, split_plans=None) -> list[dict]:
     """The table's rows at `shapes`. split_plans: {(m, n, k): (config, splits)}
     adds, at those shapes, "split_k" (matmul with that configuration and
@@ -265,8 +254,6 @@ def main(argv=None) -> int:
         record["search"] = {"space": SEARCH_SPACE, "configs": len(search_configs()),
                             "split_configs": len(split_candidates()), "splits": SPLITS,
                             "by_shape": search(TUNING_SHAPES)}
-        save_by_shape(gpu, record["search"]["by_shape"])
-        shutil.copy(sgemm.TUNED_PATH, out_dir / "sgemm_tuned.json")
     record["results"] = table_rows(SHAPES)
     record["elapsed_s"] = time.perf_counter() - started
     path = write_record(record, out_dir)

@@ -423,26 +423,21 @@ def test_committed_results_have_every_level_and_the_conventions_shape(tmp_path):
     _fails(ladder.load_results, tmp_path, naming="path must be a folder holding")
 
 
-def test_auto_picks_the_configuration_measured_nearest_the_shape(tmp_path):
-    path = tmp_path / "tuned.json"
-    small, large = TileConfig(64, 64, 16, 4, 8), TileConfig(128, 256, 16, 8, 8)
-    entry = {"bm": 64, "bn": 256, "bk": 16, "tm": 8, "tn": 8, "by_shape": [
-        {"m": 512, "n": 512, "k": 512, **{f: getattr(small, f) for f in "bm bn bk tm tn".split()}},
-        {"m": 2048, "n": 2048, "k": 2048, **{f: getattr(large, f) for f in "bm bn bk tm tn".split()}},
-    ]}
-    path.write_text(json.dumps({"Some GPU": entry}))
-    assert sgemm.auto_config((256, 512, 700), "Some GPU", path) == small
-    assert sgemm.auto_config((1, 1, 1), "Some GPU", path) == small
-    assert sgemm.auto_config((2048, 1024, 1024), "Some GPU", path) == large  # nearer in m
-    # Level 6's own configuration counts at the shape autotune measured it.
-    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == large
-    entry.update(m=4096, n=4096, k=4096)
-    path.write_text(json.dumps({"Some GPU": entry}))
-    assert sgemm.auto_config((4096, 4096, 4096), "Some GPU", path) == TileConfig(64, 256, 16, 8, 8)
-    # Without measurements by shape, auto is level 6's tuned configuration.
-    assert sgemm.auto_config((64, 64, 64), "Other GPU", path) == sgemm.DEFAULT_TUNED
-    _fails(sgemm.auto_config, (1, 2), "Some GPU", path, naming="shape must be a tuple")
-    _fails(sgemm.auto_config, (1, -2, 3), "Some GPU", path, naming="n must be a whole number")
+def test_auto_runs_the_shape_models_plan_read_from_its_file(tmp_path):
+    # auto's plan is the shape model's cheapest (tests/test_sgemm_shape_model.py
+    # checks its choices); `path` reads another model file, whose menu it obeys.
+    h100 = "NVIDIA H100 80GB HBM3"
+    plan = sgemm.choose_plan((1024, 1024, 8192), h100)
+    assert sgemm.auto_plan((1024, 1024, 8192), h100) == (plan["config"], plan["splits"])
+    assert sgemm.auto_config((1024, 1024, 8192), h100) == plan["config"]
+    model = json.loads(sgemm.MODEL_PATH.read_text())
+    only = TileConfig(64, 64, 16, 4, 8)
+    model["gpus"][h100]["menu"] = [[only.bm, only.bn, only.bk, only.tm, only.tn]]
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(model))
+    assert sgemm.auto_config((4096, 4096, 4096), h100, path) == only
+    _fails(sgemm.auto_config, (1, 2), h100, path, naming="shape must be a tuple")
+    _fails(sgemm.auto_config, (1, -2, 3), h100, path, naming="n must be a whole number")
 
 
 def test_auto_is_the_default_and_exact_on_ragged_shapes():

@@ -6,8 +6,9 @@ single patch, one where it computes 2 x 2 patches), against numpy in float64
 on ragged shapes, with NaN and Inf; its configuration checks by hand-worked
 cases; and what a GPU would run (128-bit loads, shared memory, no spills) from
 the PTX compiled for an H100 on this machine, without a GPU. The default
-configuration (128 x 128 tiles) runs once, through test_sgemm's every-level
-test. Nothing here is timed: benchmarks/sgemm_level7.py does that on a GPU.
+configuration (WARP_TILE_DEFAULT, 128 x 256 tiles) runs once, through
+test_sgemm's every-level test; the hand-worked cases and the PTX take the
+worklog's sizes (WARP_TILE_WORKLOG), which the chapter draws. Nothing here is timed: benchmarks/sgemm_level7.py does that on a GPU.
 """
 
 import json
@@ -93,13 +94,18 @@ def test_device_arrays_and_split_k():
 
 
 def test_default_and_candidates_pass_and_hand_worked_properties():
-    default = sgemm.WARP_TILE_DEFAULT
-    assert sgemm.check_warp_config(default) is default
+    worklog = sgemm.WARP_TILE_WORKLOG
+    assert sgemm.check_warp_config(worklog) is worklog
     # 4 warps of 64 x 64; one pass of a warp is 64 x 16 (8 x 4 lanes of 8 x 4 patches).
-    assert (default.warps, default.wm_iter, default.wn_iter) == (4, 1, 4)
-    assert default.shared_bytes == 2 * 4 * (128 * 16 + 16 * 128) == 32768
+    assert (worklog.warps, worklog.wm_iter, worklog.wn_iter) == (4, 1, 4)
+    assert worklog.shared_bytes == 2 * 4 * (128 * 16 + 16 * 128) == 32768
     # 128 accumulators + 8 + 16 fragment values + 32 staged floats + 32 overhead.
-    assert default.register_estimate == 128 + 24 + 32 + 32
+    assert worklog.register_estimate == 128 + 24 + 32 + 32
+    # The default: the same warps' tiles and patches, twice the block (8 warps),
+    # so a thread stages half as much of each tile: 24 floats, not 32.
+    default = sgemm.WARP_TILE_DEFAULT
+    assert (default.bm, default.bn, default.warps, default.wm_iter, default.wn_iter) == (128, 256, 8, 1, 4)
+    assert default.register_estimate == 128 + 24 + 24 + 32 and worklog in sgemm.WARP_TILE_CANDIDATES
     assert TWO_BY_TWO.wm_iter == 2 and TWO_BY_TWO.register_estimate == 64 + 16 + 16 + 32
     candidates = sgemm.WARP_TILE_CANDIDATES
     assert default in candidates and 8 <= len(candidates) <= 14
@@ -111,7 +117,7 @@ def test_default_and_candidates_pass_and_hand_worked_properties():
 
 def test_check_warp_config_names_each_constraint():
     def config(**changes):
-        fields = {f: getattr(sgemm.WARP_TILE_DEFAULT, f) for f in
+        fields = {f: getattr(sgemm.WARP_TILE_WORKLOG, f) for f in
                   ("bm", "bn", "bk", "wm", "wn", "wn_iter", "tm", "tn", "threads")}
         return WarpTileConfig(**{**fields, **changes})
 
@@ -148,10 +154,10 @@ def test_matmul_checks_which_config_goes_with_which_level():
 
 def test_level7_in_the_level_tables_and_models():
     assert sgemm.LEVELS[-1] == "7" and sgemm.LEVEL_NAMES["7"] == "warp tiling"
-    kernel, grid, block = sgemm.kernel_for("7", (300, 500, 64))
-    assert (grid, block) == ((4, 3), (128,))
+    kernel, grid, block = sgemm.kernel_for("7", (300, 500, 64))  # 128 x 256 tiles, 8 warps
+    assert (grid, block) == ((2, 3), (256,))
     assert kernel is sgemm.kernel_for(7, (1, 1, 1))[0]  # compiled once per configuration
-    model = sgemm.traffic_model("7", 4096, 4096, 4096)
+    model = sgemm.traffic_model("7", 4096, 4096, 4096, sgemm.WARP_TILE_WORKLOG)
     # 128 x 128 tiles: intensity 32 FLOP/byte, as level 4b's; shared loads (8 + 16)/128 per FMA.
     assert model["intensity_flop_per_byte"] == pytest.approx(32.0)
     assert model["shared_loads_per_fma"] == pytest.approx(24 / 128)
@@ -180,12 +186,12 @@ print(json.dumps(found))
 
 @pytest.fixture(scope="module")
 def level7_ptx():
-    """PTX of the default configuration (128-bit and scalar loads) and of the
+    """PTX of the worklog's configuration (128-bit and scalar loads) and of the
     candidate with two passes down, compiled in a process without the simulator."""
     from dataclasses import asdict
 
-    wanted = [(json.dumps(asdict(sgemm.WARP_TILE_DEFAULT)), True),
-              (json.dumps(asdict(sgemm.WARP_TILE_DEFAULT)), False),
+    wanted = [(json.dumps(asdict(sgemm.WARP_TILE_WORKLOG)), True),
+              (json.dumps(asdict(sgemm.WARP_TILE_WORKLOG)), False),
               (json.dumps(asdict(sgemm.WARP_TILE_CANDIDATES[2])), True)]
     printed = compile_without_a_gpu(PTX_SCRIPT, json.dumps(wanted))
     texts = json.loads(printed.strip().splitlines()[-1])
@@ -195,7 +201,7 @@ def level7_ptx():
 def test_level7_ptx_loads_128_bits_stages_in_shared_memory_and_keeps_accumulators_in_registers(
         level7_ptx):
     default, scalar, two_down = level7_ptx
-    config = sgemm.WARP_TILE_DEFAULT
+    config = sgemm.WARP_TILE_WORKLOG
     for text in level7_ptx:
         assert ".target sm_90" in text
         assert ".shared .align 16" in text  # the tiles, 16-byte aligned for ld.shared.v4
@@ -233,7 +239,7 @@ def test_level7_machine_code_keeps_every_accumulator_in_registers(level7_ptx):
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
     assert 128 < registers <= 255
     # The configuration's estimate is a fair guide (ptxas gave 218 for 216 here).
-    assert abs(registers - sgemm.WARP_TILE_DEFAULT.register_estimate) <= 24
+    assert abs(registers - sgemm.WARP_TILE_WORKLOG.register_estimate) <= 24
 
 
 def test_the_chapters_picture_of_level_7_covers_the_block_tile_once():
@@ -242,7 +248,7 @@ def test_the_chapters_picture_of_level_7_covers_the_block_tile_once():
     and each warp stays inside its own wm x wn tile."""
     from gpucourse.chapters import sgemm_gap
 
-    for config in (sgemm.WARP_TILE_DEFAULT, sgemm.WARP_TILE_CANDIDATES[2]):
+    for config in (sgemm.WARP_TILE_DEFAULT, sgemm.WARP_TILE_WORKLOG, sgemm.WARP_TILE_CANDIDATES[2]):
         covered = np.zeros((config.bm, config.bn), dtype=int)
         for warp in range(config.warps):
             for lane in range(sgemm.WARP_SIZE):
@@ -252,4 +258,4 @@ def test_the_chapters_picture_of_level_7_covers_the_block_tile_once():
                             + col // config.wn} == {warp}
         assert (covered == 1).all(), config
     with pytest.raises(ValueError, match="warp must be in"):
-        sgemm_gap.warp_tile_patches(sgemm.WARP_TILE_DEFAULT, warp=4)
+        sgemm_gap.warp_tile_patches(sgemm.WARP_TILE_WORKLOG, warp=4)

@@ -140,7 +140,7 @@ def test_unroll_probe_reads_registers_and_warps(record):
 
 def test_warp_config_label_and_plot(record):
     assert sgemm_gap.warp_config_label(
-        {f: getattr(sgemm.WARP_TILE_DEFAULT, f) for f in sgemm.WARP_TILE_DEFAULT.__dataclass_fields__}
+        {f: getattr(sgemm.WARP_TILE_WORKLOG, f) for f in sgemm.WARP_TILE_WORKLOG.__dataclass_fields__}
     ) == "128x128x16 w64x64 it1x4 t8x4 128th"
     _fails(sgemm_gap.warp_config_label, {"bm": 128}, naming="config must be a dict with the fields")
     import matplotlib
@@ -152,3 +152,29 @@ def test_warp_config_label_and_plot(record):
     assert len(left.patches) == len(sgemm_gap.level7_sweep(record))
     assert len(right.patches) == 2 * len(sgemm_gap.level7_against_level6(record))
     plt.close("all")
+
+
+def test_level7s_default_is_the_winner_across_the_shapes_of_every_full_sweep():
+    # Not the best of a sweep at one shape: of the candidates timed at every
+    # shape of a run (its finalists), the default has the highest geometric
+    # mean share of cuBLAS, in each committed full run, and the worklog's
+    # sizes, which it replaced, were slower at 4096^3.
+    import math
+
+    files = [p for p in results.find_results("sgemm_level7") if not p.stem.endswith("-quick")]
+    default = {f: getattr(sgemm.WARP_TILE_DEFAULT, f) for f in sgemm.WARP_TILE_DEFAULT.__dataclass_fields__}
+    worklog = {f: getattr(sgemm.WARP_TILE_WORKLOG, f) for f in sgemm.WARP_TILE_WORKLOG.__dataclass_fields__}
+    assert len(files) >= 2
+    for path in files:
+        rows = [r for r in json.loads(path.read_text())["results"] if r["variant"] == "level7"]
+        shares = {}
+        for r in rows:
+            shares.setdefault(json.dumps(r["config"], sort_keys=True), {})[r["m"], r["n"], r["k"]] = \
+                r["vs_cublas"]
+        shapes = {shape for by_shape in shares.values() for shape in by_shape}
+        everywhere = {c: s for c, s in shares.items() if set(s) == shapes}
+        assert len(shapes) == 4 and len(everywhere) == 3, path.name
+        mean = {c: math.exp(sum(math.log(v) for v in s.values()) / len(s)) for c, s in everywhere.items()}
+        assert max(mean, key=mean.get) == json.dumps(default, sort_keys=True), path.name
+        at_4096 = shares[json.dumps(default, sort_keys=True)][4096, 4096, 4096]
+        assert shares[json.dumps(worklog, sort_keys=True)][4096, 4096, 4096] < at_4096

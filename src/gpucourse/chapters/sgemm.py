@@ -125,31 +125,18 @@ def shapes(record: dict) -> list[tuple[int, int, int]]:
 def occupancy(registers_per_thread, shared_bytes_per_block, threads_per_block, sm=None) -> dict:
     """Resident blocks and warps per SM, and what limits them.
 
-    The smallest of four limits: registers (allocated per warp, rounded up to
-    `register_unit`), shared memory (plus the per-block reservation), threads and
-    blocks. Returns blocks_per_sm, warps_per_sm, occupancy (resident warps over
-    the SM's maximum) and limiter.
+    The smallest of four limits (the shape model's ``resident_blocks``):
+    registers (allocated per warp, rounded up to `register_unit`), shared
+    memory (plus the per-block reservation), threads and blocks. Returns
+    blocks_per_sm, warps_per_sm, occupancy (resident warps over the SM's
+    maximum) and limiter.
     """
+    from gpucourse.kernels.sgemm.shape_model import resident_blocks
+
     sm = H100_SM if sm is None else sm
-    for name, value in (("registers_per_thread", registers_per_thread),
-                        ("shared_bytes_per_block", shared_bytes_per_block),
-                        ("threads_per_block", threads_per_block)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
-    if not 1 <= threads_per_block <= 1024:
-        raise ValueError(f"threads_per_block must be in [1, 1024], got {threads_per_block}")
+    blocks, limiter = resident_blocks(registers_per_thread, shared_bytes_per_block,
+                                      threads_per_block, sm)
     warps = math.ceil(threads_per_block / 32)
-    unit = sm["register_unit"]
-    registers_per_warp = math.ceil(registers_per_thread * 32 / unit) * unit
-    limits = {
-        "threads": sm["threads"] // (warps * 32),
-        "blocks": sm["blocks"],
-        "registers": sm["registers"] // (registers_per_warp * warps) if registers_per_thread else sm["blocks"],
-        "shared memory": (sm["shared_bytes"] // (shared_bytes_per_block + sm["shared_reserved_per_block_bytes"])
-                          if shared_bytes_per_block else sm["blocks"]),
-    }
-    limiter = min(limits, key=lambda name: limits[name])
-    blocks = limits[limiter]
     return {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps,
             "occupancy": blocks * warps / (sm["threads"] // 32), "limiter": limiter}
 
@@ -392,4 +379,101 @@ def plot_roofline(record: dict, intensities: dict, m=4096, peak_flops_per_s=None
     ax.set_ylabel("TFLOP/s")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"Each level on the roofline, {m}x{m}x{m}")
+    return ax
+
+
+# -----------------------------------------------------------------------------
+# Auto's shape model, and the grid of shapes users call
+
+# Shapes the chapter reasons about: a ragged square, one just past a wave, a
+# skinny deep product, a small one and a GPT-2 layer.
+MODEL_SHAPES = [(1000, 1000, 1000), (3001, 2999, 1009), (512, 512, 16384), (300, 200, 400),
+                (8192, 3072, 768)]
+GRID_CLASSES = ("ragged", "skinny", "deep_k", "small", "transformer", "square")
+
+
+def shape_model_rows(shapes=MODEL_SHAPES, gpu: str = "NVIDIA H100 80GB HBM3") -> list[dict]:
+    """For each shape, the shape model's plan for auto and, beside it, level 6's
+    one tuned tile with K whole, each with its reasoning numbers: tiles, slices,
+    blocks, blocks per SM, waves, tail and padding efficiency and predicted
+    TFLOP/s (`sgemm.plan_cost`)."""
+    from gpucourse.kernels import sgemm
+
+    entry = sgemm.gpu_entry(gpu)
+    rows = []
+    for shape in shapes:
+        plan = sgemm.choose_plan(tuple(shape), gpu)
+        level6 = sgemm.plan_cost(tuple(shape), sgemm.tuned_config(gpu), 1, entry)
+        for who, cost in (("auto", plan), ("level 6", level6)):
+            config = cost["config"]
+            rows.append({"shape": "x".join(map(str, shape)), "who": who,
+                         "tiles": f"{config.bm}x{config.bn} ({config.tm}x{config.tn})",
+                         **{key: cost[key] for key in (
+                             "splits", "blocks", "blocks_per_sm", "waves", "tail_efficiency",
+                             "padding_efficiency", "predicted_us", "tflops")}})
+    return rows
+
+
+def format_model_rows(rows) -> str:
+    """`shape_model_rows` as a Markdown table."""
+    lines = ["| shape | plan | tiles | slices of K | blocks | per SM | waves | tail | padding "
+             "| TFLOP/s (model) |", "|" + "---|" * 10]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['who']} | {r['tiles']} | {r['splits']} | {r['blocks']} "
+                     f"| {r['blocks_per_sm']} | {r['waves']:.2f} | {r['tail_efficiency']:.0%} "
+                     f"| {r['padding_efficiency']:.0%} | {r['tflops']:.1f} |")
+    return "\n".join(lines)
+
+
+def load_grid_results(path=None) -> dict | None:
+    """The newest benchmarks/sgemm_grid.py record (or the one at `path`), or
+    None while none is committed."""
+    if path is None and not results.find_results("sgemm_grid"):
+        return None
+    return results.load_results("sgemm_grid", path)
+
+
+def grid_by_class(record: dict) -> list[dict]:
+    """Per class of the grid and variant (auto, level7): the worst and the median
+    share of cuBLAS, and the shape of the worst, from a grid record's rows."""
+    rows = record.get("results") if isinstance(record, dict) else None
+    if not rows:
+        raise ValueError("record must be an sgemm_grid results record with rows")
+    found = []
+    for group in [g for g in GRID_CLASSES if any(r["class"] == g for r in rows)]:
+        for variant in ("auto", "level7"):
+            picked = sorted((r for r in rows if r["class"] == group and r["variant"] == variant),
+                            key=lambda r: r["vs_cublas"])
+            if picked:
+                shares = [r["vs_cublas"] for r in picked]
+                found.append({"class": group, "variant": variant, "worst": shares[0],
+                              "median": shares[len(shares) // 2],
+                              "worst_shape": (picked[0]["m"], picked[0]["n"], picked[0]["k"])})
+    return found
+
+
+def plot_grid(record: dict | None = None, ax=None):
+    """Bars per class of the grid: auto's and level 7's median share of cuBLAS,
+    with the worst shape of the class as a dark mark; None while no grid run
+    is committed (the book builds without one)."""
+    record = load_grid_results() if record is None else record
+    if record is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    rows = grid_by_class(record)
+    ax = ax or plt.subplots(figsize=(8, 3.5))[1]
+    groups = list(dict.fromkeys(r["class"] for r in rows))
+    for offset, variant in ((-0.2, "auto"), (0.2, "level7")):
+        picked = {r["class"]: r for r in rows if r["variant"] == variant}
+        xs = [i + offset for i, g in enumerate(groups) if g in picked]
+        ax.bar(xs, [picked[g]["median"] for g in groups if g in picked], width=0.4,
+               label=f"{variant}, median")
+        ax.scatter(xs, [picked[g]["worst"] for g in groups if g in picked], color="black",
+                   marker="_", s=200, zorder=3, label=f"{variant}, worst" if offset < 0 else None)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel("share of cuBLAS")
+    ax.set_title(f"SGEMM grid, {record['gpu']}, {record['date']}")
+    ax.legend(fontsize=8)
     return ax
