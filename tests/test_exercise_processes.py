@@ -255,9 +255,13 @@ def test_right_sums_that_are_not_a_ring_fail_on_their_messages():
                          timeout_s=DEADLINE_S)
 
 
-def test_a_wrong_result_names_the_rank_and_the_elements():
+def test_a_ring_that_skips_a_phase_is_named_by_its_messages_first():
+    # A ring that forgets the all-gather sends too little: the check of each
+    # rank's messages (issue 34: the most precise failure first) names the
+    # rank and what it sent before any value is compared.
     with pytest.raises(AssertionError, match="on 2 processes, a float64 tensor of 5 elements: "
-                                             "rank 0's tensor differs"):
+                                             "rank 0 sent 2 elements in 1 non-empty messages "
+                                             "and received 3; the ring all-reduce sends 5"):
         check_collective(forgets_the_all_gather, "all_reduce", world_sizes=(2,), lengths=(5,),
                          timeout_s=DEADLINE_S)
 
