@@ -1,0 +1,685 @@
+"""The fp32 attention backward on the tensor cores in 3xTF32: version 6 of ``flash_attention_backward``.
+
+Version 4 computes the backward's five tile products on the CUDA cores, one
+fp32 FMA per multiply-add, and took 1.01-1.46 times the time of PyTorch's
+memory-efficient backward on an H100, whose products run on the tensor cores
+in 3xTF32. This module is ``half_backward``'s structure (FlashAttention-2's
+backward, two kernels and a pre-pass) with float32 operands split into a big
+and a small TF32 part, each product three ``mma.sync.m16n8k8`` TF32
+instructions, a_small b_big + a_big b_small + a_big b_big, as the forward
+(``attention.tensor_cores``) computes its two:
+
+* a pre-pass, ``D_i = sum_c dO_ic O_ic`` in float32 (``backward``'s
+  ``_row_dot_kernel``, one thread per row);
+* ``dK and dV``: a block owns 16 keys per warp, keeps their K and V in
+  shared memory and walks the query tiles (Q and dO by cp.async, two stages;
+  the queries' L and D staged a tile ahead). S^T = K Q^T puts the keys in the
+  rows of the C fragments, so that P^T and dS^T are A fragments where they lie;
+  dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D), dK += dS^T Q;
+* ``dQ``: a block owns 16 queries per warp, keeps their Q and dO, walks the
+  key tiles: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K.
+
+Three choices make the fragments cheap, the first two the forward's:
+
+* **The inner dimension may be taken in any order** as long as both operands
+  take it the same way. Along the head dim, lane (g, t) (g = lane // 4, t =
+  lane % 4) takes dims 16c + 4t and 16c + 4t + 1 for one 8-wide step and
+  16c + 4t + 2, 16c + 4t + 3 for the next, so one 128-bit load of a row feeds
+  two steps. Along the queries (or keys) of P^T dO, dS^T Q and dS K, the lane's
+  C-fragment scores of columns 2t and 2t + 1 are its A fragment if the B
+  operand's rows are read as 2t for the fragment's row t and 2t + 1 for t + 4.
+* **Output columns permuted within groups of 32**: the 8-column output tile i
+  of a group holds head-dim columns 4n + i (n = 0..7), so that one 128-bit load
+  of a row of dO, Q or K (columns 4g .. 4g + 3) gives the B fragments of four
+  tiles, and the lane ends holding columns 8t .. 8t + 7 of each of its rows.
+* **One swizzle for both reads.** Every tile is read two ways: rows g (a
+  quarter-warp: two rows, four 16-byte chunks of each) and rows 2t, 2t + 1
+  (four rows, two chunks of each). Chunk c of row r is stored at chunk
+  c ^ h(r), h(r) = 2 ((r // 2) % 4) ^ 4 (r % 2), which sends both patterns'
+  eight chunks to eight different groups of four banks (``bank_groups``
+  lists them; tests/test_attention_backward_tf32.py checks it).
+
+**Long sums.** The tensor cores truncate the sums they make, so one chain of
+mma sums along the whole walk drifts (``tf32_fast`` measured 25x cuBLAS fp32's
+error for a chain of 1,536 along K at 4096^3). dK, dV and dQ are such chains:
+at seq 4096, 512 query steps of 8, three instructions each. So each tile's
+share is summed from zero, four output tiles at a time (16 registers), and
+added to the sums with float32 adds, which round: a chain of 3 x block_cols / 8
+instructions, then one rounded add per tile. The scores' chains, 3 x head_dim / 8
+long and restarted for every tile, are the forward's.
+
+Inputs: float32, C-contiguous, (batch, heads, seq, head_dim) and (batch,
+heads, key_seq, head_dim), head_dim in TF32_BACKWARD_HEAD_DIMS (multiples of
+32: the output groups); torch CUDA tensors on a GPU with tensor cores, numpy
+arrays or CPU torch tensors on Numba's simulator (where the instructions are
+``tensor_cores``' stand-ins and every thread of a block must reach every
+instruction: no warp skips a tile). Not yet timed on a GPU (see
+benchmarks/NOTES.md, "fp32 backward on 3xTF32, built, to be timed").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from gpucourse.device import cuda, on_gpu
+from numba import float32, int32, uint16  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
+from gpucourse.kernels.attention.backward import _row_dot_kernel
+from gpucourse.kernels.attention.half_backward import LOG2E, query_stat
+from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
+from gpucourse.kernels.tensor_cores.fragments import WARP
+from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
+from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
+                                                 global_address_flat, shared_address)
+
+TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
+FLOAT_BYTES = 4
+# The kernels' helpers: inlined device functions on a GPU; plain Python
+# functions on the simulator, which otherwise swaps the module's globals and
+# takes three locks on every call of a device function (a third to half of a
+# run's time here, most of it in the calls of the innermost helpers).
+device = cuda.jit(device=True, inline=True) if on_gpu() else (lambda function: function)
+
+
+@dataclass(frozen=True)
+class Tf32BackwardConfig:
+    """The tiles of one of version 6's kernels: `warps` warps of 16 rows each
+    (the block's own keys, or queries), walking tiles of `block_cols` rows of
+    the other side."""
+
+    head_dim: int
+    warps: int = 4
+    block_cols: int = 32
+
+    @property
+    def block_rows(self) -> int:
+        return 16 * self.warps
+
+    @property
+    def threads(self) -> int:
+        return WARP * self.warps
+
+    def shared_bytes(self, stats: bool = False) -> int:
+        """The block's two own tiles, two stages of the two walked ones and,
+        with `stats` (dK and dV's kernel), two stages of the walked queries'
+        L and D."""
+        floats = self.head_dim * (2 * self.block_rows + 4 * self.block_cols)
+        return FLOAT_BYTES * (floats + (4 * self.block_cols if stats else 0))
+
+    def grid(self, batch: int, heads: int, rows: int) -> tuple:
+        """One block per tile of the `rows` it owns along x, per head along y,
+        per batch along z."""
+        return ((rows + self.block_rows - 1) // self.block_rows, heads, batch)
+
+
+def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
+    """Refuse tiles the kernels cannot run (ValueError naming what is accepted)."""
+    d = config.head_dim
+    if d not in TF32_BACKWARD_HEAD_DIMS:
+        raise ValueError(f"version 6 takes head_dim in {TF32_BACKWARD_HEAD_DIMS} (its output "
+                         f"tiles come in groups of 32 columns), got {d}")
+    if config.block_cols % 8 or config.block_cols <= 0 or config.warps < 1:
+        raise ValueError(f"block_cols must be a positive multiple of 8 and warps positive, got "
+                         f"{config.block_cols} and {config.warps}")
+    chunks = d // 4  # 16-byte chunks of a row
+    if config.threads % chunks or (config.block_cols * chunks) % config.threads \
+            or (config.block_rows * chunks) % config.threads:
+        raise ValueError(f"the tiles' {chunks}-chunk rows ({config.block_rows} and "
+                         f"{config.block_cols} of them) must divide among {config.threads} "
+                         f"threads, whole rows at a time")
+    if config.shared_bytes(stats=True) > DYNAMIC_SHARED_LIMIT_BYTES:
+        raise ValueError(f"the tiles need {config.shared_bytes(stats=True)} bytes of shared "
+                         f"memory; a block may have at most {DYNAMIC_SHARED_LIMIT_BYTES}")
+    return config
+
+
+def backward_configs(head_dim: int) -> tuple[Tf32BackwardConfig, Tf32BackwardConfig]:
+    """(dK and dV's tiles, dQ's tiles). On a GPU, 4 warps, and walked tiles as
+    wide as the registers allow without spilling (ptxas for sm_90): dK and dV's
+    kernel holds both sums (head_dim registers) besides a tile's scores, so
+    32-row tiles at head dim 64 (234 registers; 16-row ones took 172, also
+    two blocks a multiprocessor) and 8-row ones at 128 (255; 16 spilled);
+    dQ's, one sum, 32 at 64 (140) and 16 at 128 (170; 32 would need 128 KiB
+    of shared memory, one block a multiprocessor). Not yet timed. Small tiles
+    on the simulator."""
+    if not on_gpu():
+        small = Tf32BackwardConfig(head_dim, warps=1, block_cols=8)
+        return small, small
+    if head_dim <= 64:
+        config = Tf32BackwardConfig(head_dim, warps=4, block_cols=32)
+        return config, config
+    return (Tf32BackwardConfig(head_dim, warps=4, block_cols=8),
+            Tf32BackwardConfig(head_dim, warps=4, block_cols=16))
+
+
+def bank_groups(head_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The groups of four banks (0..7) that each quarter-warp's 128-bit reads
+    hit, for the two ways the kernels read a tile: (by rows, by pairs of rows),
+    each of shape (reads, 8). Conflict-free when every row holds 8 distinct
+    groups."""
+    def group(row, col):
+        return (tile_place(row, col, head_dim) // 4) % 8
+
+    by_rows, by_pairs = [], []
+    for quarter in range(4):
+        lanes = range(8 * quarter, 8 * quarter + 8)
+        for c in range(head_dim // 16):  # rows g, chunk 4c + t
+            by_rows.append([group(lane // 4, 16 * c + 4 * (lane % 4)) for lane in lanes])
+        for odd in range(2):  # rows 2t (+1), chunk 8 group + g
+            for grp in range(head_dim // 32):
+                by_pairs.append([group(2 * (lane % 4) + odd, 32 * grp + 4 * (lane // 4))
+                                 for lane in lanes])
+    return np.array(by_rows), np.array(by_pairs)
+
+
+def tile_place(row, col, head_dim):
+    """Where element (row, col) of a tile of head_dim-float rows lies, in
+    floats: 16-byte chunk c of row r at chunk c ^ h(r) (see the module's notes)."""
+    swizzle = (2 * ((row // 2) % 4)) ^ (4 * (row % 2))
+    return row * head_dim + (((col // 4) ^ swizzle) * 4) + col % 4
+
+
+place_in_tile = device(tile_place)  # the same, for the kernels
+
+
+def make_copies(config: Tf32BackwardConfig, rows: int):
+    """copy(smem, to, first, second, row_base, row0, count, thread): rows row0
+    .. row0 + rows of two flat arrays of head_dim-float rows (rows counted from
+    row_base; both given as the uint16 views of their bits) into shared memory
+    at float `to`, the second tile right after the first, swizzled, by
+    cp.async 16 bytes at a time; zeros from row `count` on. Each address is
+    worked out where it is used, from the thread's number: a plan kept in
+    registers across the walk (half_backward's) cost dK and dV's kernel 24
+    registers, and spills at head dim 128."""
+    D, threads = config.head_dim, config.threads
+    chunks = D // 4  # 16-byte chunks of a row
+    rows_at_once = threads // chunks
+    passes, second = rows // rows_at_once, rows * D
+
+    @device
+    def copy(smem, to, first, second_array, row_base, row0, count, thread):
+        col = 4 * (thread % chunks)
+        for i in range(passes):
+            row = i * rows_at_once + thread // chunks
+            inside = row0 + row < count
+            at = 2 * ((row_base + min(row0 + row, count - 1)) * D + col)  # in halves
+            place = to + place_in_tile(row, col, D)
+            cp_async_16(shared_address(smem, 2 * place), global_address_flat(first, at), inside)
+            cp_async_16(shared_address(smem, 2 * (place + second)),
+                        global_address_flat(second_array, at), inside)
+
+    return copy
+
+
+# ---------------------------------------------------------------------------
+# 3xTF32 on fragments
+
+
+@device
+def split(x):
+    """x = big + small, both TF32 (the small part x - big is exact in fp32)."""
+    big = cvt_rna_tf32(x)
+    return big, cvt_rna_tf32(x - big)
+
+
+@device
+def split4(a0, a1, a2, a3):
+    """An A fragment's four values as (big parts, small parts)."""
+    h0, l0 = split(a0)
+    h1, l1 = split(a1)
+    h2, l2 = split(a2)
+    h3, l3 = split(a3)
+    return (h0, h1, h2, h3), (l0, l1, l2, l3)
+
+
+@device
+def mma3(a_big, a_small, b0, b1, c):
+    """c + A B in 3xTF32: A split by the caller (it feeds several tiles), B's
+    two values split here; the small products first, the big one last."""
+    b0_big, b0_small = split(b0)
+    b1_big, b1_small = split(b1)
+    d = mma_m16n8k8_tf32(a_small[0], a_small[1], a_small[2], a_small[3], b0_big, b1_big,
+                         c[0], c[1], c[2], c[3])
+    d = mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_small, b1_small,
+                         d[0], d[1], d[2], d[3])
+    return mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_big, b1_big,
+                            d[0], d[1], d[2], d[3])
+
+
+def make_tile_functions(config: Tf32BackwardConfig):
+    """The device functions both kernels are built from, for one head dim:
+    ``scores``, a warp's 16 x block_cols tile of A B^T (both row-major in shared
+    memory, A the warp's own rows); ``split_c``, a C-fragment tile split into
+    A fragments; ``add_product``, sums += (a tile of A fragments) B with B
+    row-major (the walked rows, by pairs), a tile's share summed from zero and
+    added in float32."""
+    D = config.head_dim
+    pairs, groups, tiles = D // 16, D // 32, config.block_cols // 8
+
+    @device
+    def scores(smemf, own_even, own_odd, walked_even, walked_odd, s):
+        """s = the warp's rows times the walked tile's rows (C fragments, tile n
+        in s[4n:4n + 4]). own_* and walked_* are the lane's reads of its row g
+        of each tile for even and odd c (the swizzle's chunk bit), in floats."""
+        for i in range(tiles * 4):
+            s[i] = float32(0.0)
+        for c in range(pairs):
+            own = (own_even if c % 2 == 0 else own_odd) + unsigned(16 * c)
+            x0, x1, x2, x3 = load_float4_flat(smemf, own)  # row g
+            y0, y1, y2, y3 = load_float4_flat(smemf, own + unsigned(8 * D))  # row g + 8
+            first_big, first_small = split4(x0, y0, x1, y1)  # dims 16c + 4t, + 1
+            second_big, second_small = split4(x2, y2, x3, y3)  # 16c + 4t + 2, + 3
+            walked = (walked_even if c % 2 == 0 else walked_odd) + unsigned(16 * c)
+            for n in range(tiles):
+                b0, b1, b2, b3 = load_float4_flat(smemf, walked + unsigned(8 * n * D))
+                d = mma3(first_big, first_small, b0, b1, (s[4 * n], s[4 * n + 1],
+                                                          s[4 * n + 2], s[4 * n + 3]))
+                d = mma3(second_big, second_small, b2, b3, d)
+                for e in range(4):
+                    s[4 * n + e] = d[e]
+
+    @device
+    def split_c(s, big, small):
+        """C-fragment tiles (columns 2t, 2t + 1 of rows g, g + 8) as the A
+        fragments of the product along those columns: the lane's column 2t is
+        the fragment's column t, 2t + 1 its t + 4."""
+        for n in range(tiles):
+            b, l = split4(s[4 * n], s[4 * n + 2], s[4 * n + 1], s[4 * n + 3])
+            for e in range(4):
+                big[4 * n + e] = b[e]
+                small[4 * n + e] = l[e]
+
+    @device
+    def add_product(smemf, big, small, walked_even, walked_odd, sums, part):
+        """sums += A B, A the split tiles (big, small), B the walked tile's
+        rows (row 2t for the fragment's row t, 2t + 1 for t + 4). Output tile
+        4 grp + i holds columns 32 grp + 4n + i; walked_* are the lane's reads
+        of rows 2t and 2t + 1, columns 4g on. A group's four output tiles are
+        summed from zero over the walked tile in `part`, then added to sums."""
+        for grp in range(groups):
+            for i in range(16):
+                part[i] = float32(0.0)
+            for n in range(tiles):
+                at = unsigned(8 * n * D + 32 * grp)
+                x0, x1, x2, x3 = load_float4_flat(smemf, walked_even + at)  # row 2t
+                y0, y1, y2, y3 = load_float4_flat(smemf, walked_odd + at)  # row 2t + 1
+                a_big = (big[4 * n], big[4 * n + 1], big[4 * n + 2], big[4 * n + 3])
+                a_small = (small[4 * n], small[4 * n + 1], small[4 * n + 2], small[4 * n + 3])
+                for i in range(4):
+                    xi = x0 if i == 0 else (x1 if i == 1 else (x2 if i == 2 else x3))
+                    yi = y0 if i == 0 else (y1 if i == 1 else (y2 if i == 2 else y3))
+                    d = mma3(a_big, a_small, xi, yi, (part[4 * i], part[4 * i + 1],
+                                                      part[4 * i + 2], part[4 * i + 3]))
+                    for e in range(4):
+                        part[4 * i + e] = d[e]
+            for i in range(16):  # the tile's share, added with rounding float32 adds
+                sums[16 * grp + i] += part[i]
+
+    return scores, split_c, add_product
+
+
+@device
+def lane_reads(g, t, head_dim):
+    """(rows-g reads for even c, for odd c, pairs reads of row 2t, of 2t + 1):
+    the lane's offsets in floats in a tile (module notes: chunk 4c + t of row
+    g is stored at 4 (c ^ (h >> 2)) + (t ^ (h & 3)), h = h(g); chunk 8 grp + g of
+    row 2t at 8 grp + (g ^ h(2t)))."""
+    h = (2 * ((g // 2) % 4)) ^ (4 * (g % 2))
+    lane = g * head_dim + 4 * (t ^ (h % 4))
+    shift = 16 * (h // 4)  # c ^ 1 moves the chunk by +-4, 16 floats
+    even, odd = lane + shift, lane - shift
+    pair_even = 2 * t * head_dim + 4 * (g ^ (2 * t))
+    pair_odd = (2 * t + 1) * head_dim + 4 * (g ^ (2 * t) ^ 4)
+    return unsigned(even), unsigned(odd), unsigned(pair_even), unsigned(pair_odd)
+
+
+@device
+def store_rows(out, base, sums, scale, head_dim):
+    """Rows g (h = 0) and g + 8 (h = 1) of a warp's output, from sums in the
+    permuted C-fragment places: out[base[h] + c] for the lane's columns (8t ..
+    8t + 7 of each group of 32); base[h] < 0: a row past the end."""
+    t = cuda.threadIdx.x % 4
+    for h in range(2):
+        if base[h] >= 0:
+            for grp in range(head_dim // 32):
+                for i in range(4):
+                    at = base[h] + 32 * grp + 8 * t + i
+                    out[at] = sums[16 * grp + 4 * i + 2 * h] * scale
+                    out[at + 4] = sums[16 * grp + 4 * i + 2 * h + 1] * scale
+
+
+# ---------------------------------------------------------------------------
+# The kernels
+
+
+@lru_cache(maxsize=None)
+def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
+    """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
+    scale): dK and dV of the block's keys (16 per warp), walking query tiles
+    of config.block_cols; q, k, v, dout as uint16 views of their float32 bits
+    (the copies move bits), the rest float32, all flat."""
+    check_tf32_backward_config(config)
+    D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
+    tiles, sums_size = BQ // 8, D // 2
+    fragments = 4 * tiles  # a lane's values of a 16 x BQ tile
+    tile_floats = BQ * D  # a Q (or dO) tile
+    stage_floats = 2 * tile_floats  # a stage: Q, then dO
+    kv_floats = 2 * BK * D  # K and V, before the stages
+    stats_base = kv_floats + 2 * stage_floats  # then two stages of L (times log2 e) and D
+    stats_stage = 2 * BQ
+    scores, split_c, add_product = make_tile_functions(config)
+    copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
+    wait_all = cp_async_wait(0)
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
+        smem = cuda.shared.array(0, uint16)
+        smemf = cuda.shared.array(0, float32, alignment=SHARED_ALIGNMENT)  # as float32
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
+        k_start = cuda.blockIdx.x * BK
+        row_base = bh * seq
+        # K and V of the block's keys, once; the first tile of Q and dO.
+        copy_keys(smem, 0, k, v, bh * key_seq, k_start, key_seq, thread)
+        first_tile = k_start // BQ if causal else 0
+        copy_queries(smem, kv_floats, q, dout, row_base, first_tile * BQ, seq, thread)
+        cp_async_commit()
+        q_tiles = (seq + BQ - 1) // BQ
+        even, odd, pair_even, pair_odd = lane_reads(g, t, D)
+        own = unsigned(warp * 16 * D)
+        s = cuda.local.array(fragments, float32)  # S^T, then P^T
+        dp = cuda.local.array(fragments, float32)  # dP^T, then dS^T
+        big = cuda.local.array(fragments, float32)
+        small = cuda.local.array(fragments, float32)
+        part = cuda.local.array(16, float32)
+        dk_sums = cuda.local.array(sums_size, float32)
+        dv_sums = cuda.local.array(sums_size, float32)
+        for i in range(sums_size):
+            dk_sums[i] = float32(0.0)
+            dv_sums[i] = float32(0.0)
+        # The queries' L and D go through shared memory, each read from global
+        # memory once by one of the first 2 BQ threads, a tile ahead (as in
+        # half_backward, where reading them per element stalled the warps).
+        stat_query = thread % BQ
+        moves_stat = thread < 2 * BQ
+        if moves_stat:
+            smemf[stats_base + thread] = query_stat(lse, delta, row_base,
+                                                    first_tile * BQ + stat_query, seq,
+                                                    thread < BQ)
+        stage, stat = unsigned(0), 0
+        for qi in range(first_tile, q_tiles):
+            wait_all()
+            cuda.syncthreads()
+            if qi + 1 < q_tiles:  # the next tile into the other stage
+                copy_queries(smem, kv_floats + stage_floats - stage, q, dout, row_base,
+                             (qi + 1) * BQ, seq, thread)
+            cp_async_commit()
+            q_start = qi * BQ
+            q_at = unsigned(kv_floats) + stage  # this stage's Q; its dO follows
+            # S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x BQ queries.
+            scores(smemf, own + even, own + odd, q_at + even, q_at + odd, s)
+            scores(smemf, unsigned(BK * D) + own + even, unsigned(BK * D) + own + odd,
+                   q_at + unsigned(tile_floats) + even, q_at + unsigned(tile_floats) + odd, dp)
+            # P^T and dS^T: element e of tile n is key warp*16 + g + 8 (e // 2),
+            # query q_start + 8n + 2t + e % 2.
+            for n in range(tiles):
+                for e in range(4):
+                    query = q_start + 8 * n + 2 * t + e % 2
+                    key = k_start + warp * 16 + g + 8 * (e // 2)
+                    p = float32(0.0)
+                    ds = float32(0.0)
+                    if query < seq and not (causal and query < key):
+                        at = stats_base + stat + query - q_start
+                        p = math.exp2(s[4 * n + e] * scale2 - smemf[at])
+                        ds = p * (dp[4 * n + e] - smemf[at + BQ])
+                    s[4 * n + e] = p
+                    dp[4 * n + e] = ds
+            # The next tile's L or D, read now, stored after the products.
+            following = float32(0.0)
+            if moves_stat and qi + 1 < q_tiles:
+                following = query_stat(lse, delta, row_base, (qi + 1) * BQ + stat_query, seq,
+                                       thread < BQ)
+            # dV += P^T dO and dK += dS^T Q.
+            split_c(s, big, small)
+            add_product(smemf, big, small, q_at + unsigned(tile_floats) + pair_even,
+                        q_at + unsigned(tile_floats) + pair_odd, dv_sums, part)
+            split_c(dp, big, small)
+            add_product(smemf, big, small, q_at + pair_even, q_at + pair_odd, dk_sums, part)
+            if moves_stat and qi + 1 < q_tiles:  # the other stage, read by no warp now
+                smemf[stats_base + stats_stage - stat + thread] = following
+            stage = unsigned(stage_floats) - stage
+            stat = stats_stage - stat
+        base = cuda.local.array(2, int32)
+        for h in range(2):
+            key = k_start + warp * 16 + g + 8 * h
+            base[h] = (bh * key_seq + key) * D if key < key_seq else -1
+        store_rows(dk, base, dk_sums, scale, D)
+        store_rows(dv, base, dv_sums, float32(1.0), D)
+
+    return kernel
+
+
+@lru_cache(maxsize=None)
+def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
+    """kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2,
+    scale): dQ of the block's queries (16 per warp), walking key tiles of
+    config.block_cols; arguments as make_dkdv_kernel's."""
+    check_tf32_backward_config(config)
+    # The mirror image of make_dkdv_kernel's set-up, queries and keys swapped,
+    # written out (a deliberate variant) so that its names say what it owns.
+    D, BR, BC = config.head_dim, config.block_rows, config.block_cols
+    tiles, sums_size = BC // 8, D // 2
+    fragments = 4 * tiles  # a lane's values of a 16 x BC tile
+    tile_floats = BC * D  # a K (or V) tile
+    stage_floats = 2 * tile_floats
+    qd_floats = 2 * BR * D  # Q and dO, before the stages
+    scores, split_c, add_product = make_tile_functions(config)
+    copy_queries, copy_keys = make_copies(config, BR), make_copies(config, BC)
+    wait_all = cp_async_wait(0)
+
+    @cuda.jit
+    def kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2, scale):
+        smem = cuda.shared.array(0, uint16)
+        smemf = cuda.shared.array(0, float32, alignment=SHARED_ALIGNMENT)
+        thread = cuda.threadIdx.x
+        warp, lane = thread // WARP, thread % WARP
+        g, t = lane // 4, lane % 4
+        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
+        # Under a causal mask the last query tiles walk the most keys: they
+        # start first, and the light ones fill the gaps at the end.
+        tile = cuda.gridDim.x - 1 - cuda.blockIdx.x if causal else cuda.blockIdx.x
+        q_start = tile * BR
+        row_base = bh * seq
+        copy_queries(smem, 0, q, dout, row_base, q_start, seq, thread)
+        key_tiles = (key_seq + BC - 1) // BC
+        if causal:
+            key_tiles = min(key_tiles, (q_start + BR + BC - 1) // BC)
+        copy_keys(smem, qd_floats, k, v, bh * key_seq, 0, key_seq, thread)
+        cp_async_commit()
+        even, odd, pair_even, pair_odd = lane_reads(g, t, D)
+        own = unsigned(warp * 16 * D)
+        lse2 = cuda.local.array(2, float32)
+        dd = cuda.local.array(2, float32)
+        for h in range(2):
+            row = min(q_start + warp * 16 + g + 8 * h, seq - 1)
+            lse2[h] = lse[row_base + row] * LOG2E
+            dd[h] = delta[row_base + row]
+        s = cuda.local.array(fragments, float32)
+        dp = cuda.local.array(fragments, float32)
+        big = cuda.local.array(fragments, float32)
+        small = cuda.local.array(fragments, float32)
+        part = cuda.local.array(16, float32)
+        dq_sums = cuda.local.array(sums_size, float32)
+        for i in range(sums_size):
+            dq_sums[i] = float32(0.0)
+        stage = unsigned(0)
+        for j in range(key_tiles):
+            wait_all()
+            cuda.syncthreads()
+            if j + 1 < key_tiles:
+                copy_keys(smem, qd_floats + stage_floats - stage, k, v, bh * key_seq,
+                          (j + 1) * BC, key_seq, thread)
+            cp_async_commit()
+            k_at = unsigned(qd_floats) + stage  # this stage's K; its V follows
+            # S = Q K^T and dP = dO V^T: the warp's 16 queries x BC keys.
+            scores(smemf, own + even, own + odd, k_at + even, k_at + odd, s)
+            scores(smemf, unsigned(BR * D) + own + even, unsigned(BR * D) + own + odd,
+                   k_at + unsigned(tile_floats) + even, k_at + unsigned(tile_floats) + odd, dp)
+            # dS = P (dP - D): element e of tile n is query row g + 8 (e // 2)
+            # of the warp's 16, key j BC + 8n + 2t + e % 2.
+            for n in range(tiles):
+                for e in range(4):
+                    h = e // 2
+                    key = j * BC + 8 * n + 2 * t + e % 2
+                    row = q_start + warp * 16 + g + 8 * h
+                    ds = float32(0.0)
+                    if key < key_seq and not (causal and key > row):
+                        ds = math.exp2(s[4 * n + e] * scale2 - lse2[h]) * (dp[4 * n + e]
+                                                                           - dd[h])
+                    dp[4 * n + e] = ds
+            # dQ += dS K.
+            split_c(dp, big, small)
+            add_product(smemf, big, small, k_at + pair_even, k_at + pair_odd, dq_sums, part)
+            stage = unsigned(stage_floats) - stage
+        base = cuda.local.array(2, int32)
+        for h in range(2):
+            row = q_start + warp * 16 + g + 8 * h
+            base[h] = (row_base + row) * D if row < seq else -1
+        store_rows(dq, base, dq_sums, scale, D)
+
+    return kernel
+
+
+# ---------------------------------------------------------------------------
+# Launching
+
+# What the kernels are compiled for: q, k, v, dout as the bits of their floats;
+# lse, delta and the gradients as float32; the sizes and scales.
+_BITS, _FLOATS = uint16[::1], float32[::1]
+_SCALARS = (int32, int32, int32, float32, float32)
+_DKDV_SIGNATURE = (_BITS,) * 4 + (_FLOATS,) * 4 + _SCALARS
+_DQ_SIGNATURE = (_BITS,) * 4 + (_FLOATS,) * 3 + _SCALARS
+ROW_THREADS = 128
+
+
+def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
+                            scale: float | None = None, configs=None):
+    """(dq, dk, dv) of softmax(scale q k^T) v in 3xTF32, for float32 inputs,
+    C-contiguous: q, out, dout (batch, heads, seq, head_dim), k, v (batch,
+    heads, key_seq, head_dim), lse (batch, heads, seq) in natural log; torch
+    CUDA tensors on a GPU, numpy arrays or CPU torch tensors on the simulator;
+    unchecked (flash_attention_backward checks). configs: (dK and dV's tiles,
+    dQ's tiles), default backward_configs(head_dim). Gradients in the inputs'
+    kind."""
+    batch, heads, seq, d = q.shape
+    key_seq = k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    dkdv_config, dq_config = configs if configs is not None else backward_configs(d)
+    kernels = (make_dkdv_kernel(dkdv_config, causal), make_dq_kernel(dq_config, causal))
+    sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
+    if hasattr(q, "is_cuda") and q.is_cuda:
+        return _launch_on_gpu((dkdv_config, dq_config), kernels, (q, k, v, out, lse, dout),
+                              sizes)
+    return _launch_on_simulator((dkdv_config, dq_config), kernels, (q, k, v, out, lse, dout),
+                                sizes)
+
+
+def _launch_on_simulator(configs, kernels, tensors, sizes):
+    """The three launches on numpy arrays (CPU torch tensors are viewed as
+    numpy and their gradients returned as torch tensors)."""
+    from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls
+    from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
+
+    dkdv_config, dq_config = configs
+    dkdv, dq_kernel = kernels
+    torch_in = not isinstance(tensors[0], np.ndarray)
+    q, k, v, out, lse, dout = (np.ascontiguousarray(x.numpy() if torch_in else x,
+                                                    dtype=np.float32) for x in tensors)
+    batch, heads, seq, d = q.shape
+    key_seq = k.shape[2]
+    rows = batch * heads * seq
+    delta = np.zeros(rows, np.float32)
+    _row_dot_kernel[(rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS](
+        out.reshape(rows, d), dout.reshape(rows, d), delta)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    bits = [x.reshape(-1).view(np.uint16) for x in (q, k, v, dout)]
+    scalars = (np.int32(sizes[0]), np.int32(sizes[1]), np.int32(sizes[2]),
+               np.float32(sizes[3]), np.float32(sizes[4]))
+    for kernel, config, grid_rows, stats, grads in (
+            (dkdv, dkdv_config, key_seq, True, (dk, dv)), (dq_kernel, dq_config, seq, False, (dq,))):
+        forget_earlier_moves()
+        forget_earlier_calls()
+        kernel[config.grid(batch, heads, grid_rows), config.threads, 0,
+               config.shared_bytes(stats)](*bits, lse.reshape(-1), delta,
+                                           *(x.reshape(-1) for x in grads), *scalars)
+    if torch_in:
+        import torch
+
+        return tuple(torch.from_numpy(x) for x in (dq, dk, dv))
+    return dq, dk, dv
+
+
+def _launch_on_gpu(configs, kernels, tensors, sizes):
+    """The three launches on CUDA torch tensors, straight to cuda.core."""
+    import ctypes
+
+    import torch
+
+    from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                          flat_argument, launch_config)
+
+    dkdv_config, dq_config = configs
+    dkdv, dq_kernel = kernels
+    q, k, v, out, lse, dout = tensors
+    batch, heads, seq, d = q.shape
+    key_seq, rows = k.shape[2], batch * heads * seq
+    device = current_gpu()
+    launch = core_launch()
+    delta = torch.empty(rows, dtype=torch.float32, device=q.device)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def floats(x):
+        return flat_argument(x.data_ptr(), x.numel(), 4)
+
+    def bits(x):  # a float32 tensor as the uint16 array of its bits
+        return flat_argument(x.data_ptr(), 2 * x.numel(), 2)
+
+    row_dot, stream = _row_dot_launchable(device)
+    launch(stream, launch_config((rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS), row_dot,
+           *_matrix(out, rows, d), *_matrix(dout, rows, d), *floats(delta))
+    scalars = (ctypes.c_int32(sizes[0]), ctypes.c_int32(sizes[1]), ctypes.c_int32(sizes[2]),
+               ctypes.c_float(sizes[3]), ctypes.c_float(sizes[4]))
+    inputs = (*bits(q), *bits(k), *bits(v), *bits(dout), *floats(lse), *floats(delta))
+    for kernel, signature, config, grid_rows, stats, grads in (
+            (dkdv, _DKDV_SIGNATURE, dkdv_config, key_seq, True, (dk, dv)),
+            (dq_kernel, _DQ_SIGNATURE, dq_config, seq, False, (dq,))):
+        shared = config.shared_bytes(stats)
+        function, stream = compiled_launchable(kernel, signature, shared, device)
+        launch(stream, launch_config(config.grid(batch, heads, grid_rows), config.threads,
+                                     shared),
+               function, *inputs, *(x for grad in grads for x in floats(grad)), *scalars)
+    return dq, dk, dv
+
+
+def _matrix(x, rows, cols):
+    """A C-contiguous float32 tensor as the (rows, cols) matrix a kernel takes."""
+    from gpucourse.kernels.launch import matrix_argument
+
+    return matrix_argument(x.data_ptr(), rows, cols, 4)
+
+
+@lru_cache(maxsize=None)
+def _row_dot_launchable(device_id: int):
+    """backward's pre-pass compiled for float32 matrices, once per GPU."""
+    from numba import types
+
+    from gpucourse.kernels.launch import launchable
+
+    matrix = types.Array(types.float32, 2, "C")
+    return launchable(_row_dot_kernel, (matrix, matrix, types.Array(types.float32, 1, "C")))
