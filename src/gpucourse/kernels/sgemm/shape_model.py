@@ -58,6 +58,10 @@ MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # A slice shorter than this is never worth its atomic additions.
 MIN_SLICE = 256
+# Split-K's atomic additions make C's last bits vary from call to call, so it
+# must pay clearly: it is chosen only when predicted this much faster than the
+# best plan with K whole.
+SPLIT_MARGIN = 0.05
 # The cost model's constants (see the module's docstring), each > 0.
 CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
              "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
@@ -222,7 +226,8 @@ def _splits_worth_pricing(k: int) -> list[int]:
 
 def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None = None) -> dict:
     """The plan auto runs for an (m, n, k) product on `gpu_name`: the cheapest
-    (configuration, slices of K) of the GPU's menu by ``plan_cost``, with its
+    (configuration, slices of K) of the GPU's menu by ``plan_cost`` (a plan
+    with slices only where it beats K whole by SPLIT_MARGIN), with its
     reasoning numbers, plus "candidates": every plan priced, cheapest first,
     and "gpu" and "calibrated" (where the GPU's constants came from, None for
     a GPU the model has no entry for)."""
@@ -233,7 +238,10 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     # Cheapest first; among equals (a call the host's cost decides), fewer
     # slices, then fewer blocks: the plan with the least work on the GPU.
     priced.sort(key=lambda p: (round(p["predicted_us"], 3), p["slices"], p["gpu_us"]))
-    return {**priced[0], "gpu": entry["name"], "calibrated": entry.get("calibrated"),
+    whole = next(p for p in priced if p["slices"] == 1)
+    chosen = priced[0] if priced[0]["predicted_us"] * (1 + SPLIT_MARGIN) < whole["predicted_us"] \
+        else whole
+    return {**chosen, "gpu": entry["name"], "calibrated": entry.get("calibrated"),
             "candidates": priced}
 
 
