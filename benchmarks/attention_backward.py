@@ -1,17 +1,23 @@
 """Validate and time gpucourse's FlashAttention backward pass on a real GPU.
 
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_backward.py [--out DIR]
+        [--versions 4,6]
 
 1. Validation: dQ, dK, dV against torch autograd of plain attention in float64,
    on ragged shapes, head dims 16 to 128, causal and not, and scores scaled 20
    times up; the largest error relative to the largest gradient must stay below
-   1e-4; and the same for the autograd operation (flash_attention_autograd).
+   1e-4, for every float32 version (version 6, 3xTF32 on the tensor cores, at
+   its head dims 32-128); and the same for the autograd operation
+   (flash_attention_autograd).
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
    CUDA tensors as a user would; the default version, recorded as
-   default_version, as flash_bwd, the others as flash_bwd_v<n>; and the
+   default_version, as flash_bwd, the others as flash_bwd_v<n> (those that
+   passed the validation: a version that failed it is not timed), and version
+   6 with its small parts rounded to TF32 too as tf32_rounded_bwd; and the
    default version through Numba's own launches, QUICK_TORCH_PATH off, as
-   flash_bwd_long, validated as version "long") against the
+   flash_bwd_long, validated as version "long"; --versions picks the
+   versions besides the default) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -33,11 +39,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention import (DEFAULT_VERSION, FLOAT32_VERSIONS, flash_attention_autograd,
                                          flash_attention_backward)
+from gpucourse.kernels.attention.tf32_backward import TF32_BACKWARD_HEAD_DIMS
 
 from _common import benchmark_parser, record_start, short_versions, start, write_record
 
 ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
+ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
 
 
 def autograd64(q, k, v, dout, causal):
@@ -46,7 +54,10 @@ def autograd64(q, k, v, dout, causal):
     return torch.autograd.grad(out, (q, k, v), dout.double())
 
 
-def validate():
+def validate(versions=FLOAT32_VERSIONS):
+    """Each of `versions` (and version 4 the long way, and version 6 with its
+    small parts rounded, where 6 is among them) against float64 autograd."""
+    extra = ("long", ROUNDED) if 6 in versions else ("long",)
     rows = []
     for (b, h, n, d, causal, logit) in [(1, 2, 37, 16, False, 1), (2, 2, 100, 32, True, 1),
                                          (1, 3, 129, 64, True, 20), (1, 2, 300, 64, False, 1),
@@ -56,10 +67,20 @@ def validate():
         q = q * logit
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         want = autograd64(q, k, v, dout, causal)
-        for version in VERSIONS + ("long",):
-            ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
-                    flash_attention_backward(q, k, v, out, lse, dout, causal=causal,
-                                             version=version))
+        for version in versions + extra:
+            if version in (6, ROUNDED) and d not in TF32_BACKWARD_HEAD_DIMS:
+                continue
+            try:  # a version that fails here is recorded, and not timed
+                ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
+                        rounded_v6(q, k, v, out, lse, dout, causal) if version == ROUNDED else
+                        flash_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                                 version=version))
+            except Exception as failure:
+                print(f"validate v{version} d{d}: {type(failure).__name__}: {failure}", flush=True)
+                rows.append(dict(batch=b, heads=h, seq=n, head_dim=d, causal=causal,
+                                 logit_scale=logit, version=version, error=repr(failure),
+                                 ok=False))
+                continue
             errors = {name: float((o.double() - w).abs().max() / w.abs().max())
                       for name, o, w in zip(("dq", "dk", "dv"), ours, want)}
             ok = all(e < 1e-4 for e in errors.values())
@@ -128,7 +149,21 @@ def long_way_v4(q, k, v, out, lse, dout, causal):
         AB.QUICK_TORCH_PATH = before
 
 
-def timing():
+def rounded_v6(q, k, v, out, lse, dout, causal):
+    """Version 6 with round_small on (tf32_backward.make_3xtf32): two conversions
+    a split instead of one; timed beside the default as tf32_rounded_bwd."""
+    from dataclasses import replace
+
+    from gpucourse.kernels.attention.tf32_backward import backward_configs
+
+    configs = tuple(replace(c, round_small=True) for c in backward_configs(q.shape[3]))
+    return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=6,
+                                    config=configs)
+
+
+def timing(versions=FLOAT32_VERSIONS, invalid=()):
+    """The timed shapes: the default version, the others of `versions` but those
+    in `invalid` (failed the validation), SDPA memory-efficient's backward."""
     rows = []
     for seq, d, causal in TIMED:
         q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
@@ -137,9 +172,13 @@ def timing():
 
         calls = {"flash_bwd": lambda: flash_attention_backward(q, k, v, out, lse, dout,
                                                                causal=causal)}
-        for version in (v for v in FLOAT32_VERSIONS if v != DEFAULT_VERSION):
+        for version in (v for v in versions if v != DEFAULT_VERSION):
+            if version in invalid:  # its failed rows are in the validation
+                continue
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
+        if 6 in versions and ROUNDED not in invalid:
+            calls[f"{ROUNDED}_bwd"] = lambda: rounded_v6(q, k, v, out, lse, dout, causal)
         # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the
         # same kernels, more Python per call.
         calls["flash_bwd_long"] = lambda: long_way_v4(q, k, v, out, lse, dout, causal)
@@ -150,10 +189,13 @@ def timing():
                              causal=causal, ms=t, status="ok"))
         others = ", ".join(f"{name.removeprefix('flash_bwd_')} {t:.3f}"
                            for name, t in ms.items() if name.startswith("flash_bwd_v"))
+        ratios = ", ".join(f"{name.removeprefix('flash_bwd_')} "
+                           f"{t / ms['sdpa_efficient_bwd']:.2f}" for name, t in ms.items()
+                           if name.startswith("flash_bwd_v") or name.startswith(ROUNDED))
         print(f"seq {seq} d{d} causal={causal}: flash_bwd (v{DEFAULT_VERSION}) "
               f"{ms['flash_bwd']:.3f} ms ({others}), sdpa_efficient_bwd "
               f"{ms['sdpa_efficient_bwd']:.3f} ms, ratio "
-              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f}", flush=True)
+              f"{ms['flash_bwd'] / ms['sdpa_efficient_bwd']:.2f} ({ratios})", flush=True)
         del calls
         del sdpa_bwd
         torch.cuda.empty_cache()
@@ -241,7 +283,17 @@ def main():
     parser.add_argument("--sweep-v4", action="store_true",
                         help="only the tile sweep of version 4 (V3_SWEEP's candidates that "
                              "fit it), written as attention_backward_sweep_v4-<gpu>-<date>.json")
+    parser.add_argument("--versions", default=",".join(map(str, FLOAT32_VERSIONS)),
+                        help="the float32 versions to validate and time besides the default "
+                             "(comma-separated; default all: %(default)s); "
+                             "--versions 6 for version 6 alone, the quickest run")
     args, _ = start(parser)
+    try:
+        chosen = tuple(int(v) for v in args.versions.split(","))
+    except ValueError:
+        chosen = ()
+    if not chosen or not set(chosen) <= set(FLOAT32_VERSIONS):
+        parser.error(f"--versions takes some of {FLOAT32_VERSIONS}, got {args.versions}")
     report = record_start("attention_backward", torch.cuda.get_device_name(), short_versions(),
                           __doc__.split("\n\n", 1)[1].strip(), default_version=DEFAULT_VERSION)
     if args.sweep_v3:
@@ -251,8 +303,11 @@ def main():
         report["benchmark"] = "attention_backward_sweep_v4"
         report["results"] = sweep(4)
     else:
-        report["validation"] = validate()
-        report["results"] = timing() + [long_sequence()]
+        versions = tuple(v for v in FLOAT32_VERSIONS if v in chosen or v == DEFAULT_VERSION)
+        report["validation"] = validate(versions)
+        invalid = {row["version"] for row in report["validation"]
+                   if not row["ok"] and "version" in row}
+        report["results"] = timing(versions, invalid) + [long_sequence()]
     path = write_record(report, args.out)
     print(f"wrote {path}")
 

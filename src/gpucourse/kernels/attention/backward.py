@@ -58,10 +58,13 @@ def _row_dot_kernel(out, dout, delta):
         delta[r] = total
 
 
-VERSIONS = (1, 2, 3, 4, 5)
-FLOAT32_VERSIONS = (1, 2, 3, 4)  # the versions that take float32 (5 takes halves alone)
+VERSIONS = (1, 2, 3, 4, 5, 6)
+FLOAT32_VERSIONS = (1, 2, 3, 4, 6)  # the versions that take float32 (5 takes halves alone)
 # The fastest on an H100 at every timed shape
-# (results/attention_backward-h100-2026-11-25.json): version 4.
+# (results/attention_backward-h100-2026-11-25.json): version 4. Version 6 (3xTF32
+# on the tensor cores) is built but not yet timed: the next session times it
+# (benchmarks/attention_backward.py) and, if it beats version 4, makes it the
+# default for float32 CUDA tensors on GPUs with tensor cores (_default_version).
 DEFAULT_VERSION = 4
 # Version 4 on CUDA torch tensors through `_quick_v4_torch`: allocations by
 # torch, launches straight to cuda.core with the arguments packed by hand, as
@@ -121,10 +124,16 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     in half precision on the tensor cores, ``attention.half_backward``: fp16
     or bf16 CUDA torch tensors on a GPU with tensor cores (on the simulator,
     ``half_backward.half_attention_backward`` takes CPU tensors); its gradients are summed in float32 from products
-    of halves, P and dS rounded to the inputs' type).
+    of halves, P and dS rounded to the inputs' type) or 6 (the same two
+    kernels for float32 on the tensor cores in 3xTF32,
+    ``attention.tf32_backward``: head_dim 32, 64 or 128; float32 CUDA torch
+    tensors on a GPU with tensor cores, numpy arrays or CPU torch tensors on
+    the simulator; not yet timed, so not the default).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
-    default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim].
+    default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim];
+    version 6's, a pair of tf32_backward.Tf32BackwardConfig (dK and dV's
+    kernel's, dQ's), default tf32_backward.backward_configs(head_dim).
 
     Returns (dq, dk, dv) in the kind and dtype of the inputs, of the shapes of
     q, k and v. Memory beyond the gradients: one float per query row (D); the
@@ -153,14 +162,16 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     if io == "bfloat16" and version != 5:
         raise ValueError(f"bfloat16 inputs run on version 5 alone (FlashAttention-2 in half "
                          f"precision); pass version=5, got version={version}")
-    if io != "float32" and version not in (3, 4, 5):
+    if io != "float32" and version not in (3, 4, 5):  # so version 6 takes float32 alone
         raise ValueError(f"{io} inputs run on versions 3, 4 and 5 alone; pass one of them, "
                          f"got version={version}")
     if version == 5:
         if io == "float32":
             raise ValueError("version 5 takes float16 or bfloat16 torch tensors; float32 runs "
-                             "on versions 1-4")
+                             "on versions 1-4 and 6")
         return _half_backward(kind, io, q, k, v, out, lse, dout, causal, s)
+    if version == 6:
+        return _tf32_backward(kind, q, k, v, out, lse, dout, causal, s, config)
 
     if QUICK_TORCH_PATH and kind == "torch" and version == 4 and io in ("float32", "float16") \
             and on_gpu():
@@ -346,3 +357,39 @@ def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
                              "or later); use version 4")
     return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
                                    scale=float(scale))
+
+
+def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
+    """Version 6 (attention.tf32_backward) on checked float32 inputs: CUDA
+    torch tensors on a GPU with tensor cores (16-byte aligned); numpy arrays
+    on the simulator."""
+    from gpucourse.kernels.attention.tf32_backward import (TF32_BACKWARD_HEAD_DIMS,
+                                                           Tf32BackwardConfig,
+                                                           tf32_attention_backward)
+    from gpucourse.kernels.launch import has_tf32_tensor_cores
+
+    head_dim = q.shape[3]
+    if head_dim not in TF32_BACKWARD_HEAD_DIMS:
+        raise ValueError(f"version 6 takes head_dim in {TF32_BACKWARD_HEAD_DIMS}, got "
+                         f"{head_dim}; use version 4")
+    if config is not None and not (isinstance(config, tuple) and len(config) == 2 and all(
+            isinstance(c, Tf32BackwardConfig) and c.head_dim == head_dim for c in config)):
+        raise ValueError(f"version 6's config must be a pair of Tf32BackwardConfig of head_dim "
+                         f"{head_dim} (dK and dV's tiles, dQ's), got {config!r}")
+    tensors = (q, k, v, out, lse, dout)
+    if on_gpu():
+        device_id = _current_gpu()
+        if kind != "torch" or not all(x.is_cuda and x.get_device() == device_id
+                                      for x in tensors):
+            raise ValueError(f"version 6 takes float32 CUDA torch tensors on the GPU Numba "
+                             f"launches on (cuda:{device_id}), got {kind} arrays")
+        if not has_tf32_tensor_cores(device_id):
+            raise ValueError("version 6 needs a GPU with tensor cores (compute capability 8.0 "
+                             "or later); use version 4")
+        tensors = tuple(x.contiguous() for x in tensors)
+        if any(x.data_ptr() % 16 for x in tensors[:3] + tensors[5:]):
+            raise ValueError("version 6 copies q, k, v and dout 16 bytes at a time: their "
+                             "data must start on a 16-byte boundary")
+    elif kind != "numpy":
+        raise ValueError(f"version 6 takes numpy arrays on the simulator, got {kind} arrays")
+    return tf32_attention_backward(*tensors, causal=causal, scale=float(scale), configs=config)

@@ -5,9 +5,10 @@ fp32 FMA per multiply-add, and took 1.01-1.46 times the time of PyTorch's
 memory-efficient backward on an H100, whose products run on the tensor cores
 in 3xTF32. This module is ``half_backward``'s structure (FlashAttention-2's
 backward, two kernels and a pre-pass) with float32 operands split into a big
-and a small TF32 part, each product three ``mma.sync.m16n8k8`` TF32
+TF32 part and a small rest, each product three ``mma.sync.m16n8k8`` TF32
 instructions, a_small b_big + a_big b_small + a_big b_big, as the forward
-(``attention.tensor_cores``) computes its two:
+(``attention.tensor_cores``) computes its two (``make_3xtf32`` says how the
+small part is left to the tensor cores):
 
 * a pre-pass, ``D_i = sum_c dO_ic O_ic`` in float32 (``backward``'s
   ``_row_dot_kernel``, one thread per row);
@@ -66,7 +67,7 @@ from functools import lru_cache
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from numba import float32, int32, uint16  # noqa: E402 (after gpucourse.device)
+from numba import float32, int32, int64, uint16  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.backward import _row_dot_kernel
 from gpucourse.kernels.attention.half_backward import LOG2E, query_stat
@@ -89,11 +90,13 @@ device = cuda.jit(device=True, inline=True) if on_gpu() else (lambda function: f
 class Tf32BackwardConfig:
     """The tiles of one of version 6's kernels: `warps` warps of 16 rows each
     (the block's own keys, or queries), walking tiles of `block_cols` rows of
-    the other side."""
+    the other side; `round_small`: round the small parts of 3xTF32 to TF32
+    too (make_3xtf32 says what it costs and gains)."""
 
     head_dim: int
     warps: int = 4
     block_cols: int = 32
+    round_small: bool = False
 
     @property
     def block_rows(self) -> int:
@@ -219,35 +222,49 @@ def make_copies(config: Tf32BackwardConfig, rows: int):
 # 3xTF32 on fragments
 
 
-@device
-def split(x):
-    """x = big + small, both TF32 (the small part x - big is exact in fp32)."""
-    big = cvt_rna_tf32(x)
-    return big, cvt_rna_tf32(x - big)
+@lru_cache(maxsize=None)
+def make_3xtf32(round_small: bool):
+    """(split4, mma3) for fragments: ``split4`` an A fragment's four values as
+    (big parts, small parts); ``mma3(a_big, a_small, b0, b1, c)``, c + A B in
+    3xTF32 with B's two values split there (each feeds one instruction), the
+    small products first and the big one last. Every big part is rounded to
+    TF32 (cvt.rna.tf32.f32, several instructions on sm_90: a test that the
+    value is finite, an add, a mask). The small part x - big is exact in fp32;
+    with round_small it is rounded too, else it goes to the tensor cores as it
+    is, and they read its top 19 bits: its error is then at most 2^-21 of x
+    instead of 2^-22, and a split costs one conversion and a subtraction
+    instead of two and a subtraction (CUTLASS's fast fp32 mode, which rounds
+    its small parts toward zero, leaves them to the tensor cores in the same
+    way; the ISA calls what they do with the low 13 bits
+    implementation-defined: the simulator's stand-in reads the top 19 bits,
+    what the hardware is taken to do)."""
 
+    @device
+    def split(x):
+        big = cvt_rna_tf32(x)
+        small = x - big
+        return big, (cvt_rna_tf32(small) if round_small else small)
 
-@device
-def split4(a0, a1, a2, a3):
-    """An A fragment's four values as (big parts, small parts)."""
-    h0, l0 = split(a0)
-    h1, l1 = split(a1)
-    h2, l2 = split(a2)
-    h3, l3 = split(a3)
-    return (h0, h1, h2, h3), (l0, l1, l2, l3)
+    @device
+    def split4(a0, a1, a2, a3):
+        h0, l0 = split(a0)
+        h1, l1 = split(a1)
+        h2, l2 = split(a2)
+        h3, l3 = split(a3)
+        return (h0, h1, h2, h3), (l0, l1, l2, l3)
 
+    @device
+    def mma3(a_big, a_small, b0, b1, c):
+        b0_big, b0_small = split(b0)
+        b1_big, b1_small = split(b1)
+        d = mma_m16n8k8_tf32(a_small[0], a_small[1], a_small[2], a_small[3], b0_big, b1_big,
+                             c[0], c[1], c[2], c[3])
+        d = mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_small, b1_small,
+                             d[0], d[1], d[2], d[3])
+        return mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_big, b1_big,
+                                d[0], d[1], d[2], d[3])
 
-@device
-def mma3(a_big, a_small, b0, b1, c):
-    """c + A B in 3xTF32: A split by the caller (it feeds several tiles), B's
-    two values split here; the small products first, the big one last."""
-    b0_big, b0_small = split(b0)
-    b1_big, b1_small = split(b1)
-    d = mma_m16n8k8_tf32(a_small[0], a_small[1], a_small[2], a_small[3], b0_big, b1_big,
-                         c[0], c[1], c[2], c[3])
-    d = mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_small, b1_small,
-                         d[0], d[1], d[2], d[3])
-    return mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_big, b1_big,
-                            d[0], d[1], d[2], d[3])
+    return split4, mma3
 
 
 def make_tile_functions(config: Tf32BackwardConfig):
@@ -259,6 +276,7 @@ def make_tile_functions(config: Tf32BackwardConfig):
     added in float32."""
     D = config.head_dim
     pairs, groups, tiles = D // 16, D // 32, config.block_cols // 8
+    split4, mma3 = make_3xtf32(config.round_small)
 
     @device
     def scores(smemf, own_even, own_odd, walked_even, walked_odd, s):
@@ -455,7 +473,7 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
                 smemf[stats_base + stats_stage - stat + thread] = following
             stage = unsigned(stage_floats) - stage
             stat = stats_stage - stat
-        base = cuda.local.array(2, int32)
+        base = cuda.local.array(2, int64)
         for h in range(2):
             key = k_start + warp * 16 + g + 8 * h
             base[h] = (bh * key_seq + key) * D if key < key_seq else -1
@@ -547,7 +565,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
             split_c(dp, big, small)
             add_product(smemf, big, small, k_at + pair_even, k_at + pair_odd, dq_sums, part)
             stage = unsigned(stage_floats) - stage
-        base = cuda.local.array(2, int32)
+        base = cuda.local.array(2, int64)
         for h in range(2):
             row = q_start + warp * 16 + g + 8 * h
             base[h] = (row_base + row) * D if row < seq else -1

@@ -1,0 +1,119 @@
+"""Version 6 of the backward (attention.tf32_backward, fp32 on the tensor
+cores in 3xTF32): its gradients agree with float64 autograd about as closely
+as version 4's (fp32 on the CUDA cores) on the same inputs, causal and not,
+cross-attention with ragged tiles; the PTX an H100 would run holds the TF32
+mma and cp.async, with no spills at the tiles a GPU gets; its tiles' two read
+patterns hit every bank group once; bad input is named. On the simulator the
+instructions are the stand-ins (numpy inputs); on a GPU, CUDA tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from ptx_helpers import compile_without_a_gpu, ptxas_report
+
+from gpucourse.device import on_gpu
+from gpucourse.kernels import attention as A
+from gpucourse.kernels.attention import flash_attention_backward
+from gpucourse.kernels.attention.tf32_backward import (TF32_BACKWARD_HEAD_DIMS,
+                                                       Tf32BackwardConfig, bank_groups,
+                                                       check_tf32_backward_config)
+
+# 3xTF32 drops each product's small x small term and rounds the small parts
+# to TF32: about 2^-22 of the product where an fp32 product is rounded to
+# 2^-24. Both versions sum in float32 (this one a tile's share in the tensor
+# cores, which truncate, then with rounded adds) and share the exp and the
+# rounding of the output, so version 6 errs at most a few times as much as
+# version 4: 4x. (On the simulator, whose stand-in sums exactly, it erred
+# 0.4-1.0x as much on these inputs.)
+FACTOR = 4
+
+
+def arrays(*xs):
+    """numpy on the simulator; CUDA tensors on a GPU (version 6 takes those)."""
+    return tuple(torch.from_numpy(x).cuda() for x in xs) if on_gpu() else xs
+
+
+@pytest.mark.parametrize("seq, key_seq, causal", [
+    (20, 12, False),  # dK and dV walk three query tiles, the last ragged (8, 8, 4)
+    (12, 20, True),   # under the mask, keys past the last query get no gradient
+])
+def test_gradients_err_as_little_as_version_4s(seq, key_seq, causal):
+    rng = np.random.default_rng(seq + key_seq)
+    q, dout = (rng.standard_normal((1, 1, seq, 32)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, key_seq, 32)).astype(np.float32) for _ in range(2))
+    out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+    leaves = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v)]
+    want = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+        *leaves, is_causal=causal), leaves, torch.tensor(dout, dtype=torch.float64))
+    ours = flash_attention_backward(*inputs, causal=causal, version=6)
+    peers = flash_attention_backward(*inputs, causal=causal, version=4)
+    for name, g, peer, w, like in zip(("dq", "dk", "dv"), ours, peers, want, (q, k, v)):
+        g, peer, w = (np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
+                      for x in (g, peer, w.detach()))
+        assert g.dtype == np.float32 and g.shape == like.shape, name
+        error, peer_error = np.abs(g - w).max(), np.abs(peer - w).max()
+        assert error <= FACTOR * peer_error, (name, error, peer_error)
+        np.testing.assert_allclose(g, w, atol=2e-4, rtol=2e-3, err_msg=name)
+    if causal:  # keys 12..19 come after every query
+        assert not ours[1][..., seq:, :].any() and not ours[2][..., seq:, :].any()
+
+
+def test_the_two_read_patterns_have_no_bank_conflicts():
+    # Each quarter-warp's 128-bit reads, by rows and by pairs of rows, touch
+    # the 8 groups of 4 banks once each (a conflict would repeat a group).
+    for head_dim in TF32_BACKWARD_HEAD_DIMS:
+        for reads in bank_groups(head_dim):
+            assert all(sorted(row) == list(range(8)) for row in reads.tolist()), head_dim
+
+
+def test_bad_input_is_named():
+    rng = np.random.default_rng(0)
+    q, k, v, dout = (rng.standard_normal((1, 1, 8, 16)).astype(np.float32) for _ in range(4))
+    out, lse = A.reference_attention(q, k, v, return_lse=True)
+    inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+    with pytest.raises(ValueError, match=r"version 6 takes head_dim in \(32, 64, 128\)"):
+        flash_attention_backward(*inputs, version=6)
+    halves = [x.astype(np.float16) for x in (q, k, v, out, dout)]
+    with pytest.raises(ValueError, match="float16 inputs run on versions 3, 4 and 5"):
+        flash_attention_backward(*arrays(*halves[:4], lse.astype(np.float32), halves[4]),
+                                 version=6)
+    with pytest.raises(ValueError, match="version 6 takes head_dim"):
+        check_tf32_backward_config(Tf32BackwardConfig(96))
+    with pytest.raises(ValueError, match="block_cols must be a positive multiple of 8"):
+        check_tf32_backward_config(Tf32BackwardConfig(64, block_cols=12))
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        check_tf32_backward_config(Tf32BackwardConfig(128, warps=8, block_cols=64))
+
+
+PTX_SCRIPT = """
+import sys
+from numba import types
+from gpucourse.kernels.attention import tf32_backward as T
+T.on_gpu = lambda: True  # the tiles a GPU gets
+b, f, i = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"), types.int32
+scalars = (i, i, i, types.float32, types.float32)
+dkdv, dq = T.backward_configs(128)
+for name, kernel, signature in (
+        ("dkdv", T.make_dkdv_kernel(dkdv, True), (b,) * 4 + (f,) * 4 + scalars),
+        ("dq", T.make_dq_kernel(dq, True), (b,) * 4 + (f,) * 3 + scalars)):
+    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+    open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
+"""
+
+
+def test_the_kernels_a_gpu_runs_use_the_tf32_tensor_cores_without_spilling(tmp_path):
+    # Head dim 128, where registers are tightest (dK and dV's kernel holds
+    # both sums: 255 registers; at 64 it took 234 and dQ's 140, compiled when
+    # the tiles were chosen: backward_configs).
+    compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
+    for name in ("dkdv", "dq"):
+        ptx = (tmp_path / f"{name}.ptx").read_text()
+        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx, name
+        assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx, name
+        assert "ld.shared.v4.f32" in ptx, name  # the fragments, 128 bits a read
+        assert ".local" not in ptx, name  # tiles and sums in registers
+        report = ptxas_report(ptx)
+        assert "0 bytes spill stores" in report and "0 bytes lmem" in report, name
