@@ -70,7 +70,7 @@ from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, int64, uint16  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.backward import _row_dot_kernel
-from gpucourse.kernels.attention.half_backward import LOG2E, query_stat
+from gpucourse.kernels.attention.half_backward import query_stat
 from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
@@ -279,21 +279,22 @@ def make_tile_functions(config: Tf32BackwardConfig):
     split4, mma3 = make_3xtf32(config.round_small)
 
     @device
-    def scores(smemf, own_even, own_odd, walked_even, walked_odd, s):
+    def scores(smemf, own, walked, even, odd, s):
         """s = the warp's rows times the walked tile's rows (C fragments, tile n
-        in s[4n:4n + 4]). own_* and walked_* are the lane's reads of its row g
-        of each tile for even and odd c (the swizzle's chunk bit), in floats."""
+        in s[4n:4n + 4]); own and walked: where the warp's 16 rows and the
+        walked tile start, in floats; even and odd: the lane's reads of its row
+        g for even and odd c (the swizzle's chunk bit)."""
         for i in range(tiles * 4):
             s[i] = float32(0.0)
         for c in range(pairs):
-            own = (own_even if c % 2 == 0 else own_odd) + unsigned(16 * c)
-            x0, x1, x2, x3 = load_float4_flat(smemf, own)  # row g
-            y0, y1, y2, y3 = load_float4_flat(smemf, own + unsigned(8 * D))  # row g + 8
+            lane = (even if c % 2 == 0 else odd) + unsigned(16 * c)
+            at = own + lane
+            x0, x1, x2, x3 = load_float4_flat(smemf, at)  # row g
+            y0, y1, y2, y3 = load_float4_flat(smemf, at + unsigned(8 * D))  # row g + 8
             first_big, first_small = split4(x0, y0, x1, y1)  # dims 16c + 4t, + 1
             second_big, second_small = split4(x2, y2, x3, y3)  # 16c + 4t + 2, + 3
-            walked = (walked_even if c % 2 == 0 else walked_odd) + unsigned(16 * c)
             for n in range(tiles):
-                b0, b1, b2, b3 = load_float4_flat(smemf, walked + unsigned(8 * n * D))
+                b0, b1, b2, b3 = load_float4_flat(smemf, walked + lane + unsigned(8 * n * D))
                 d = mma3(first_big, first_small, b0, b1, (s[4 * n], s[4 * n + 1],
                                                           s[4 * n + 2], s[4 * n + 3]))
                 d = mma3(second_big, second_small, b2, b3, d)
@@ -312,19 +313,19 @@ def make_tile_functions(config: Tf32BackwardConfig):
                 small[4 * n + e] = l[e]
 
     @device
-    def add_product(smemf, big, small, walked_even, walked_odd, sums, part):
+    def add_product(smemf, big, small, walked, pair_even, pair_odd, sums, part):
         """sums += A B, A the split tiles (big, small), B the walked tile's
-        rows (row 2t for the fragment's row t, 2t + 1 for t + 4). Output tile
-        4 grp + i holds columns 32 grp + 4n + i; walked_* are the lane's reads
-        of rows 2t and 2t + 1, columns 4g on. A group's four output tiles are
+        rows (row 2t for the fragment's row t, 2t + 1 for t + 4), the tile at
+        float `walked`. Output tile 4 grp + i holds columns 32 grp + 4n + i;
+        pair_*: the lane's reads of rows 2t and 2t + 1, columns 4g on. A group's four output tiles are
         summed from zero over the walked tile in `part`, then added to sums."""
         for grp in range(groups):
             for i in range(16):
                 part[i] = float32(0.0)
             for n in range(tiles):
-                at = unsigned(8 * n * D + 32 * grp)
-                x0, x1, x2, x3 = load_float4_flat(smemf, walked_even + at)  # row 2t
-                y0, y1, y2, y3 = load_float4_flat(smemf, walked_odd + at)  # row 2t + 1
+                at = walked + unsigned(8 * n * D + 32 * grp)
+                x0, x1, x2, x3 = load_float4_flat(smemf, at + pair_even)  # row 2t
+                y0, y1, y2, y3 = load_float4_flat(smemf, at + pair_odd)  # row 2t + 1
                 a_big = (big[4 * n], big[4 * n + 1], big[4 * n + 2], big[4 * n + 3])
                 a_small = (small[4 * n], small[4 * n + 1], small[4 * n + 2], small[4 * n + 3])
                 for i in range(4):
@@ -441,9 +442,8 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
             q_start = qi * BQ
             q_at = unsigned(kv_floats) + stage  # this stage's Q; its dO follows
             # S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x BQ queries.
-            scores(smemf, own + even, own + odd, q_at + even, q_at + odd, s)
-            scores(smemf, unsigned(BK * D) + own + even, unsigned(BK * D) + own + odd,
-                   q_at + unsigned(tile_floats) + even, q_at + unsigned(tile_floats) + odd, dp)
+            scores(smemf, own, q_at, even, odd, s)
+            scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd, dp)
             # P^T and dS^T: element e of tile n is key warp*16 + g + 8 (e // 2),
             # query q_start + 8n + 2t + e % 2.
             for n in range(tiles):
@@ -465,10 +465,10 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
                                        thread < BQ)
             # dV += P^T dO and dK += dS^T Q.
             split_c(s, big, small)
-            add_product(smemf, big, small, q_at + unsigned(tile_floats) + pair_even,
-                        q_at + unsigned(tile_floats) + pair_odd, dv_sums, part)
+            add_product(smemf, big, small, q_at + unsigned(tile_floats), pair_even, pair_odd,
+                        dv_sums, part)
             split_c(dp, big, small)
-            add_product(smemf, big, small, q_at + pair_even, q_at + pair_odd, dk_sums, part)
+            add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part)
             if moves_stat and qi + 1 < q_tiles:  # the other stage, read by no warp now
                 smemf[stats_base + stats_stage - stat + thread] = following
             stage = unsigned(stage_floats) - stage
@@ -522,12 +522,12 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
         cp_async_commit()
         even, odd, pair_even, pair_odd = lane_reads(g, t, D)
         own = unsigned(warp * 16 * D)
-        lse2 = cuda.local.array(2, float32)
+        lse2 = cuda.local.array(2, float32)  # rows g and g + 8: L times log2 e, and D
         dd = cuda.local.array(2, float32)
         for h in range(2):
-            row = min(q_start + warp * 16 + g + 8 * h, seq - 1)
-            lse2[h] = lse[row_base + row] * LOG2E
-            dd[h] = delta[row_base + row]
+            row = q_start + warp * 16 + g + 8 * h
+            lse2[h] = query_stat(lse, delta, row_base, row, seq, True)
+            dd[h] = query_stat(lse, delta, row_base, row, seq, False)
         s = cuda.local.array(fragments, float32)
         dp = cuda.local.array(fragments, float32)
         big = cuda.local.array(fragments, float32)
@@ -546,9 +546,8 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
             cp_async_commit()
             k_at = unsigned(qd_floats) + stage  # this stage's K; its V follows
             # S = Q K^T and dP = dO V^T: the warp's 16 queries x BC keys.
-            scores(smemf, own + even, own + odd, k_at + even, k_at + odd, s)
-            scores(smemf, unsigned(BR * D) + own + even, unsigned(BR * D) + own + odd,
-                   k_at + unsigned(tile_floats) + even, k_at + unsigned(tile_floats) + odd, dp)
+            scores(smemf, own, k_at, even, odd, s)
+            scores(smemf, own + unsigned(BR * D), k_at + unsigned(tile_floats), even, odd, dp)
             # dS = P (dP - D): element e of tile n is query row g + 8 (e // 2)
             # of the warp's 16, key j BC + 8n + 2t + e % 2.
             for n in range(tiles):
@@ -563,7 +562,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
                     dp[4 * n + e] = ds
             # dQ += dS K.
             split_c(dp, big, small)
-            add_product(smemf, big, small, k_at + pair_even, k_at + pair_odd, dq_sums, part)
+            add_product(smemf, big, small, k_at, pair_even, pair_odd, dq_sums, part)
             stage = unsigned(stage_floats) - stage
         base = cuda.local.array(2, int64)
         for h in range(2):
