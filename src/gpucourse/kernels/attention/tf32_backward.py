@@ -1,4 +1,4 @@
-"""The fp32 attention backward on the tensor cores in 3xTF32: version 6 of ``flash_attention_backward``.
+"""The fp32 attention backward on the tensor cores in 3xTF32: ``flash_attention_backward``'s version 6.
 
 Version 4 computes the backward's five tile products on the CUDA cores, one
 fp32 FMA per multiply-add, and took 1.01-1.46 times the time of PyTorch's
@@ -81,8 +81,8 @@ TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 FLOAT_BYTES = 4
 # The kernels' helpers: inlined device functions on a GPU; plain Python
 # functions on the simulator, which otherwise swaps the module's globals and
-# takes three locks on every call of a device function (a third to half of a
-# run's time here, most of it in the calls of the innermost helpers).
+# takes three locks on every call of a device function (a sixth of a test's
+# run here, most of it in the calls of the innermost helpers).
 device = cuda.jit(device=True, inline=True) if on_gpu() else (lambda function: function)
 
 
@@ -144,11 +144,10 @@ def backward_configs(head_dim: int) -> tuple[Tf32BackwardConfig, Tf32BackwardCon
     """(dK and dV's tiles, dQ's tiles). On a GPU, 4 warps, and walked tiles as
     wide as the registers allow without spilling (ptxas for sm_90): dK and dV's
     kernel holds both sums (head_dim registers) besides a tile's scores, so
-    32-row tiles at head dim 64 (234 registers; 16-row ones took 172, also
-    two blocks a multiprocessor) and 8-row ones at 128 (255; 16 spilled);
-    dQ's, one sum, 32 at 64 (140) and 16 at 128 (170; 32 would need 128 KiB
-    of shared memory, one block a multiprocessor). Not yet timed. Small tiles
-    on the simulator."""
+    32-row tiles at head dim 64 (235 registers: two blocks a multiprocessor)
+    and 8-row ones at 128 (255; 16-row ones spilled); dQ's, one sum, 32 at 64
+    (133) and 16 at 128 (171; 32 would need 128 KiB of shared memory, one
+    block a multiprocessor). Not yet timed. Small tiles on the simulator."""
     if not on_gpu():
         small = Tf32BackwardConfig(head_dim, warps=1, block_cols=8)
         return small, small
@@ -317,8 +316,9 @@ def make_tile_functions(config: Tf32BackwardConfig):
         """sums += A B, A the split tiles (big, small), B the walked tile's
         rows (row 2t for the fragment's row t, 2t + 1 for t + 4), the tile at
         float `walked`. Output tile 4 grp + i holds columns 32 grp + 4n + i;
-        pair_*: the lane's reads of rows 2t and 2t + 1, columns 4g on. A group's four output tiles are
-        summed from zero over the walked tile in `part`, then added to sums."""
+        pair_*: the lane's reads of rows 2t and 2t + 1, columns 4g on. A
+        group's four output tiles are summed from zero over the walked tile in
+        `part`, then added to sums."""
         for grp in range(groups):
             for i in range(16):
                 part[i] = float32(0.0)
@@ -629,7 +629,8 @@ def _launch_on_simulator(configs, kernels, tensors, sizes):
     scalars = (np.int32(sizes[0]), np.int32(sizes[1]), np.int32(sizes[2]),
                np.float32(sizes[3]), np.float32(sizes[4]))
     for kernel, config, grid_rows, stats, grads in (
-            (dkdv, dkdv_config, key_seq, True, (dk, dv)), (dq_kernel, dq_config, seq, False, (dq,))):
+            (dkdv, dkdv_config, key_seq, True, (dk, dv)),
+            (dq_kernel, dq_config, seq, False, (dq,))):
         forget_earlier_moves()
         forget_earlier_calls()
         kernel[config.grid(batch, heads, grid_rows), config.threads, 0,
