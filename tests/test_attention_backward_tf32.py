@@ -84,6 +84,8 @@ def test_bad_input_is_named():
         check_tf32_backward_config(Tf32BackwardConfig(96))
     with pytest.raises(ValueError, match="block_cols must be a positive multiple of 8"):
         check_tf32_backward_config(Tf32BackwardConfig(64, block_cols=12))
+    with pytest.raises(ValueError, match="block_cols may be at most half the threads"):
+        check_tf32_backward_config(Tf32BackwardConfig(64, warps=1, block_cols=32))
     with pytest.raises(ValueError, match="bytes of shared memory"):
         check_tf32_backward_config(Tf32BackwardConfig(128, warps=8, block_cols=64))
 

@@ -128,6 +128,10 @@ def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig
     if config.block_cols % 8 or config.block_cols <= 0 or config.warps < 1:
         raise ValueError(f"block_cols must be a positive multiple of 8 and warps positive, got "
                          f"{config.block_cols} and {config.warps}")
+    if 2 * config.block_cols > config.threads:
+        raise ValueError(f"block_cols may be at most half the threads ({config.threads}): one "
+                         f"thread moves each walked query's L and each one's D, got "
+                         f"{config.block_cols}")
     chunks = d // 4  # 16-byte chunks of a row
     if config.threads % chunks or (config.block_cols * chunks) % config.threads \
             or (config.block_rows * chunks) % config.threads:
