@@ -10,6 +10,8 @@
 #              the tiny GPT;
 #   hgemm      benchmarks/hgemm.py (half_matmul and tf32_matmul against cuBLAS);
 #   attention  benchmarks/attention_half.py (forward and backward against SDPA flash);
+#   attention_fp32  benchmarks/attention_backward.py --versions 6 (the fp32 backward
+#              on 3xTF32 beside version 4 and SDPA memory-efficient);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0); tinygpt_full, the same
 #              with every character scored (final losses comparable, issue 29's 1%);
 #   ncu        Nsight Compute profiles of half_matmul, tf32_matmul, half-precision
@@ -34,12 +36,16 @@ for part in "$@"; do
     tests)
         timeout 400 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE tests/test_hgemm.py \
             tests/test_attention_backward.py tests/test_attention_half.py \
+            tests/test_attention_backward_tf32.py \
             tests/test_tensor_cores.py tests/test_tinygpt.py 2>&1 | tail -150 ;;
     hgemm)
         (cd benchmarks && timeout 400 python3 hgemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -60) ;;
     attention)
         (cd benchmarks && timeout 500 python3 attention_half.py --out "$OUT" 2>&1 \
             | grep -v Warning | tail -60) ;;
+    attention_fp32)  # the fp32 backward: version 6 (3xTF32 tensor cores) beside version 4
+        (cd benchmarks && timeout 550 python3 attention_backward.py --versions 6 --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -40) ;;
     tinygpt)
         (cd benchmarks && timeout 550 python3 tinygpt.py --runs pytorch_bf16,course_bf16 --seeds 0 \
             --out "$OUT" 2>&1 | tail -12) ;;

@@ -258,7 +258,7 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="causal must be True or False"):
         flash_attention_backward(q, k, v, out, lse, dout, causal="yes")
     with pytest.raises(ValueError, match="version must be one of"):
-        flash_attention_backward(q, k, v, out, lse, dout, version=6)
+        flash_attention_backward(q, k, v, out, lse, dout, version=7)
     with pytest.raises(ValueError, match="version 5 takes float16 or bfloat16"):
         flash_attention_backward(q, k, v, out, lse, dout, version=5)
 
