@@ -38,7 +38,9 @@ random operand digits), so final losses are comparable between runs (within
 results/tinygpt_full-<gpu-slug>-<date>.json.
 
 Writes results/tinygpt-<gpu-slug>-<date>.json under --out (default
-benchmarks/results).
+benchmarks/results); runs in bf16 alone (they may not be mixed with fp32 ones
+in one call) write tinygpt_bf16-<gpu-slug>-<date>.json (tinygpt_bf16_full
+with --all-characters), so that they never stand in for chapter 10's fp32 runs.
 """
 
 from __future__ import annotations
@@ -110,7 +112,17 @@ def main():
     args = parser.parse_args()
     tf32_off()
     train_config = T.TrainConfig(steps=args.steps, answers_only=not args.all_characters)
-    benchmark = "tinygpt_full" if args.all_characters else "tinygpt"
+    names = args.runs.split(",")
+    unknown = [r for r in names if r not in RUNS]
+    if unknown:
+        parser.error(f"--runs: unknown {unknown}; choose from {list(RUNS)}")
+    # Runs in bf16 alone go to a file of their own (tinygpt_bf16[_full]), so
+    # that they never stand in for the fp32 runs chapter 10 reads.
+    bf16 = {r for r in names if RUNS[r].get("precision") == "bf16"}
+    if bf16 and len(bf16) != len(names):
+        parser.error("--runs: run the bf16 runs apart from the fp32 ones (they have a file "
+                     "of their own)")
+    benchmark = "tinygpt" + ("_bf16" if bf16 else "") + ("_full" if args.all_characters else "")
     seeds = [int(x) for x in args.seeds.split(",")]
     report = record_start(
         benchmark, torch.cuda.get_device_name(), short_versions(),
@@ -125,7 +137,7 @@ def main():
     path.parent.mkdir(parents=True, exist_ok=True)
     done = []
     for seed in seeds:
-        for r in args.runs.split(","):
+        for r in names:
             done.append(run(r, dataclasses.replace(train_config, seed=seed)))
             # The file after every run: a run cut short by a time limit loses
             # only itself.

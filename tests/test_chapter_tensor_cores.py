@@ -229,6 +229,8 @@ def test_the_half_attention_model_errs_as_rounding_allows():
 def test_the_figures_draw():
     import matplotlib.pyplot as plt
 
+    plt.close("all")  # figures another test of this worker left open are not this test's
+
     TC.plot_two_roofs(TC.roofline_points(H100), H100)
     TC.plot_fragments()
     TC.plot_bank_conflicts()
