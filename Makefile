@@ -37,8 +37,14 @@ book: $(STAMP)
 	@echo "Open _build/html/index.html"
 
 # Test files run side by side, one process per core (the book build is one long test).
+# One pytest worker more than the cores: much of the suite waits (nbgrader's kernels
+# starting, exercises that hang until their timeout, the PTX compiler process), and
+# a third worker on two cores fills those waits (862 s of pytest with two, 639 s with
+# three, on the same 2-core machine, 2026-11-28).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup --no-loadscope-reorder --durations=12
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=12
 
 # Two doors to JupyterLab. Each reads its settings from its folder in jupyter/,
 # put first on Jupyter's config path (above the user's home and the environment):
