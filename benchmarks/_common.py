@@ -138,3 +138,16 @@ def write_json(path: Path, record: dict) -> Path:
 def write_record(record: dict, out_dir, suffix: str = "") -> Path:
     """Write the record to its results file under out_dir; returns the path."""
     return write_json(results_path(out_dir, record, suffix), record)
+
+
+def wall_ms(call, calls: int) -> float:
+    """Wall-clock ms per call of a loop of `calls` calls that ends in a
+    synchronize: what a user waits for, host work included."""
+    import torch
+
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - began) / calls * 1e3

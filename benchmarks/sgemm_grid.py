@@ -58,7 +58,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import RESULTS, benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+from _common import (RESULTS, benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
+                     write_record)
 
 GPT2_TOKENS, TINY_TOKENS = 8 * 1024, 256 * 39
 GRID = {
@@ -132,16 +133,6 @@ def validate(sgemm, torch) -> list[dict]:
     return found
 
 
-def wall_ms(torch, call, calls: int) -> float:
-    """Wall-clock ms per call of a loop of calls that ends in a synchronize."""
-    torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - began) / calls * 1e3
-
-
 def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[dict]:
     """The rows of one grid shape: cuBLAS, auto and level 7 in turns."""
     import numpy as np
@@ -159,7 +150,7 @@ def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[di
     for _ in range(rounds):
         for name, call in variants.items():
             call()
-            walls[name].append(wall_ms(torch, call, calls))
+            walls[name].append(wall_ms(call, calls))
             kernels[name].append(time_ms(call)[0])
     cublas_ms = float(np.median(walls["cublas"]))
     plan = sgemm.choose_plan(shape, sgemm.gpu_model())
@@ -213,7 +204,7 @@ def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float)
             call = lambda: sgemm.matmul(a, b, 6, config=config, splits=splits)  # noqa: E731
             call()
             calls = int(min(500, max(5, 50.0 / max(time_ms(call)[0], 1e-3))))
-            ms = wall_ms(torch, call, calls)
+            ms = wall_ms(call, calls)
             rows.append({"m": m, "n": n, "k": k, "config": {**asdict(config), "splits": splits},
                          "ms": ms, "predicted_ms": plan["predicted_us"] / 1e3})
         print(f"calibration {m}x{n}x{k}: {len(rows)} plans timed so far", flush=True)

@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import benchmark_parser, record_start, start, versions, write_record
+from _common import benchmark_parser, record_start, start, versions, wall_ms, write_record
 from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
 import numpy as np  # noqa: E402
@@ -96,16 +96,6 @@ def quick_ms(call, calls: int = 20) -> float:
     stop.record()
     stop.synchronize()
     return start.elapsed_time(stop) / calls
-
-
-def wall_ms(call, calls: int) -> float:
-    """Wall-clock ms per call of a loop of calls that ends in a synchronize."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e3
 
 
 def relative_error(c, reference) -> float:

@@ -52,13 +52,10 @@ from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, 
 NEG_INF = float32(-np.inf)
 
 
-@dataclass(frozen=True)
-class HalfConfig:
-    """The tile shape of the half-precision kernel: `warps` warps of 16 query
-    rows each, key tiles of block_cols keys, for one head_dim."""
-    head_dim: int
-    warps: int = 4
-    block_cols: int = 64
+class WarpTiles:
+    """What the tiles of a tensor-core attention kernel derive from its `warps`
+    warps of 16 rows each: the block's rows, its threads and its grid (the
+    configs of attention.half, half_backward and tf32_backward)."""
 
     @property
     def block_rows(self) -> int:
@@ -68,14 +65,24 @@ class HalfConfig:
     def threads(self) -> int:
         return WARP * self.warps
 
+    def grid(self, batch: int, heads: int, rows: int) -> tuple:
+        """One block per tile of the `rows` it owns (queries, or keys) along x,
+        per head along y, per batch along z."""
+        return ((rows + self.block_rows - 1) // self.block_rows, heads, batch)
+
+
+@dataclass(frozen=True)
+class HalfConfig(WarpTiles):
+    """The tile shape of the half-precision kernel: `warps` warps of 16 query
+    rows each, key tiles of block_cols keys, for one head_dim."""
+    head_dim: int
+    warps: int = 4
+    block_cols: int = 64
+
     @property
     def shared_bytes(self) -> int:
         """Q's tile and two stages of K's and V's, in halves of 2 bytes."""
         return 2 * self.head_dim * (self.block_rows + 4 * self.block_cols)
-
-    def grid(self, batch: int, heads: int, seq: int) -> tuple:
-        """One block per query tile along x, per head along y, per batch along z."""
-        return ((seq + self.block_rows - 1) // self.block_rows, heads, batch)
 
 
 SIMULATOR_CONFIG = {16: HalfConfig(16, warps=2, block_cols=32),

@@ -70,6 +70,7 @@ from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, int64, uint16  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.backward import _row_dot_kernel
+from gpucourse.kernels.attention.half import WarpTiles
 from gpucourse.kernels.attention.half_backward import query_stat
 from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
 from gpucourse.kernels.tensor_cores.fragments import WARP
@@ -87,7 +88,7 @@ device = cuda.jit(device=True, inline=True) if on_gpu() else (lambda function: f
 
 
 @dataclass(frozen=True)
-class Tf32BackwardConfig:
+class Tf32BackwardConfig(WarpTiles):
     """The tiles of one of version 6's kernels: `warps` warps of 16 rows each
     (the block's own keys, or queries), walking tiles of `block_cols` rows of
     the other side; `round_small`: round the small parts of 3xTF32 to TF32
@@ -98,25 +99,12 @@ class Tf32BackwardConfig:
     block_cols: int = 32
     round_small: bool = False
 
-    @property
-    def block_rows(self) -> int:
-        return 16 * self.warps
-
-    @property
-    def threads(self) -> int:
-        return WARP * self.warps
-
     def shared_bytes(self, stats: bool = False) -> int:
         """The block's two own tiles, two stages of the two walked ones and,
         with `stats` (dK and dV's kernel), two stages of the walked queries'
         L and D."""
         floats = self.head_dim * (2 * self.block_rows + 4 * self.block_cols)
         return FLOAT_BYTES * (floats + (4 * self.block_cols if stats else 0))
-
-    def grid(self, batch: int, heads: int, rows: int) -> tuple:
-        """One block per tile of the `rows` it owns along x, per head along y,
-        per batch along z."""
-        return ((rows + self.block_rows - 1) // self.block_rows, heads, batch)
 
 
 def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:

@@ -96,7 +96,7 @@ from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_
                                              zero_matrix)
 from gpucourse.kernels.sgemm.shape_model import (MODEL_PATH, SPLITS, calibrate, choose_plan,
                                                  gpu_entry, plan_cost, plan_summary, planned,
-                                                 resident_blocks)
+                                                 resident_blocks, tail_efficiency)
 from gpucourse.kernels.sgemm.traffic import matmul_flops, minimum_bytes, traffic_model
 from gpucourse.kernels.sgemm.tuned_table import (TUNED_PATH, _read_tuned, _tuned_here, auto_config,
                                                  auto_plan, gpu_model, tuned_config)

@@ -165,6 +165,14 @@ def _slices(k: int, splits: int) -> tuple[int, int]:
     return max(1, -(-k // chunk)), min(k, chunk)
 
 
+def tail_efficiency(blocks: int, sms: int) -> float:
+    """The share of the SMs' time that works when `blocks` equal blocks run on
+    `sms` SMs: the busiest SM runs ceil(blocks / sms) of them, the others
+    fewer. Raises ValueError unless both are positive whole numbers."""
+    blocks, sms = _whole("blocks", blocks), _whole("sms", sms)
+    return blocks / (sms * -(-blocks // sms))
+
+
 def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None) -> dict:
     """The model's reasoning and predicted time for level 6's kernel with
     `config` and `splits` slices of K on an (m, n, k) product, on the GPU of
@@ -211,7 +219,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "blocks": blocks, "blocks_per_sm": resident, "limiter": limiter,
         "warps_per_sm": min(busiest, resident) * warps,
         "waves": blocks / (sms * resident), "busiest_sm_blocks": busiest,
-        "tail_efficiency": blocks / (sms * busiest),
+        "tail_efficiency": tail_efficiency(blocks, sms),
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
