@@ -153,6 +153,30 @@ def test_in_bf16_the_course_linear_layer_runs_on_half_matmul():
         assert float((got.double() - expected).abs().max()) <= 2 * 2.0 ** -8 * scale
 
 
+def test_in_bf16_the_course_linear_layer_rounds_once_after_the_bias():
+    # As cuBLAS's epilogue does for F.linear under autocast: the product and
+    # the bias summed in float32, then rounded to bf16 once. A bias that
+    # nearly cancels the product shows the difference: rounding the product
+    # first loses bits the small result needs (an error of up to half a unit
+    # of the product, 2^-8 of it, about eight times the result's own unit
+    # here). Rounded once, each output is within half a unit of bf16 of the
+    # float64 value (2^-8 relative). Rounding twice made the bf16 tiny GPT
+    # fail to learn its carries on every character (benchmarks/NOTES.md).
+    device = "cuda" if on_gpu() else "cpu"
+    generator = torch.Generator().manual_seed(2)
+    x = torch.randn(1, 1, 8, generator=generator).to(torch.bfloat16)
+    weight = torch.randn(5, 8, generator=generator).to(torch.bfloat16)
+    product = x.double().reshape(1, 8) @ weight.double().t()
+    bias = (-product.reshape(5) * (1 - 2.0 ** -5)).to(torch.bfloat16)
+    want = product.reshape(1, 1, 5) + bias.double()
+    ours = T.course_linear(x.to(device), weight.to(device), bias.to(device)).cpu()
+    assert ours.dtype == torch.bfloat16
+    error = (ours.double() - want).abs() / want.abs()
+    assert float(error.max()) <= 2.0 ** -8, (
+        f"relative error {float(error.max()):.2e} per output: the product was rounded to bf16 "
+        f"before the bias was added")
+
+
 def test_a_bf16_config_is_checked():
     with pytest.raises(ValueError, match="precision must be one of"):
         T.GPTConfig(**TINY, precision="fp8")
