@@ -420,3 +420,61 @@ def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
             if peer is not None:
                 bound = 2 * float((peer.double() - w).abs().max() / w.abs().max()) + 1e-4
             assert error <= bound, (name, causal, error, bound)
+
+
+def test_the_default_version_follows_the_timings(monkeypatch):
+    # Which version a call without one runs, by dtype, kind and head dim, on a
+    # GPU with tensor cores and without (the GPU's answers stood in for here):
+    # version 6 for float32 CUDA tensors at head dim 64 alone, where the H200
+    # timed it faster than version 4; version 5 for halves; else version 4.
+    from gpucourse.kernels import launch
+    from gpucourse.kernels.attention import backward as AB
+
+    monkeypatch.setattr(AB, "on_gpu", lambda: True)
+    monkeypatch.setattr(AB, "_current_gpu", lambda: 0)
+    for tensor_cores in (True, False):
+        monkeypatch.setattr(launch, "has_tf32_tensor_cores", lambda _gpu: tensor_cores)
+        tc = tensor_cores
+        cases = {("torch", "float32", 64): 6 if tc else 4, ("torch", "float32", 128): 4,
+                 ("torch", "float32", 32): 4, ("numba", "float32", 64): 4,
+                 ("torch", "float16", 64): 5 if tc else 4, ("torch", "bfloat16", 128): 5}
+        for (kind, io, head_dim), want in cases.items():
+            assert AB._default_version(kind, io, head_dim) == want, (kind, io, head_dim, tc)
+    assert AB.TF32_DEFAULT_HEAD_DIMS == (64,)
+
+
+def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(tmp_path):
+    # A run of version 6 alone (beside version 4) is newer than the run of the
+    # ladder: the ladder's table still comes from the run that timed 1-4, and
+    # version 6's ranges from the run that timed it.
+    import json
+
+    from gpucourse.chapters.attention import ladder_record, tensor_core_record, version6_ratios
+
+    def row(variant, ms, d=64, causal=False):
+        return dict(variant=variant, seq=1024, head_dim=d, causal=causal, ms=ms)
+
+    def write(name, date, rows):
+        record = dict(benchmark="attention_backward", gpu="GPU " + date, date=date,
+                      versions={}, method="", default_version=4, results=rows)
+        (tmp_path / f"attention_backward-{name}-{date}.json").write_text(json.dumps(record))
+
+    write("h100", "2026-11-26", [row("flash_bwd", 3.0)] + [
+        row(f"flash_bwd_v{v}", 3.0 + v) for v in (1, 2, 3)] + [row("sdpa_efficient_bwd", 2.0)])
+    write("h200", "2026-11-28", [
+        row("flash_bwd", 2.0), row("flash_bwd_v6", 1.5), row("sdpa_efficient_bwd", 1.6),
+        row("flash_bwd", 2.2, causal=True), row("flash_bwd_v6", 1.8, causal=True),
+        row("sdpa_efficient_bwd", 2.0, causal=True),
+        row("flash_bwd", 3.0, d=128), row("flash_bwd_v6", 4.5, d=128),
+        row("sdpa_efficient_bwd", 2.5, d=128)])
+    assert ladder_record(tmp_path)["date"] == "2026-11-26"
+    run = tensor_core_record(tmp_path)
+    assert run["date"] == "2026-11-28"
+    ratios = version6_ratios(run)
+    assert ratios[64][6] == pytest.approx((0.9, 0.9375)) and ratios[64][4] == pytest.approx((1.1, 1.25))
+    assert ratios[128] == {4: pytest.approx((1.2, 1.2)), 6: pytest.approx((1.8, 1.8))}
+    (tmp_path / "attention_backward-h100-2026-11-26.json").unlink()
+    with pytest.raises(ValueError, match="timing versions 1-4"):
+        ladder_record(tmp_path)
+    with pytest.raises(ValueError, match="must time versions 4 and 6"):
+        version6_ratios({"results": [row("flash_bwd", 2.0), row("sdpa_efficient_bwd", 1.0)][:0]})

@@ -115,8 +115,10 @@ def test_progress_and_each_submissions_time_are_shown(graded):
     assert [line.split(":")[0].strip() for line in times] == \
         [f"{student} {CHAPTER}" for student in ("blank", "correct", "looping")]
     seconds = {r.student: r.seconds for r in graded["report"].results}
-    # The looping one waited out its cell's time limit; the blank one waited for nothing.
-    assert seconds["looping"] >= TEST_TIMEOUT_S and seconds["looping"] > seconds["blank"] > 0
+    # The looping one waited out its cell's time limit. (Not compared with the
+    # blank one's time: on a loaded machine, starting a kernel and running the
+    # other cells can take as long as the limit.)
+    assert seconds["looping"] >= TEST_TIMEOUT_S and seconds["blank"] > 0
 
 
 @pytest.mark.slow

@@ -446,6 +446,53 @@ def backward_times(record) -> dict:
     return {shape: ms for shape, ms in timed.items() if "sdpa" in ms}  # not the long run
 
 
+CUDA_CORE_VERSIONS = (1, 2, 3, 4)
+
+
+def ladder_record(directory=None) -> dict:
+    """The newest results file of benchmarks/attention_backward.py that timed
+    every version on the CUDA cores (1 to 4) beside SDPA at each of its
+    shapes: the ladder chapter 9 tells. Runs of the tensor-core version alone
+    (``--versions 6``) time version 4 beside it and are left out. Raises
+    ValueError if the folder holds no such file."""
+    def every_version(record):
+        times = backward_times(record)
+        return bool(times) and all(set(CUDA_CORE_VERSIONS) <= set(ms) for ms in times.values())
+
+    runs = results_files.newest_by(
+        "attention_backward", lambda path, record: 0, directory, keep=every_version,
+        what="an attention_backward results file timing versions 1-4")
+    return runs[0]
+
+
+def tensor_core_record(directory=None) -> dict:
+    """The newest results file of benchmarks/attention_backward.py that timed
+    version 6 (the float32 backward on the tensor cores in 3xTF32) beside
+    version 4 and SDPA. Raises ValueError if the folder holds none."""
+    def has_version6(record):
+        return any(6 in ms and 4 in ms for ms in backward_times(record).values())
+
+    runs = results_files.newest_by(
+        "attention_backward", lambda path, record: 0, directory, keep=has_version6,
+        what="an attention_backward results file timing version 6")
+    return runs[0]
+
+
+def version6_ratios(record) -> dict:
+    """{head_dim: {4: (lo, hi), 6: (lo, hi)}}: the range over the timed shapes
+    of versions 4's and 6's times over SDPA memory-efficient's backward, from
+    a results file that timed both (``tensor_core_record``)."""
+    ranges = {}
+    for (_, head_dim, _), ms in sorted(backward_times(record).items()):
+        for version in (4, 6):
+            if version in ms:
+                ranges.setdefault(head_dim, {}).setdefault(version, []).append(
+                    ms[version] / ms["sdpa"])
+    if not ranges:
+        raise ValueError("record must time versions 4 and 6 beside SDPA (tensor_core_record)")
+    return {d: {v: (min(r), max(r)) for v, r in by.items()} for d, by in ranges.items()}
+
+
 def launch_path_times(record) -> dict:
     """{(seq, head_dim, causal): (quick, long)}: the default version's time a
     call through its quick torch path ("flash_bwd") and through Numba's own

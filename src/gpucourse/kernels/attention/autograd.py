@@ -41,7 +41,8 @@ def _torch_function():
             args = [_kernel_side(x) for x in (q, k, v, out, lse, dout.contiguous())]
             # The default version for the inputs: FlashAttention-2's backward in
             # half precision (version 5) for bfloat16, and for float16 on a GPU
-            # with tensor cores; DEFAULT_VERSION for float32.
+            # with tensor cores; for float32, version 6 (3xTF32 on the tensor
+            # cores) at head dim 64 on such a GPU, DEFAULT_VERSION otherwise.
             grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
             return (*(_torch_side(g, q) for g in grads), None, None)
 

@@ -60,11 +60,10 @@ def _row_dot_kernel(out, dout, delta):
 
 VERSIONS = (1, 2, 3, 4, 5, 6)
 FLOAT32_VERSIONS = (1, 2, 3, 4, 6)  # the versions that take float32 (5 takes halves alone)
-# The fastest on an H100 at every timed shape
-# (results/attention_backward-h100-2026-11-25.json): version 4. Version 6 (3xTF32
-# on the tensor cores) is built but not yet timed: the next session times it
-# (benchmarks/attention_backward.py) and, if it beats version 4, makes it the
-# default for float32 CUDA tensors on GPUs with tensor cores (_default_version).
+# The fastest on the CUDA cores at every timed shape
+# (results/attention_backward-h100-2026-11-25.json): version 4, the float32
+# default except where version 6 (3xTF32 on the tensor cores) was timed faster
+# (TF32_DEFAULT_HEAD_DIMS, below; results/attention_backward-h200-2026-11-28.json).
 DEFAULT_VERSION = 4
 # Version 4 on CUDA torch tensors through `_quick_v4_torch`: allocations by
 # torch, launches straight to cuda.core with the arguments packed by hand, as
@@ -114,7 +113,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     all Numba device arrays or all CUDA torch tensors.
     causal and scale: as given to the forward pass. version: None (the
     default) is 5 for bfloat16, and for float16 CUDA tensors on a GPU with
-    tensor cores (head_dim in half.HALF_HEAD_DIMS); DEFAULT_VERSION otherwise;
+    tensor cores (head_dim in half.HALF_HEAD_DIMS); 6 for float32 CUDA tensors
+    on such a GPU at TF32_DEFAULT_HEAD_DIMS (head dim 64, where it was timed
+    faster than version 4); DEFAULT_VERSION otherwise;
     otherwise 4 (DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
     its last bits can change from call to call), 1 (one row per thread, the
     plainest form; kept as the reference the speed-ups are measured against),
@@ -128,7 +129,9 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     kernels for float32 on the tensor cores in 3xTF32,
     ``attention.tf32_backward``: head_dim 32, 64 or 128; float32 CUDA torch
     tensors on a GPU with tensor cores, numpy arrays or CPU torch tensors on
-    the simulator; not yet timed, so not the default).
+    the simulator; the float32 default at head dim 64 on a GPU with tensor
+    cores: 0.90-1.19x SDPA memory-efficient's backward on the H200, version 4
+    1.02-1.49x).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
     default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim];
@@ -322,19 +325,30 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
     return core_launch(), (row_dot, zero, function, rounding), stream, (threads, tile, shared)
 
 
+# Head dims at which version 6 (3xTF32 on the tensor cores) is the float32
+# default on a GPU with tensor cores: where the H200 timed it faster than
+# version 4 (results/attention_backward-h200-2026-11-28.json: 1.13-1.28x at
+# head dim 64; at 128, where its dK/dV kernel walks 8-row tiles, 0.71-0.79x).
+# Head dim 32 has not been timed.
+TF32_DEFAULT_HEAD_DIMS = (64,)
+
+
 def _default_version(kind: str, io: str, head_dim: int) -> int:
     """The version a call without one runs: 5 for bfloat16, and for float16
     CUDA tensors on a GPU with tensor cores at the half kernels' head dims
     (3-4 times as fast as version 4 there: results/attention_half-h200-2026-11-28.json);
+    6 for float32 CUDA tensors on such a GPU at TF32_DEFAULT_HEAD_DIMS;
     DEFAULT_VERSION otherwise."""
     from gpucourse.kernels.attention.half import HALF_HEAD_DIMS
     from gpucourse.kernels.launch import has_tf32_tensor_cores
 
     if io == "bfloat16":
         return 5
-    if io == "float16" and kind == "torch" and on_gpu() and head_dim in HALF_HEAD_DIMS \
-            and has_tf32_tensor_cores(_current_gpu()):
+    tensor_cores = kind == "torch" and on_gpu() and has_tf32_tensor_cores(_current_gpu())
+    if io == "float16" and head_dim in HALF_HEAD_DIMS and tensor_cores:
         return 5
+    if io == "float32" and head_dim in TF32_DEFAULT_HEAD_DIMS and tensor_cores:
+        return 6
     return DEFAULT_VERSION
 
 
