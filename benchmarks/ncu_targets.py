@@ -7,7 +7,10 @@
         python3 benchmarks/ncu_targets.py attention
     # then benchmarks/ncu_summary.py reduces the reports to what the chapters cite.
 
-`hgemm`: half_matmul (level 7, its default) on a 4096^3 fp16 product.
+`hgemm`: half_matmul (level 7, its default) on a 4096^3 fp16 product;
+`hgemm_k768`: the same on 8192 x 3072 x 768 (GPT-2's MLP, the weakest
+shape class at 0.33-0.35 of cuBLAS: where a short K leaves the pipeline's
+start and C's stores uncovered).
 `attention`: flash_attention's forward in fp16 at B4 H16 N4096 d64, causal
 (FlashAttention-2 in half precision, attention.half). `tf32`: tf32_matmul
 in one pass at 4096^3. `backward`: flash_attention_backward in fp16 at B4
@@ -35,8 +38,8 @@ WARM_UP = 3
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv not in (["hgemm"], ["attention"], ["tf32"], ["backward"]):
-        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|attention|tf32|backward")
+    if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"]):
+        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward")
     import torch
 
     torch.manual_seed(0)
@@ -44,6 +47,12 @@ def main(argv=None) -> int:
         from gpucourse.kernels.tensor_cores.half_matmul import half_matmul
 
         a, b = (torch.randn(4096, 4096, device="cuda", dtype=torch.float16) for _ in range(2))
+        call = lambda: half_matmul(a, b)  # noqa: E731
+    elif argv == ["hgemm_k768"]:
+        from gpucourse.kernels.tensor_cores.half_matmul import half_matmul
+
+        a = torch.randn(8192, 768, device="cuda", dtype=torch.float16)
+        b = torch.randn(768, 3072, device="cuda", dtype=torch.float16)
         call = lambda: half_matmul(a, b)  # noqa: E731
     elif argv == ["tf32"]:
         from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
