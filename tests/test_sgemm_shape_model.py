@@ -259,3 +259,28 @@ def test_the_chapters_table_and_the_grid_by_class():
     plt.close("all")
     if not chapter.results.find_results("sgemm_grid"):  # none committed yet: the book still builds
         assert chapter.load_grid_results() is None and chapter.plot_grid() is None
+
+
+def test_the_grid_targets_count_each_class_of_issue_33():
+    from gpucourse.chapters import sgemm as chapter
+
+    def row(m, n, share, variant="auto", k=512):
+        return {"class": "x", "variant": variant, "m": m, "n": n, "k": k, "vs_cublas": share}
+
+    record = {"results": [row(512, 512, 0.84), row(600, 4000, 0.9), row(511, 4096, 0.74),
+                          row(64, 64, 0.8), row(32, 32, 0.1), row(4096, 4096, 0.93, "level7", 4096),
+                          row(8192, 8192, 0.91, "level7", 8192), row(2048, 2048, 0.5, "level7", 2048)]}
+    found = chapter.grid_targets(record)
+    large, mid = found["large"], found["mid"]
+    assert (large["shapes"], large["met"], large["worst_shape"]) == (2, 1, (512, 512, 512))
+    assert large["missed"] == [(512, 512, 512, 0.84)]
+    # 511 x 4096 and 64 x 64 are "mid" (the smaller side 64-511); 32 x 32 is in neither.
+    assert (mid["shapes"], mid["met"], mid["worst"]) == (2, 1, 0.74)
+    assert found["level7_square"] == {4096: 0.93, 8192: 0.91}
+    _fails(chapter.grid_targets, {"results": []}, naming="sgemm_grid results record")
+    committed = chapter.load_grid_results()
+    if committed is not None:  # every auto row of the grid is in one class or the other
+        t = chapter.grid_targets(committed)
+        autos = [r for r in committed["results"] if r["variant"] == "auto"]
+        assert t["large"]["shapes"] + t["mid"]["shapes"] == sum(min(r["m"], r["n"]) >= 64
+                                                                for r in autos)

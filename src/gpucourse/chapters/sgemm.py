@@ -452,6 +452,40 @@ def grid_by_class(record: dict) -> list[dict]:
     return found
 
 
+# Issue 33's targets for `matmul` as users call it, as shares of cuBLAS in the same run.
+GRID_TARGETS = {"auto_large": 0.85, "auto_mid": 0.75, "level7_square": 0.92}
+
+
+def grid_targets(record: dict) -> dict:
+    """What a grid record says of issue 33's targets: for auto, the shapes with
+    M and N both at least 512 ("large", target GRID_TARGETS["auto_large"]) and
+    those whose smaller side of M and N is 64 to 511 ("mid", target
+    GRID_TARGETS["auto_mid"]), each as {"shapes", "met", "worst", "worst_shape",
+    "missed": [(m, n, k, share), ...]}; for level 7's default, its share at each
+    square shape of 4096 or more ("level7_square": {size: share}). Raises
+    ValueError for a record without rows."""
+    rows = record.get("results") if isinstance(record, dict) else None
+    if not rows:
+        raise ValueError("record must be an sgemm_grid results record with rows")
+    found = {}
+    for name, inside in (("large", lambda r: min(r["m"], r["n"]) >= 512),
+                         ("mid", lambda r: 64 <= min(r["m"], r["n"]) < 512)):
+        target = GRID_TARGETS[f"auto_{name}"]
+        picked = sorted((r for r in rows if r["variant"] == "auto" and inside(r)),
+                        key=lambda r: r["vs_cublas"])
+        found[name] = {
+            "target": target, "shapes": len(picked),
+            "met": sum(r["vs_cublas"] >= target for r in picked),
+            "worst": picked[0]["vs_cublas"] if picked else None,
+            "worst_shape": (picked[0]["m"], picked[0]["n"], picked[0]["k"]) if picked else None,
+            "missed": [(r["m"], r["n"], r["k"], r["vs_cublas"]) for r in picked
+                       if r["vs_cublas"] < target]}
+    found["level7_square"] = {r["m"]: r["vs_cublas"] for r in rows
+                              if r["variant"] == "level7" and r["m"] == r["n"] == r["k"]
+                              and r["m"] >= 4096}
+    return found
+
+
 def plot_grid(record: dict | None = None, ax=None):
     """Bars per class of the grid: auto's and level 7's median share of cuBLAS,
     with the worst shape of the class as a dark mark; None while no grid run
