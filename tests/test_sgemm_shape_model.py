@@ -284,3 +284,27 @@ def test_the_grid_targets_count_each_class_of_issue_33():
         autos = [r for r in committed["results"] if r["variant"] == "auto"]
         assert t["large"]["shapes"] + t["mid"]["shapes"] == sum(min(r["m"], r["n"]) >= 64
                                                                 for r in autos)
+
+
+def test_auto_also_prices_the_slices_that_fill_a_wave_exactly():
+    # 768 x 768 x 12288 in 128 x 256 tiles: 18 tiles, one block an SM on the
+    # H200's 132 SMs. SPLITS's 8 slices make 144 blocks (a second round on 12
+    # SMs); 7 make 126, one wave, and the model prices 7 too.
+    from gpucourse.kernels.sgemm import shape_model as SM
+
+    entry = SM.gpu_entry("NVIDIA H200")
+    big = next(c for c in SM.menu(entry) if (c.bm, c.bn) == (128, 256))
+    resident = SM.resident_blocks(*SM.kernel_resources(big), big.threads, entry)[0]
+    assert resident == 1 and 7 in SM.wave_filling_splits((768, 768, 12288), big, entry)
+    for shape in [(768, 768, 12288), (300, 500, 20000), (1000, 1000, 1000), (64, 64, 100)]:
+        for config in SM.menu(entry):
+            for s in SM.wave_filling_splits(shape, config, entry):
+                plan = SM.plan_cost(shape, config, s, entry)
+                per_wave = entry["sms"] * plan["blocks_per_sm"]
+                # Never over the waves it fills, each slice long enough, a slice each.
+                assert plan["blocks"] <= 2 * per_wave and plan["slices"] == s
+                assert plan["slice_k"] >= SM.MIN_SLICE and 2 <= s <= max(SM.SPLITS)
+    assert SM.wave_filling_splits((64, 64, 100), big, entry) == []  # K too short to cut
+    plan = SM.choose_plan((768, 768, 12288), "NVIDIA H200")
+    assert (plan["config"].bm, plan["config"].bn, plan["slices"]) == (128, 256, 7)
+    assert plan["tail_efficiency"] > SM.plan_cost((768, 768, 12288), big, 8, entry)["tail_efficiency"]

@@ -34,7 +34,8 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
 The product takes max(what the host needs to issue the call, what the GPU
 needs to run it). ``choose_plan`` prices every configuration of the GPU's menu
 (the tiles that won somewhere in the committed sweeps, in the model's JSON)
-with every number of slices in SPLITS and returns the cheapest with its
+with every number of slices in SPLITS, and those that fill one or two waves
+exactly (``wave_filling_splits``), and returns the cheapest with its
 reasoning numbers, which chapter 8 prints. ``calibrate`` fits the constants
 to measured times (benchmarks/sgemm_grid.py --calibrate on a GPU); they live
 in ``sgemm_shape_model.json`` beside this module, each GPU's with where they
@@ -232,6 +233,25 @@ def _splits_worth_pricing(k: int) -> list[int]:
     return [s for s in SPLITS if s == 1 or _slices(k, s)[1] >= MIN_SLICE and _slices(k, s)[0] == s]
 
 
+def wave_filling_splits(shape, config: TileConfig, entry: dict) -> list[int]:
+    """The numbers of slices of K that give `config`'s tiles as many blocks as
+    fit in one wave, or in two, without going over: floor(w x SMs x blocks per
+    SM / tiles) for w = 1, 2. SPLITS has no 7, and 18 tiles of 128 x 256 on
+    132 SMs want 7 slices (126 blocks, one wave) rather than 8 (144 blocks: a
+    second round on 12 SMs while 120 wait). Each kept at most max(SPLITS),
+    at least 2, and only where its slices keep MIN_SLICE columns."""
+    m, n, k = _shape(shape)
+    tiles = -(-max(m, 1) // config.bm) * -(-max(n, 1) // config.bn)
+    resident = resident_blocks(*kernel_resources(config), config.threads, entry)[0]
+    found = []
+    for waves in (1, 2):
+        s = waves * entry["sms"] * resident // tiles
+        if 2 <= s <= max(SPLITS) and _slices(max(k, 1), s) == (s, _slices(max(k, 1), s)[1]) \
+                and _slices(max(k, 1), s)[1] >= MIN_SLICE and s not in found:
+            found.append(s)
+    return found
+
+
 def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None = None) -> dict:
     """The plan auto runs for an (m, n, k) product on `gpu_name`: the cheapest
     (configuration, slices of K) of the GPU's menu by ``plan_cost`` (a plan
@@ -241,8 +261,11 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     a GPU the model has no entry for)."""
     m, n, k = _shape(shape)
     entry = gpu_entry(gpu_name, path) if entry is None else entry
+    splits_of_k = _splits_worth_pricing(max(k, 1))
     priced = [plan_cost((m, n, k), config, splits, entry)
-              for config in menu(entry) for splits in _splits_worth_pricing(max(k, 1))]
+              for config in menu(entry)
+              for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
+                                                                          entry))]
     # Cheapest first; among equals (a call the host's cost decides), fewer
     # slices, then fewer blocks: the plan with the least work on the GPU.
     priced.sort(key=lambda p: (round(p["predicted_us"], 3), p["slices"], p["gpu_us"]))
