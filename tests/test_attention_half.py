@@ -151,3 +151,29 @@ def test_the_half_backward_matches_float64(seq, key_seq, causal):
         error = float((g.double() - w).abs().max())
         peer_error = float((peer.to(torch.bfloat16).double() - w).abs().max())
         assert error <= 3 * peer_error + 1e-6, (name, error, peer_error)
+
+
+@on_the_simulator
+def test_the_half_backward_takes_other_tiles_and_names_bad_ones():
+    # benchmarks/attention_half_sweep.py times version 5 with tiles other than
+    # backward_configs'; the gradients are the same sums in another order.
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, dout = (torch.randn(1, 1, 32, 16, generator=gen).to(torch.float16)
+                     for _ in range(4))
+    out, lse = half_attention(q, k, v)
+    default = half_attention_backward(q, k, v, out, lse, dout)
+    other = (HalfConfig(16, warps=1, block_cols=16), HalfConfig(16, warps=1, block_cols=32))
+    got = half_attention_backward(q, k, v, out, lse, dout, configs=other)
+    for name, a, b in zip(("dq", "dk", "dv"), got, default):
+        scale = float(b.float().abs().max())
+        assert float((a.float() - b.float()).abs().max()) <= 4 * 2.0 ** -11 * scale, name
+    with pytest.raises(ValueError, match="pair of HalfConfig"):
+        half_attention_backward(q, k, v, out, lse, dout, configs=other[0])
+    with pytest.raises(ValueError, match="head_dim 16, got 32"):
+        half_attention_backward(q, k, v, out, lse, dout,
+                                configs=(HalfConfig(32), HalfConfig(32)))
+    with pytest.raises(ValueError, match="block_cols must be a multiple of 16"):
+        half_attention_backward(q, k, v, out, lse, dout,
+                                configs=(HalfConfig(16, block_cols=24), other[1]))

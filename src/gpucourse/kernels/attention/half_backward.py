@@ -496,8 +496,9 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
 def backward_configs(head_dim: int) -> tuple[HalfConfig, HalfConfig]:
     """(dK and dV's tiles, dQ's tiles) for a head dim: 4 warps, 64-wide tiles
     along the walk up to head dim 64, narrower above (chosen so that the
-    compiled kernels do not spill; no other tiles timed yet: on an H200 these
-    took 1.7-2.8 times SDPA flash's backward, results/attention_half-h200-*);
+    compiled kernels do not spill; on an H200 these took 1.6-2.55 times SDPA
+    flash's backward, results/attention_half-h200-*; other spill-free tiles
+    at head dim 64 are timed by benchmarks/attention_half_sweep.py);
     small ones on the simulator."""
     if not on_gpu():
         small = HalfConfig(head_dim, warps=2, block_cols=32)
@@ -509,6 +510,21 @@ def backward_configs(head_dim: int) -> tuple[HalfConfig, HalfConfig]:
     # tile's scores, dP and fragments: 16-key tiles keep its spills smallest.
     return HalfConfig(head_dim, warps=4, block_cols=32), HalfConfig(head_dim, warps=4,
                                                                     block_cols=16)
+
+
+def _checked(configs, head_dim: int) -> tuple[HalfConfig, HalfConfig]:
+    """A pair (dK and dV's tiles, dQ's tiles) of HalfConfig for head_dim,
+    each accepted by check_half_config; ValueError naming what is accepted."""
+    if not (isinstance(configs, tuple) and len(configs) == 2
+            and all(isinstance(c, HalfConfig) for c in configs)):
+        raise ValueError(f"configs must be a pair of HalfConfig (dK and dV's, dQ's), got "
+                         f"{configs!r}")
+    for config in configs:
+        if config.head_dim != head_dim:
+            raise ValueError(f"configs must be for the inputs' head_dim {head_dim}, got "
+                             f"{config.head_dim}")
+        check_half_config(config)
+    return configs
 
 
 def _shared_bytes(config: HalfConfig, stats: bool = False) -> int:
@@ -531,12 +547,15 @@ _DQ_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES) + _SCALARS
 
 
 def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
-                            scale: float | None = None):
+                            scale: float | None = None, configs=None):
     """(dq, dk, dv) of softmax(scale q k^T) v for fp16 or bf16 torch tensors
     (CUDA ones on a GPU; CPU ones on the simulator), given the forward's out
     and lse (float32, natural log) and dout, all C-contiguous, q (batch,
     heads, seq, head_dim), k, v (batch, heads, key_seq, head_dim); unchecked
-    (flash_attention_backward checks). Gradients in q's dtype."""
+    (flash_attention_backward checks). Gradients in q's dtype. configs: a
+    pair of HalfConfig, (dK and dV's tiles, dQ's tiles), instead of
+    backward_configs(head_dim) (benchmarks/attention_half_sweep.py times
+    others); checked, ValueError naming what is accepted."""
     import torch
 
     kind = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
@@ -544,7 +563,7 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     scale2 = scale * math.log2(math.e)
-    dkdv_config, dq_config = backward_configs(d)
+    dkdv_config, dq_config = backward_configs(d) if configs is None else _checked(configs, d)
     delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     row_dot = make_row_dot_kernel(kind)
