@@ -5,7 +5,9 @@ PyTorch's bfloat16; the fragment map against the places the PTX ISA states
 for a few lanes; the bank conflicts against counts worked out by hand; the
 roofline and the HGEMM ladder against the committed results files read
 directly; the half-precision attention model against float64 and the error
-bound that rounding P allows. All NumPy, a few seconds in all.
+bound that rounding P allows; the epilogue's rounding against the bound of
+rounding to nearest, and the bf16 tiny GPT's table against a record made here
+and the committed run. All NumPy, a few seconds in all.
 """
 
 from __future__ import annotations
@@ -241,3 +243,96 @@ def test_the_figures_draw():
     TC.plot_half_attention(TC.half_attention_forward(record))
     assert len(plt.get_fignums()) == 6
     plt.close("all")
+
+
+# -- a tiny GPT in bf16: where the bias is added ------------------------------------------------
+
+def test_rounding_once_keeps_rounding_to_nearests_bound_and_twice_does_not():
+    u = 2.0 ** -8  # bf16's unit roundoff: 7 fraction bits, half of epsilon
+    assert TC.FORMATS["bf16"].unit_roundoff == u
+    found = {r["cancel"]: r for r in TC.epilogue_rounding_errors(cancels=(0, 0.5, 0.9, 0.97, 0.99),
+                                                                 rows=64, k=128, cols=32)}
+    for cancel, r in found.items():
+        assert r["once_median"] <= r["once_max"] <= u  # one rounding to nearest, whatever cancels
+        assert r["twice_max"] <= r["twice_bound"] * (1 + 1e-6)  # half an ulp of the product, + u
+        assert r["product_over_result"] == pytest.approx(1 / (1 - cancel), rel=0.05)
+    assert found[0]["twice_max"] == found[0]["once_max"]  # no bias: the same single rounding
+    for cancel in (0.9, 0.97, 0.99):
+        r = found[cancel]
+        assert r["twice_max"] > u and r["twice_median"] > u
+        assert r["twice_median"] > 4 * r["once_median"] and r["twice_max"] > 4 * r["once_max"]
+    assert found[0.99]["twice_median"] > found[0.97]["twice_median"] > found[0.9]["twice_median"]
+    assert "| 97% |" in TC.epilogue_rounding_markdown([found[0.97]])
+    with pytest.raises(ValueError, match="cancels"):
+        TC.epilogue_rounding_errors(cancels=(0.5, 1.0))
+    with pytest.raises(ValueError, match="rows"):
+        TC.epilogue_rounding_errors(rows=0)
+
+
+def _fake_bf16_record(floor=1.0):
+    def run(name, seed, final, learned, accuracy, ms, level):
+        loss = list(np.linspace(2.0, level, 120))
+        return dict(run=name, seed=seed, final_loss=final, steps_to_learn=learned,
+                    accuracy=accuracy, median_step_ms=ms, loss=loss)
+
+    return {"benchmark": "tinygpt_bf16_full", "gpu": "test", "date": "2026-01-01",
+            "versions": {}, "loss_floor": floor, "learned_below": 0.01,
+            "results": [run("course_bf16", 0, 1.001, 80, 1.0, 12.0, 1.0),
+                        run("pytorch_bf16", 0, 1.002, 90, 0.99, 10.0, 1.0),
+                        run("pytorch_bf16", 1, 1.0, 70, 1.0, 11.0, 1.0)],
+            "superseded": {"about": "rounded twice",
+                           "results": [run("course_bf16_rounded_twice", 0, 1.2, None, 0.1, 13.0,
+                                           1.2)]}}
+
+
+def test_the_bf16_runs_table_reads_a_record_made_here(tmp_path):
+    path = tmp_path / "tinygpt_bf16_full-test-2026-01-01.json"
+    path.write_text(json.dumps(_fake_bf16_record(floor=1.0)))
+    rows = TC.tinygpt_bf16_runs(results.load_results("tinygpt_bf16_full", path))
+    assert [(r["run"], r["seed"]) for r in rows] == [
+        ("pytorch_bf16", 0), ("course_bf16", 0), ("course_bf16_rounded_twice", 0),
+        ("pytorch_bf16", 1)]
+    twice = rows[2]
+    assert twice["superseded"] and not any(r["superseded"] for r in rows[:2])
+    assert twice["over_floor"] == pytest.approx(0.2)
+    assert twice["vs_pytorch"] == pytest.approx(1.2 / 1.002)
+    assert rows[1]["vs_pytorch"] == pytest.approx(1.001 / 1.002) and rows[0]["vs_pytorch"] == 1.0
+    table = TC.tinygpt_bf16_markdown(rows)
+    assert ("| course, rounded twice (superseded) | 0 | 1.200 | 20.0% | 1.198 | never | 10.0% "
+            "| 13.0 |") in table
+    no_floor = _fake_bf16_record(floor=0.0)
+    with pytest.raises(ValueError, match="loss_floor"):
+        TC.tinygpt_bf16_runs(no_floor)
+
+
+def test_the_committed_bf16_runs_learn_once_the_course_rounds_once():
+    name = "tinygpt_bf16_full-h200-2026-11-28.json"
+    record = results.load_results("tinygpt_bf16_full", results.results_dir() / name)
+    rows = TC.tinygpt_bf16_runs(record)
+    raw = json.loads((results.results_dir() / name).read_text())
+    assert len(rows) == len(raw["results"]) + len(raw["superseded"]["results"]) == 6
+    fixed = [r for r in rows if r["run"] == "course_bf16"]
+    twice = [r for r in rows if r["run"] == "course_bf16_rounded_twice"]
+    assert len(fixed) == len(twice) == 2 and all(r["superseded"] for r in twice)
+    assert all(r["over_floor"] < 0.01 and r["accuracy"] == 1.0 for r in fixed)
+    assert all(r["over_floor"] > 0.01 and r["steps_to_learn"] is None for r in twice)
+    assert all(r["final_loss"] > max(f["final_loss"] for f in fixed) for r in twice)
+    for r in rows:  # the table's ratios are the file's own
+        row = next(x for x in raw["results"] + raw["superseded"]["results"]
+                   if (x["run"], x["seed"]) == (r["run"], r["seed"]))
+        assert r["vs_pytorch"] == pytest.approx(row["final_loss_vs_pytorch"])
+        assert r["over_floor"] == pytest.approx(row["final_loss_over_floor"] - 1)
+
+
+def test_the_bf16_loss_figure_draws_one_line_per_run_and_seed():
+    import matplotlib.pyplot as plt
+
+    record = _fake_bf16_record()
+    ax = TC.plot_tinygpt_bf16(record, window=10)
+    runs = len(record["results"]) + len(record["superseded"]["results"])
+    assert len(ax.lines) == runs + 1  # and the floor
+    assert sum(line.get_linestyle() == ":" for line in ax.lines) == 1
+    assert len(ax.lines[0].get_xdata()) == 120 - 10 + 1
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="window"):
+        TC.plot_tinygpt_bf16(record, window=0)
