@@ -183,6 +183,14 @@ kernel = make_tf32_kernel(3, **DEFAULT)
 ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
                                 cc=(9, 0))
 open(f"{sys.argv[1]}/tf32_3.ptx", "w").write(ptx)
+kernel = make_tf32_kernel(1, **DEFAULT, rounded=True)
+ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
+                                cc=(9, 0))
+open(f"{sys.argv[1]}/tf32_1_rounded.ptx", "w").write(ptx)
+from gpucourse.kernels.tensor_cores.tf32_fast import round_to_tf32_kernel
+flat = types.Array(types.float32, 1, "C")
+ptx, _ = numba.cuda.compile_ptx(round_to_tf32_kernel.py_func, (flat, flat), cc=(9, 0))
+open(f"{sys.argv[1]}/tf32_round.ptx", "w").write(ptx)
 """
 
 
@@ -276,6 +284,44 @@ def test_tf32_matmul_is_tf32_or_near_fp32():
         tf32_matmul(a, b, passes=2)
     with pytest.raises(ValueError, match="float32"):
         tf32_matmul(a.astype(np.float64), b)
+
+
+def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
+    # tf32_matmul(passes=1) rounds A and B to TF32 in a pass of their own and
+    # runs the GEMM kernel built with rounded=True, which hands them to the
+    # tensor cores as they are: the same roundings and sums as rounding each
+    # value where it is read, so the same bits, NaN and infinity included.
+    from gpucourse.kernels.tensor_cores import round_to_tf32
+    from gpucourse.kernels.tensor_cores.tf32_fast import (SIMULATOR, _rounded_array,
+                                                          make_tf32_kernel, tf32_matmul)
+    from gpucourse.kernels.launch import launch_with_shared
+
+    a = RNG.standard_normal((40, 24)).astype(np.float32)
+    b = RNG.standard_normal((24, 36)).astype(np.float32)
+    a[3, 5], a[7, 0], b[2, 9] = np.nan, np.inf, -np.inf
+    np.testing.assert_array_equal(_rounded_array(a), round_to_tf32(a))
+    kernel = make_tf32_kernel(1, **SIMULATOR)  # rounding as it reads
+    c = np.zeros((40, 36), np.float32)
+    launch_with_shared(kernel, kernel.blocks(40, 36), kernel.threads, kernel.shared_bytes,
+                       a.view(np.uint16), b.view(np.uint16), c)
+    ours = tf32_matmul(a, b, passes=1)
+    np.testing.assert_array_equal(ours, c)
+    with np.errstate(invalid="ignore"):
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(exact))
+    with pytest.raises(ValueError, match="rounded inputs take one pass"):
+        make_tf32_kernel(3, **SIMULATOR, rounded=True)
+
+
+def test_the_rounded_one_pass_kernel_has_no_conversions_left(ptx):
+    # The GEMM kernel of one pass: mma and ldmatrix, no cvt.rna.tf32 (the
+    # rounding kernel has it), no spills.
+    gemm, rounding = ptx["tf32_1_rounded"], ptx["tf32_round"]
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in gemm
+    assert "cvt.rna.tf32.f32" not in gemm and "cvt.rna.tf32.f32" in rounding
+    assert ".local" not in gemm
+    report = ptxas_report(gemm)
+    assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
 def test_tf32_matmul_reads_a_with_ldmatrix_and_does_not_spill(ptx):

@@ -12,9 +12,17 @@ spilling; 32-deep tiles or 4 warps of 64 x 64 spill.) On an H200 it ran at
 (results/hgemm-h200-2026-11-28.json); Nsight Compute found its warps
 issuing integer instructions, two thirds of the total, for 9% mma
 (results/half_precision_ncu-h200-2026-11-28.json), most of them the
-addresses of B's reads. Those are now planned once per tile (one_step), not
-yet timed.
-What differs is the element, 4 bytes instead of 2:
+addresses of B's reads. Those are now planned once per tile (one_step):
+0.24-0.26 of cuBLAS TF32 in the next run, so they were not what held it
+back. What remains around each mma is the rounding: every value of A is
+rounded to TF32 as a warp reads it, once for each column of blocks (32
+times at 4096^3), and ``cvt.rna.tf32.f32`` is several instructions on
+sm_90. In one pass ``tf32_matmul`` therefore rounds A and B once, in a
+pass of their own (``round_to_tf32_kernel``, one read and one write of
+each), and the GEMM kernel (``rounded=True``) hands the values to the
+tensor cores as they are: 24 of the 40 instructions of a warp's step
+around its 16 mma go. Same rounding, same sums: the same bits as before.
+What differs from the HGEMM is the element, 4 bytes instead of 2:
 
 * A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
   halves is an 8 x 4 matrix of float32, and the four of an ``.x4`` read are
@@ -62,19 +70,23 @@ PASSES = (1, 3)
 
 
 def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3,
-                     group_m=8):
+                     group_m=8, rounded=False):
     """The kernel for a configuration: kernel(a, b, c), a (M x 2K) and b (K x
     2N) the uint16 views of float32 A and B, c float32 M x N; K and N
-    multiples of 4. Attributes threads, shared_bytes and blocks(m, n)."""
+    multiples of 4. rounded (one pass only): A and B hold TF32 values already
+    (round_to_tf32_kernel's), read without rounding them again. Attributes
+    threads, shared_bytes and blocks(m, n)."""
     threads = warps_m * warps_n * WARP
     wm, wn = bm // warps_m, bn // warps_n
     tiles_m, tiles_n = wm // 16, wn // 8
     chunks_a, chunks_b = bk // FLOATS, bn // FLOATS
     loads_a, loads_b = bm * chunks_a // threads, bk * chunks_b // threads
     if passes not in PASSES or wm % 16 or wn % 8 or bk % 8 or bk > 32 or chunks_b < 8 \
-            or (bm * chunks_a) % threads or (bk * chunks_b) % threads or stages < 2:
+            or (bm * chunks_a) % threads or (bk * chunks_b) % threads or stages < 2 \
+            or rounded not in (False, True) or (rounded and passes != 1):
         raise ValueError(f"invalid tf32 configuration: passes {passes}, tiles {bm} x {bn} x "
-                         f"{bk}, warps {warps_m} x {warps_n}, stages {stages}")
+                         f"{bk}, warps {warps_m} x {warps_n}, stages {stages}, rounded "
+                         f"{rounded!r} (rounded inputs take one pass)")
     shift_a, mod_a = _swizzle(chunks_a)
     stage_a = bm * bk  # floats
     stage = stage_a + bk * bn
@@ -99,11 +111,15 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
 
     @cuda.jit(device=True, inline=True)
     def tf32_parts(x, big, small, i):
-        """x rounded to TF32 into big[i]; with 3 passes its remainder into small[i]."""
-        high = cvt_rna_tf32(x)
-        big[i] = high
-        if passes == 3:
-            small[i] = cvt_rna_tf32(x - high)
+        """x rounded to TF32 into big[i] (as it is, where the inputs were
+        rounded before the launch); with 3 passes its remainder into small[i]."""
+        if rounded:
+            big[i] = x
+        else:
+            high = cvt_rna_tf32(x)
+            big[i] = high
+            if passes == 3:
+                small[i] = cvt_rna_tf32(x - high)
 
     @cuda.jit(device=True, inline=True)
     def one_step(ks, smem, smemf, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
@@ -264,15 +280,59 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
     return kernel
 
 
+ROUND_THREADS = 256
+
+
+@cuda.jit
+def round_to_tf32_kernel(x, out):
+    """out[i] = x[i] rounded to TF32 (cvt.rna.tf32.f32), flat float32 arrays of
+    one length: one pass over A or B before a one-pass tf32_matmul."""
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = cvt_rna_tf32(x[i])
+
+
 _KERNELS: dict = {}
 _SIGNATURE = (uint16[:, ::1], uint16[:, ::1], float32[:, ::1])  # A's and B's bits, C
+_ROUND_SIGNATURE = (float32[::1], float32[::1])
 
 
 def _kernel(passes: int, config: dict):
+    """The GEMM kernel of tf32_matmul: in one pass, for inputs rounded first."""
     key = (passes, tuple(sorted(config.items())))
     if key not in _KERNELS:
-        _KERNELS[key] = make_tf32_kernel(passes, **config)
+        _KERNELS[key] = make_tf32_kernel(passes, **config, rounded=passes == 1)
     return _KERNELS[key]
+
+
+def _rounded_torch(x):
+    """A CUDA float32 tensor's values rounded to TF32, into a new tensor."""
+    import torch
+
+    from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                          flat_argument, launch_config)
+
+    out = torch.empty_like(x)
+    function, stream = compiled_launchable(round_to_tf32_kernel, _ROUND_SIGNATURE, 0,
+                                           current_gpu())
+    core_launch()(stream, launch_config(-(-x.numel() // ROUND_THREADS), ROUND_THREADS), function,
+                  *flat_argument(x.data_ptr(), x.numel(), 4),
+                  *flat_argument(out.data_ptr(), out.numel(), 4))
+    return out
+
+
+def _rounded_array(x):
+    """A float32 numpy array's values rounded to TF32 by the same kernel (on the
+    simulator, or through device copies on a GPU)."""
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    blocks = -(-flat.size // ROUND_THREADS)
+    if on_gpu():
+        out = cuda.device_array_like(flat)
+        round_to_tf32_kernel[blocks, ROUND_THREADS](cuda.to_device(flat), out)
+        return out.copy_to_host().reshape(x.shape)
+    out = np.empty_like(flat)
+    round_to_tf32_kernel[blocks, ROUND_THREADS](flat, out)
+    return out.reshape(x.shape)
 
 
 def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
@@ -302,6 +362,8 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
     kernel = _kernel(passes, config)
     kp, np_ = -(-k // FLOATS) * FLOATS, -(-n // FLOATS) * FLOATS
     torch_in = is_torch_tensor(a)
+    # One pass: A and B rounded to TF32 once, here, not by each block that reads
+    # them (the kernel was built with rounded=True).
     if torch_in:
         import torch
 
@@ -309,17 +371,20 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
         b = torch.nn.functional.pad(b, (0, np_ - n, 0, kp - k)).contiguous()
         c = torch.empty((m, np_), dtype=torch.float32, device=a.device)
         if a.is_cuda:
+            if passes == 1:
+                a, b = _rounded_torch(a), _rounded_torch(b)
             _launch_torch(kernel, a, b, c)
             return c[:, :n] if np_ != n else c
-        a_bits, b_bits, c_out = (a.numpy().view(np.uint16), b.numpy().view(np.uint16),
-                                 c.numpy())
+        a_pad, b_pad, c_out = a.numpy(), b.numpy(), c.numpy()
     else:
-        a_bits = np.zeros((m, kp), np.float32)
-        a_bits[:, :k] = a
+        a_pad = np.zeros((m, kp), np.float32)
+        a_pad[:, :k] = a
         b_pad = np.zeros((kp, np_), np.float32)
         b_pad[:k, :n] = b
-        a_bits, b_bits = a_bits.view(np.uint16), b_pad.view(np.uint16)
         c = c_out = np.zeros((m, np_), np.float32)
+    if passes == 1:
+        a_pad, b_pad = _rounded_array(a_pad), _rounded_array(b_pad)
+    a_bits, b_bits = a_pad.view(np.uint16), b_pad.view(np.uint16)
     from gpucourse.kernels.launch import launch_with_shared
 
     shape = (kernel.blocks(m, np_), kernel.threads, kernel.shared_bytes)
