@@ -1,29 +1,31 @@
-"""Tiles of the half-precision backward (version 5) at head dim 64, timed against SDPA flash.
+"""Tiles of the half-precision backward (version 5) at head dims 64 and 128, timed against SDPA flash.
 
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_half_sweep.py [--out DIR]
 
-Version 5's two kernels run 4 warps a block and walk 64-wide tiles at head
-dim 64 (half_backward.backward_configs), the one choice timed until
-2026-11-28, when the whole backward took 2.35-2.55 times SDPA flash's at
-N = 4096 (issue 29's target: 2.0). This script times the other tiles that
-compile without spilling at sm_90 (checked on a machine without a GPU with
-ptxas, 2026-11-28: dK/dV's kernel 237 registers at 8 warps x 64, 159 at
-8 x 32, 165 at 4 x 32, 248 at the default; dQ's 162, 124, 126, 168):
+Version 5's two kernels run 4 warps a block (half_backward.backward_configs:
+64-wide walks at head dim 64; at 128, dK/dV 32 and dQ 16), the one choice
+timed until 2026-11-28, when the whole backward took 2.35-2.55 times SDPA
+flash's at N = 4096 and head dim 64, 2.02-2.21 at 128 (issue 29's target:
+2.0). This script times the other tiles that compile without spilling at
+sm_90 (checked on a machine without a GPU with ptxas, 2026-11-28):
 
-* dK and dV's kernel: 8 warps (128 keys a block, so each query tile is read
-  half as often) at 64- and 32-wide query tiles, and 4 warps at 32 (fewer
-  registers: three blocks an SM instead of two);
-* dQ's kernel: the same three, with dK and dV's tiles at their default.
+* head dim 64, dK and dV's kernel: 8 warps (128 keys a block, so each query
+  tile is read half as often) at 64- and 32-wide walks (237 and 159
+  registers), and 4 warps at 32 (165: three blocks an SM instead of two;
+  the default has 248); dQ's kernel: the same three (162, 124, 126; 168);
+* head dim 128: dK and dV's at 8 warps, 32 and 16 wide (255 registers, no
+  spill, like the default's); dQ's at 8 warps x 16 and 4 x 32 (161, 172).
 
-Each candidate runs the whole backward (half_attention_backward with its
-configs) in fp16 at batch 4, 16 heads, N 4096, head dim 64, causal and not;
+Each candidate's kernel is timed with the other kernel at its default tiles.
+Each runs the whole backward (half_attention_backward with its configs) in
+fp16 at batch 4, 16 heads, N 4096, causal and not;
 its gradients are checked against the default tiles' (the same sums in
 another order: within 8 units of fp16 of the largest), then all are timed
 in turns with SDPA flash's backward (benchmarks/attention.py's
 interleaved_ms). Writes attention_half_sweep-<gpu>-<date>.json (rows:
-kernel, warps, block_cols, causal, ms, sdpa_flash_ms, ratio, max_diff) under
---out (default benchmarks/results): the tiles to make the default if one
-wins at both masks.
+head_dim, kernel, warps, block_cols, causal, ms, sdpa_flash_ms, ratio,
+max_diff) under --out (default benchmarks/results): the tiles to make the
+default where one wins at both masks.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ os.environ.setdefault("GPUCOURSE_DEVICE", "gpu")
 
 from _common import benchmark_parser, record_start, results_path, short_versions, start, write_json  # noqa: E402
 
-BATCH, HEADS, SEQ, HEAD_DIM = 4, 16, 4096, 64
-CANDIDATES = {"dkdv": [(8, 64), (8, 32), (4, 32)], "dq": [(8, 64), (8, 32), (4, 32)]}
+BATCH, HEADS, SEQ = 4, 16, 4096
+CANDIDATES = {64: {"dkdv": [(8, 64), (8, 32), (4, 32)], "dq": [(8, 64), (8, 32), (4, 32)]},
+              128: {"dkdv": [(8, 32), (8, 16)], "dq": [(8, 16), (4, 32)]}}
 ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
 
@@ -51,65 +54,77 @@ def _benchmark_module():
     return module
 
 
-def main(argv=None) -> int:
+def sweep(bench, plans, head_dim, causal):
+    """Rows for each plan (a pair of configs) at one head dim and mask: checked
+    against the default plan's gradients, then timed in turns with SDPA flash."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
     from gpucourse.kernels import attention as A
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, dout = (torch.randn(BATCH, HEADS, SEQ, head_dim, device="cuda", generator=g).half()
+                     for _ in range(4))
+    out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
+    calls = {name: (lambda c=configs: half_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, configs=c)) for name, configs in plans.items()}
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        result = scaled_dot_product_attention(*leaves, is_causal=causal)
+
+    def sdpa_backward():
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return torch.autograd.grad(result, leaves, dout, retain_graph=True)
+
+    reference = calls["default"]()
+    diffs = {}
+    for name, call in calls.items():
+        got = call()
+        diffs[name] = max(float((a.float() - b.float()).abs().max() / b.float().abs().max())
+                          for a, b in zip(got, reference))
+    good = {name: call for name, call in calls.items() if diffs[name] <= UNITS}
+    ms = bench.interleaved_ms({**good, "sdpa_flash_bwd": sdpa_backward}, rounds=ROUNDS)
+    rows = []
+    for name in plans:
+        kernel, _, tiles = name.partition(" ")
+        warps, cols = (int(x) for x in tiles.split("x")) if tiles else (None, None)
+        rows.append(dict(variant=name, head_dim=head_dim, kernel=kernel if tiles else "both",
+                         warps=warps, block_cols=cols, causal=causal, ms=ms.get(name),
+                         sdpa_flash_ms=ms["sdpa_flash_bwd"],
+                         ratio=ms[name] / ms["sdpa_flash_bwd"] if name in ms else None,
+                         max_diff=diffs[name], passed=name in good))
+    print(f"d{head_dim} causal={causal}: sdpa flash {ms['sdpa_flash_bwd']:.3f} ms; " + ", ".join(
+        f"{name} {ms[name]:.3f} ms ({ms[name] / ms['sdpa_flash_bwd']:.2f}x)"
+        if name in ms else f"{name} FAILED (diff {diffs[name]:.1e})" for name in plans),
+        flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    import torch
+
     from gpucourse.kernels.attention.half import HalfConfig
-    from gpucourse.kernels.attention.half_backward import backward_configs, half_attention_backward
+    from gpucourse.kernels.attention.half_backward import backward_configs
 
     args, _ = start(benchmark_parser(__doc__), argv)
     bench = _benchmark_module()
-    default = backward_configs(HEAD_DIM)
-    plans = {"default": default}
-    for warps, cols in CANDIDATES["dkdv"]:
-        plans[f"dkdv {warps}x{cols}"] = (HalfConfig(HEAD_DIM, warps=warps, block_cols=cols),
-                                         default[1])
-    for warps, cols in CANDIDATES["dq"]:
-        plans[f"dq {warps}x{cols}"] = (default[0],
-                                       HalfConfig(HEAD_DIM, warps=warps, block_cols=cols))
     record = record_start("attention_half_sweep", torch.cuda.get_device_name(), short_versions(),
                           __doc__.split("\n\n", 1)[1].strip(),
-                          shape=dict(batch=BATCH, heads=HEADS, seq=SEQ, head_dim=HEAD_DIM,
-                                     dtype="float16"))
+                          shape=dict(batch=BATCH, heads=HEADS, seq=SEQ, dtype="float16"))
     rows = []
-    for causal in (False, True):
-        g = torch.Generator(device="cuda").manual_seed(7)
-        q, k, v, dout = (torch.randn(BATCH, HEADS, SEQ, HEAD_DIM, device="cuda", generator=g)
-                         .half() for _ in range(4))
-        out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-        calls = {name: (lambda c=configs: half_attention_backward(
-            q, k, v, out, lse, dout, causal=causal, configs=c)) for name, configs in plans.items()}
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            result = scaled_dot_product_attention(*leaves, is_causal=causal)
-
-        def sdpa_backward(result=result, leaves=leaves):
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return torch.autograd.grad(result, leaves, dout, retain_graph=True)
-
-        reference = calls["default"]()
-        diffs = {}
-        for name, call in calls.items():
-            got = call()
-            diffs[name] = max(float((a.float() - b.float()).abs().max() / b.float().abs().max())
-                              for a, b in zip(got, reference))
-        good = {name: call for name, call in calls.items() if diffs[name] <= UNITS}
-        ms = bench.interleaved_ms({**good, "sdpa_flash_bwd": sdpa_backward}, rounds=ROUNDS)
-        for name in plans:
-            kernel, _, tiles = name.partition(" ")
-            warps, cols = (int(x) for x in tiles.split("x")) if tiles else (4, 64)
-            rows.append(dict(variant=name, kernel=kernel if tiles else "both", warps=warps,
-                             block_cols=cols, causal=causal, ms=ms.get(name),
-                             sdpa_flash_ms=ms["sdpa_flash_bwd"],
-                             ratio=ms[name] / ms["sdpa_flash_bwd"] if name in ms else None,
-                             max_diff=diffs[name], passed=name in good))
-        print(f"causal={causal}: sdpa flash {ms['sdpa_flash_bwd']:.3f} ms; " + ", ".join(
-            f"{name} {ms[name]:.3f} ms ({ms[name] / ms['sdpa_flash_bwd']:.2f}x)"
-            if name in ms else f"{name} FAILED (diff {diffs[name]:.1e})" for name in plans),
-            flush=True)
+    for head_dim, candidates in CANDIDATES.items():
+        default = backward_configs(head_dim)
+        plans = {"default": default}
+        for warps, cols in candidates["dkdv"]:
+            plans[f"dkdv {warps}x{cols}"] = (HalfConfig(head_dim, warps=warps, block_cols=cols),
+                                             default[1])
+        for warps, cols in candidates["dq"]:
+            plans[f"dq {warps}x{cols}"] = (default[0],
+                                           HalfConfig(head_dim, warps=warps, block_cols=cols))
+        for causal in (False, True):
+            rows += sweep(bench, plans, head_dim, causal)
     record["results"] = rows
     path = write_json(results_path(args.out, record), record)
     print(f"wrote {path}")
