@@ -246,9 +246,10 @@ def wave_filling_splits(shape, config: TileConfig, entry: dict) -> list[int]:
     found = []
     for waves in (1, 2):
         s = waves * entry["sms"] * resident // tiles
-        if 2 <= s <= max(SPLITS) and _slices(max(k, 1), s) == (s, _slices(max(k, 1), s)[1]) \
-                and _slices(max(k, 1), s)[1] >= MIN_SLICE and s not in found:
-            found.append(s)
+        if 2 <= s <= max(SPLITS) and s not in found:
+            slices, slice_k = _slices(max(k, 1), s)
+            if slices == s and slice_k >= MIN_SLICE:
+                found.append(s)
     return found
 
 
