@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from gpucourse import results
+from gpucourse.chapters import mixed_precision as MP
 from gpucourse.chapters import tensor_cores as TC
 
 matplotlib.use("Agg")
@@ -250,7 +251,7 @@ def test_the_figures_draw():
 def test_rounding_once_keeps_rounding_to_nearests_bound_and_twice_does_not():
     u = 2.0 ** -8  # bf16's unit roundoff: 7 fraction bits, half of epsilon
     assert TC.FORMATS["bf16"].unit_roundoff == u
-    found = {r["cancel"]: r for r in TC.epilogue_rounding_errors(cancels=(0, 0.5, 0.9, 0.97, 0.99),
+    found = {r["cancel"]: r for r in MP.epilogue_rounding_errors(cancels=(0, 0.5, 0.9, 0.97, 0.99),
                                                                  rows=64, k=128, cols=32)}
     for cancel, r in found.items():
         assert r["once_median"] <= r["once_max"] <= u  # one rounding to nearest, whatever cancels
@@ -262,11 +263,11 @@ def test_rounding_once_keeps_rounding_to_nearests_bound_and_twice_does_not():
         assert r["twice_max"] > u and r["twice_median"] > u
         assert r["twice_median"] > 4 * r["once_median"] and r["twice_max"] > 4 * r["once_max"]
     assert found[0.99]["twice_median"] > found[0.97]["twice_median"] > found[0.9]["twice_median"]
-    assert "| 97% |" in TC.epilogue_rounding_markdown([found[0.97]])
+    assert "| 97% |" in MP.epilogue_rounding_markdown([found[0.97]])
     with pytest.raises(ValueError, match="cancels"):
-        TC.epilogue_rounding_errors(cancels=(0.5, 1.0))
+        MP.epilogue_rounding_errors(cancels=(0.5, 1.0))
     with pytest.raises(ValueError, match="rows"):
-        TC.epilogue_rounding_errors(rows=0)
+        MP.epilogue_rounding_errors(rows=0)
 
 
 def _fake_bf16_record(floor=1.0):
@@ -288,7 +289,7 @@ def _fake_bf16_record(floor=1.0):
 def test_the_bf16_runs_table_reads_a_record_made_here(tmp_path):
     path = tmp_path / "tinygpt_bf16_full-test-2026-01-01.json"
     path.write_text(json.dumps(_fake_bf16_record(floor=1.0)))
-    rows = TC.tinygpt_bf16_runs(results.load_results("tinygpt_bf16_full", path))
+    rows = MP.tinygpt_bf16_runs(results.load_results("tinygpt_bf16_full", path))
     assert [(r["run"], r["seed"]) for r in rows] == [
         ("pytorch_bf16", 0), ("course_bf16", 0), ("course_bf16_rounded_twice", 0),
         ("pytorch_bf16", 1)]
@@ -297,18 +298,18 @@ def test_the_bf16_runs_table_reads_a_record_made_here(tmp_path):
     assert twice["over_floor"] == pytest.approx(0.2)
     assert twice["vs_pytorch"] == pytest.approx(1.2 / 1.002)
     assert rows[1]["vs_pytorch"] == pytest.approx(1.001 / 1.002) and rows[0]["vs_pytorch"] == 1.0
-    table = TC.tinygpt_bf16_markdown(rows)
+    table = MP.tinygpt_bf16_markdown(rows)
     assert ("| course, rounded twice (superseded) | 0 | 1.200 | 20.0% | 1.198 | never | 10.0% "
             "| 13.0 |") in table
     no_floor = _fake_bf16_record(floor=0.0)
     with pytest.raises(ValueError, match="loss_floor"):
-        TC.tinygpt_bf16_runs(no_floor)
+        MP.tinygpt_bf16_runs(no_floor)
 
 
 def test_the_committed_bf16_runs_learn_once_the_course_rounds_once():
     name = "tinygpt_bf16_full-h200-2026-11-28.json"
     record = results.load_results("tinygpt_bf16_full", results.results_dir() / name)
-    rows = TC.tinygpt_bf16_runs(record)
+    rows = MP.tinygpt_bf16_runs(record)
     raw = json.loads((results.results_dir() / name).read_text())
     assert len(rows) == len(raw["results"]) + len(raw["superseded"]["results"]) == 6
     fixed = [r for r in rows if r["run"] == "course_bf16"]
@@ -328,11 +329,11 @@ def test_the_bf16_loss_figure_draws_one_line_per_run_and_seed():
     import matplotlib.pyplot as plt
 
     record = _fake_bf16_record()
-    ax = TC.plot_tinygpt_bf16(record, window=10)
+    ax = MP.plot_tinygpt_bf16(record, window=10)
     runs = len(record["results"]) + len(record["superseded"]["results"])
     assert len(ax.lines) == runs + 1  # and the floor
     assert sum(line.get_linestyle() == ":" for line in ax.lines) == 1
     assert len(ax.lines[0].get_xdata()) == 120 - 10 + 1
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="window"):
-        TC.plot_tinygpt_bf16(record, window=0)
+        MP.plot_tinygpt_bf16(record, window=0)
