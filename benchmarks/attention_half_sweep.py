@@ -30,28 +30,18 @@ default where one wins at both masks.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 os.environ.setdefault("GPUCOURSE_DEVICE", "gpu")
 
 from _common import benchmark_parser, record_start, results_path, short_versions, start, write_json  # noqa: E402
+from attention_half import _benchmark_module  # noqa: E402 (benchmarks/attention.py, loaded once)
 
 BATCH, HEADS, SEQ = 4, 16, 4096
 CANDIDATES = {64: {"dkdv": [(8, 64), (8, 32), (4, 32)], "dq": [(8, 64), (8, 32), (4, 32)]},
               128: {"dkdv": [(8, 32), (8, 16)], "dq": [(8, 16), (4, 32)]}}
 ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
-
-
-def _benchmark_module():
-    """benchmarks/attention.py, whose interleaved_ms this script shares."""
-    spec = importlib.util.spec_from_file_location("attention_benchmark",
-                                                  Path(__file__).with_name("attention.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sweep(bench, plans, head_dim, causal):
