@@ -11,13 +11,16 @@
    (flash_attention_autograd).
 2. Timing at batch 4, 16 heads, seq 1024 and 4096, head_dim 64 and 128, causal
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
-   CUDA tensors as a user would; the default version, recorded as
-   default_version, as flash_bwd, the others as flash_bwd_v<n> (those that
-   passed the validation: a version that failed it is not timed), and version
-   6 with its small parts rounded to TF32 too as tf32_rounded_bwd; and the
-   default version through Numba's own launches, QUICK_TORCH_PATH off, as
-   flash_bwd_long, validated as version "long"; --versions picks the
-   versions besides the default) against the
+   CUDA tensors as a user would; DEFAULT_VERSION, recorded as
+   default_version, as flash_bwd (version 4: a call without a version runs
+   version 6 instead at head dim 64 on GPUs with tensor cores,
+   backward.TF32_DEFAULT_HEAD_DIMS, timed as flash_bwd_v6), the others as
+   flash_bwd_v<n> (those that passed the validation: a version that failed it
+   is not timed), and two variants of version 6 (V6_VARIANTS): its small
+   parts rounded to TF32 too, tf32_rounded_bwd, and its walked tiles split
+   once a block, tf32_split_bwd; and version 4 through Numba's own launches,
+   QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
+   --versions picks the versions besides the default) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -46,6 +49,8 @@ from _common import benchmark_parser, record_start, short_versions, start, write
 ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
 ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
+SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (split_walked)
+V6_VARIANTS = (ROUNDED, SPLIT)
 
 
 def autograd64(q, k, v, dout, causal):
@@ -57,7 +62,7 @@ def autograd64(q, k, v, dout, causal):
 def validate(versions=FLOAT32_VERSIONS):
     """Each of `versions` (and version 4 the long way, and version 6 with its
     small parts rounded, where 6 is among them) against float64 autograd."""
-    extra = ("long", ROUNDED) if 6 in versions else ("long",)
+    extra = ("long",) + (V6_VARIANTS if 6 in versions else ())
     rows = []
     for (b, h, n, d, causal, logit) in [(1, 2, 37, 16, False, 1), (2, 2, 100, 32, True, 1),
                                          (1, 3, 129, 64, True, 20), (1, 2, 300, 64, False, 1),
@@ -68,11 +73,12 @@ def validate(versions=FLOAT32_VERSIONS):
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         want = autograd64(q, k, v, dout, causal)
         for version in versions + extra:
-            if version in (6, ROUNDED) and d not in TF32_BACKWARD_HEAD_DIMS:
+            if version in (6,) + V6_VARIANTS and d not in TF32_BACKWARD_HEAD_DIMS:
                 continue
             try:  # a version that fails here is recorded, and not timed
                 ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
-                        rounded_v6(q, k, v, out, lse, dout, causal) if version == ROUNDED else
+                        v6_variant(version, q, k, v, out, lse, dout, causal)
+                        if version in V6_VARIANTS else
                         flash_attention_backward(q, k, v, out, lse, dout, causal=causal,
                                                  version=version))
             except Exception as failure:
@@ -149,14 +155,21 @@ def long_way_v4(q, k, v, out, lse, dout, causal):
         AB.QUICK_TORCH_PATH = before
 
 
-def rounded_v6(q, k, v, out, lse, dout, causal):
-    """Version 6 with round_small on (tf32_backward.make_3xtf32): two conversions
-    a split instead of one; timed beside the default as tf32_rounded_bwd."""
+def v6_variant(name, q, k, v, out, lse, dout, causal):
+    """Version 6 with its default tiles changed (timed as <name>_bwd): ROUNDED,
+    round_small on (tf32_backward.make_3xtf32: two conversions a split
+    instead of one); SPLIT, split_walked on (each walked tile split once a
+    block instead of once a warp; in dK and dV's kernel at head dim 64 and
+    below alone: at 128 it spills there)."""
     from dataclasses import replace
 
     from gpucourse.kernels.attention.tf32_backward import backward_configs
 
-    configs = tuple(replace(c, round_small=True) for c in backward_configs(q.shape[3]))
+    dkdv, dq = backward_configs(q.shape[3])
+    if name == ROUNDED:
+        configs = (replace(dkdv, round_small=True), replace(dq, round_small=True))
+    else:
+        configs = (replace(dkdv, split_walked=q.shape[3] <= 64), replace(dq, split_walked=True))
     return flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=6,
                                     config=configs)
 
@@ -171,14 +184,17 @@ def timing(versions=FLOAT32_VERSIONS, invalid=()):
         sdpa_bwd = sdpa_backward(q, k, v, dout, causal)
 
         calls = {"flash_bwd": lambda: flash_attention_backward(q, k, v, out, lse, dout,
-                                                               causal=causal)}
+                                                               causal=causal,
+                                                               version=DEFAULT_VERSION)}
         for version in (v for v in versions if v != DEFAULT_VERSION):
             if version in invalid:  # its failed rows are in the validation
                 continue
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
-        if 6 in versions and ROUNDED not in invalid:
-            calls[f"{ROUNDED}_bwd"] = lambda: rounded_v6(q, k, v, out, lse, dout, causal)
+        for name in V6_VARIANTS if 6 in versions else ():
+            if name not in invalid:
+                calls[f"{name}_bwd"] = (lambda n=name: v6_variant(n, q, k, v, out, lse, dout,
+                                                                  causal))
         # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the
         # same kernels, more Python per call.
         calls["flash_bwd_long"] = lambda: long_way_v4(q, k, v, out, lse, dout, causal)
@@ -191,7 +207,7 @@ def timing(versions=FLOAT32_VERSIONS, invalid=()):
                            for name, t in ms.items() if name.startswith("flash_bwd_v"))
         ratios = ", ".join(f"{name.removeprefix('flash_bwd_')} "
                            f"{t / ms['sdpa_efficient_bwd']:.2f}" for name, t in ms.items()
-                           if name.startswith("flash_bwd_v") or name.startswith(ROUNDED))
+                           if name.startswith(("flash_bwd_v",) + V6_VARIANTS))
         print(f"seq {seq} d{d} causal={causal}: flash_bwd (v{DEFAULT_VERSION}) "
               f"{ms['flash_bwd']:.3f} ms ({others}), sdpa_efficient_bwd "
               f"{ms['sdpa_efficient_bwd']:.3f} ms, ratio "

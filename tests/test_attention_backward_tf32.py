@@ -119,3 +119,25 @@ def test_the_kernels_a_gpu_runs_use_the_tf32_tensor_cores_without_spilling(tmp_p
         assert ".local" not in ptx, name  # tiles and sums in registers
         report = ptxas_report(ptx)
         assert "0 bytes spill stores" in report and "0 bytes lmem" in report, name
+
+
+@pytest.mark.skipif(on_gpu(), reason="the simulator's bit-for-bit comparison")
+def test_splitting_the_walked_tiles_once_gives_the_same_bits():
+    # split_walked: each walked tile split into big and small parts once, by
+    # the block, when it arrives; the same splits as each warp made for
+    # itself, so the same gradients, bit for bit, causal and not.
+    from gpucourse.kernels.attention.tf32_backward import tf32_attention_backward
+
+    rng = np.random.default_rng(5)
+    q, dout = (rng.standard_normal((1, 1, 16, 32)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 12, 32)).astype(np.float32) for _ in range(2))
+    for causal in (False, True):
+        out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+        inputs = (q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+        plain = Tf32BackwardConfig(32, warps=1, block_cols=8)
+        split = Tf32BackwardConfig(32, warps=1, block_cols=8, split_walked=True)
+        assert split.shared_bytes(True) == plain.shared_bytes(True) + 4 * 2 * 8 * 32
+        want = tf32_attention_backward(*inputs, causal=causal, configs=(plain, plain))
+        got = tf32_attention_backward(*inputs, causal=causal, configs=(split, split))
+        for name, g, w in zip(("dq", "dk", "dv"), got, want):
+            np.testing.assert_array_equal(g, w, err_msg=f"{name}, causal={causal}")

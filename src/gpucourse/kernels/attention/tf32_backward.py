@@ -92,19 +92,29 @@ class Tf32BackwardConfig(WarpTiles):
     """The tiles of one of version 6's kernels: `warps` warps of 16 rows each
     (the block's own keys, or queries), walking tiles of `block_cols` rows of
     the other side; `round_small`: round the small parts of 3xTF32 to TF32
-    too (make_3xtf32 says what it costs and gains)."""
+    too (make_3xtf32 says what it costs and gains); `split_walked`: split the
+    walked tiles into big and small parts once, when they arrive in shared
+    memory, for all the warps (``make_tile_functions`` says why), instead of
+    in each warp as it reads them."""
 
     head_dim: int
     warps: int = 4
     block_cols: int = 32
     round_small: bool = False
+    split_walked: bool = False
 
     def shared_bytes(self, stats: bool = False) -> int:
         """The block's two own tiles, two stages of the two walked ones and,
         with `stats` (dK and dV's kernel), two stages of the walked queries'
-        L and D."""
+        L and D; with split_walked, then the small parts of one stage."""
+        return FLOAT_BYTES * (self.small_base(stats)
+                              + (2 * self.block_cols * self.head_dim if self.split_walked else 0))
+
+    def small_base(self, stats: bool = False) -> int:
+        """Where (in floats) the small parts of the walked tiles start, after
+        everything else in the block's shared memory."""
         floats = self.head_dim * (2 * self.block_rows + 4 * self.block_cols)
-        return FLOAT_BYTES * (floats + (4 * self.block_cols if stats else 0))
+        return floats + (4 * self.block_cols if stats else 0)
 
 
 def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
@@ -215,10 +225,10 @@ def make_copies(config: Tf32BackwardConfig, rows: int):
 
 @lru_cache(maxsize=None)
 def make_3xtf32(round_small: bool):
-    """(split4, mma3) for fragments: ``split4`` an A fragment's four values as
-    (big parts, small parts); ``mma3(a_big, a_small, b0, b1, c)``, c + A B in
-    3xTF32 with B's two values split there (each feeds one instruction), the
-    small products first and the big one last. Every big part is rounded to
+    """(split4, mma3) for fragments: ``split4`` four values as (big parts,
+    small parts); ``mma3(a_big, a_small, b0_big, b1_big, b0_small, b1_small,
+    c)``, c + A B in 3xTF32 from split parts, the small products first and
+    the big one last. Every big part is rounded to
     TF32 (cvt.rna.tf32.f32, several instructions on sm_90: a test that the
     value is finite, an add, a mask). The small part x - big is exact in fp32;
     with round_small it is rounded too, else it goes to the tensor cores as it
@@ -245,9 +255,7 @@ def make_3xtf32(round_small: bool):
         return (h0, h1, h2, h3), (l0, l1, l2, l3)
 
     @device
-    def mma3(a_big, a_small, b0, b1, c):
-        b0_big, b0_small = split(b0)
-        b1_big, b1_small = split(b1)
+    def mma3(a_big, a_small, b0_big, b1_big, b0_small, b1_small, c):
         d = mma_m16n8k8_tf32(a_small[0], a_small[1], a_small[2], a_small[3], b0_big, b1_big,
                              c[0], c[1], c[2], c[3])
         d = mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_small, b1_small,
@@ -268,13 +276,28 @@ def make_tile_functions(config: Tf32BackwardConfig):
     D = config.head_dim
     pairs, groups, tiles = D // 16, D // 32, config.block_cols // 8
     split4, mma3 = make_3xtf32(config.round_small)
+    split_walked = config.split_walked
 
     @device
-    def scores(smemf, own, walked, even, odd, s):
+    def walked4(smemf, at, small_shift):
+        """Four values of a walked tile at float `at`, as (big parts, small
+        parts): split here, or, with split_walked, read, the big parts where
+        the values were and the small ones `small_shift` floats on (every
+        warp reads every walked value: split once for the block, each is
+        split once instead of once a warp)."""
+        x0, x1, x2, x3 = load_float4_flat(smemf, at)
+        if split_walked:
+            y0, y1, y2, y3 = load_float4_flat(smemf, at + small_shift)
+            return (x0, x1, x2, x3), (y0, y1, y2, y3)
+        return split4(x0, x1, x2, x3)
+
+    @device
+    def scores(smemf, own, walked, even, odd, s, small_shift):
         """s = the warp's rows times the walked tile's rows (C fragments, tile n
         in s[4n:4n + 4]); own and walked: where the warp's 16 rows and the
         walked tile start, in floats; even and odd: the lane's reads of its row
-        g for even and odd c (the swizzle's chunk bit)."""
+        g for even and odd c (the swizzle's chunk bit); small_shift: see
+        walked4."""
         for i in range(tiles * 4):
             s[i] = float32(0.0)
         for c in range(pairs):
@@ -285,10 +308,10 @@ def make_tile_functions(config: Tf32BackwardConfig):
             first_big, first_small = split4(x0, y0, x1, y1)  # dims 16c + 4t, + 1
             second_big, second_small = split4(x2, y2, x3, y3)  # 16c + 4t + 2, + 3
             for n in range(tiles):
-                b0, b1, b2, b3 = load_float4_flat(smemf, walked + lane + unsigned(8 * n * D))
-                d = mma3(first_big, first_small, b0, b1, (s[4 * n], s[4 * n + 1],
-                                                          s[4 * n + 2], s[4 * n + 3]))
-                d = mma3(second_big, second_small, b2, b3, d)
+                b, bs = walked4(smemf, walked + lane + unsigned(8 * n * D), small_shift)
+                d = mma3(first_big, first_small, b[0], b[1], bs[0], bs[1],
+                         (s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3]))
+                d = mma3(second_big, second_small, b[2], b[3], bs[2], bs[3], d)
                 for e in range(4):
                     s[4 * n + e] = d[e]
 
@@ -304,27 +327,29 @@ def make_tile_functions(config: Tf32BackwardConfig):
                 small[4 * n + e] = l[e]
 
     @device
-    def add_product(smemf, big, small, walked, pair_even, pair_odd, sums, part):
+    def add_product(smemf, big, small, walked, pair_even, pair_odd, sums, part, small_shift):
         """sums += A B, A the split tiles (big, small), B the walked tile's
         rows (row 2t for the fragment's row t, 2t + 1 for t + 4), the tile at
         float `walked`. Output tile 4 grp + i holds columns 32 grp + 4n + i;
         pair_*: the lane's reads of rows 2t and 2t + 1, columns 4g on. A
         group's four output tiles are summed from zero over the walked tile in
-        `part`, then added to sums."""
+        `part`, then added to sums. small_shift: see walked4."""
         for grp in range(groups):
             for i in range(16):
                 part[i] = float32(0.0)
             for n in range(tiles):
                 at = walked + unsigned(8 * n * D + 32 * grp)
-                x0, x1, x2, x3 = load_float4_flat(smemf, at + pair_even)  # row 2t
-                y0, y1, y2, y3 = load_float4_flat(smemf, at + pair_odd)  # row 2t + 1
+                x, xs = walked4(smemf, at + pair_even, small_shift)  # row 2t
+                y, ys = walked4(smemf, at + pair_odd, small_shift)  # row 2t + 1
                 a_big = (big[4 * n], big[4 * n + 1], big[4 * n + 2], big[4 * n + 3])
                 a_small = (small[4 * n], small[4 * n + 1], small[4 * n + 2], small[4 * n + 3])
-                for i in range(4):
-                    xi = x0 if i == 0 else (x1 if i == 1 else (x2 if i == 2 else x3))
-                    yi = y0 if i == 0 else (y1 if i == 1 else (y2 if i == 2 else y3))
-                    d = mma3(a_big, a_small, xi, yi, (part[4 * i], part[4 * i + 1],
-                                                      part[4 * i + 2], part[4 * i + 3]))
+                for i in range(4):  # each selected by constants, not indexed (no local memory)
+                    xi = x[0] if i == 0 else (x[1] if i == 1 else (x[2] if i == 2 else x[3]))
+                    yi = y[0] if i == 0 else (y[1] if i == 1 else (y[2] if i == 2 else y[3]))
+                    xl = xs[0] if i == 0 else (xs[1] if i == 1 else (xs[2] if i == 2 else xs[3]))
+                    yl = ys[0] if i == 0 else (ys[1] if i == 1 else (ys[2] if i == 2 else ys[3]))
+                    d = mma3(a_big, a_small, xi, yi, xl, yl,
+                             (part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]))
                     for e in range(4):
                         part[4 * i + e] = d[e]
             for i in range(16):  # the tile's share, added with rounding float32 adds
@@ -368,6 +393,27 @@ def store_rows(out, base, sums, scale, head_dim):
 
 
 @lru_cache(maxsize=None)
+def make_stage_split(config: Tf32BackwardConfig):
+    """split_stage(smemf, at, small_at, thread): the block's threads split the
+    two walked tiles of a stage (2 block_cols x head_dim floats from float
+    `at`) into big parts, left where the values were, and small parts, from
+    float `small_at` at the same offsets (the swizzle is the tiles'): for
+    split_walked, between a stage's arrival and its first read."""
+    stage_floats, threads = 2 * config.block_cols * config.head_dim, config.threads
+    round_small = config.round_small
+
+    @device
+    def split_stage(smemf, at, small_at, thread):
+        for i in range(thread, stage_floats, threads):
+            x = smemf[at + unsigned(i)]
+            big = cvt_rna_tf32(x)
+            smemf[at + unsigned(i)] = big
+            rest = x - big
+            smemf[small_at + unsigned(i)] = cvt_rna_tf32(rest) if round_small else rest
+
+    return split_stage
+
+
 def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
     """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
@@ -385,6 +431,8 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
     scores, split_c, add_product = make_tile_functions(config)
     copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
     wait_all = cp_async_wait(0)
+    split_walked, split_stage = config.split_walked, make_stage_split(config)
+    small_base = config.small_base(stats=True)
 
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
@@ -433,9 +481,15 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
             cp_async_commit()
             q_start = qi * BQ
             q_at = unsigned(kv_floats) + stage  # this stage's Q; its dO follows
+            shift = unsigned(0)  # from a walked value to its small part
+            if split_walked:
+                split_stage(smemf, q_at, unsigned(small_base), thread)
+                cuda.syncthreads()
+                shift = unsigned(small_base) - q_at
             # S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x BQ queries.
-            scores(smemf, own, q_at, even, odd, s)
-            scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd, dp)
+            scores(smemf, own, q_at, even, odd, s, shift)
+            scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd, dp,
+                   shift)
             # P^T and dS^T: element e of tile n is key warp*16 + g + 8 (e // 2),
             # query q_start + 8n + 2t + e % 2.
             for n in range(tiles):
@@ -458,9 +512,9 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
             # dV += P^T dO and dK += dS^T Q.
             split_c(s, big, small)
             add_product(smemf, big, small, q_at + unsigned(tile_floats), pair_even, pair_odd,
-                        dv_sums, part)
+                        dv_sums, part, shift)
             split_c(dp, big, small)
-            add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part)
+            add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part, shift)
             if moves_stat and qi + 1 < q_tiles:  # the other stage, read by no warp now
                 smemf[stats_base + stats_stage - stat + thread] = following
             stage = unsigned(stage_floats) - stage
@@ -492,6 +546,8 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
     scores, split_c, add_product = make_tile_functions(config)
     copy_queries, copy_keys = make_copies(config, BR), make_copies(config, BC)
     wait_all = cp_async_wait(0)
+    split_walked, split_stage = config.split_walked, make_stage_split(config)
+    small_base = config.small_base(stats=False)
 
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2, scale):
@@ -537,9 +593,15 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
                           (j + 1) * BC, key_seq, thread)
             cp_async_commit()
             k_at = unsigned(qd_floats) + stage  # this stage's K; its V follows
+            shift = unsigned(0)
+            if split_walked:
+                split_stage(smemf, k_at, unsigned(small_base), thread)
+                cuda.syncthreads()
+                shift = unsigned(small_base) - k_at
             # S = Q K^T and dP = dO V^T: the warp's 16 queries x BC keys.
-            scores(smemf, own, k_at, even, odd, s)
-            scores(smemf, own + unsigned(BR * D), k_at + unsigned(tile_floats), even, odd, dp)
+            scores(smemf, own, k_at, even, odd, s, shift)
+            scores(smemf, own + unsigned(BR * D), k_at + unsigned(tile_floats), even, odd, dp,
+                   shift)
             # dS = P (dP - D): element e of tile n is query row g + 8 (e // 2)
             # of the warp's 16, key j BC + 8n + 2t + e % 2.
             for n in range(tiles):
@@ -554,7 +616,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
                     dp[4 * n + e] = ds
             # dQ += dS K.
             split_c(dp, big, small)
-            add_product(smemf, big, small, k_at, pair_even, pair_odd, dq_sums, part)
+            add_product(smemf, big, small, k_at, pair_even, pair_odd, dq_sums, part, shift)
             stage = unsigned(stage_floats) - stage
         base = cuda.local.array(2, int64)
         for h in range(2):
