@@ -1,6 +1,6 @@
 """Gradients of the tiny GPT's loss in each precision and kernel mix against float64.
 
-    PYTHONPATH=src python3 benchmarks/tinygpt_grad_check.py [--train-steps N]
+    PYTHONPATH=src python3 benchmarks/tinygpt_grad_check.py [--train-steps N] [--out DIR]
 
 Trains PyTorch's fp32 model for N steps on every character (answers_only off),
 then, at those weights and at the initial ones, takes one batch's loss and
@@ -8,10 +8,14 @@ gradients with each config and prints each parameter's relative gradient error
 against the same model in float64 (median and worst over the parameters).
 A kernel mix whose errors are far above pytorch_bf16's has a precision bug;
 errors like it mean a training run that differs is chance, not a bug.
+Writes tinygpt_grad_check-<gpu>-<date>.json under --out (default
+benchmarks/results): one row per weights, batch and config (loss, its error,
+the median and worst relative gradient errors, the worst parameters).
+(The first run, 2026-11-28, predates the file: benchmarks/NOTES.md quotes it.)
 """
-import argparse
 import copy
 
+from _common import benchmark_parser, record_start, short_versions, start, write_record
 
 from gpucourse import tinygpt as T
 
@@ -37,9 +41,14 @@ def grads(config, state, x, y, double=False):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    import torch
+
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--train-steps", type=int, default=1500)
-    args = parser.parse_args()
+    args, _ = start(parser)
+    record = record_start("tinygpt_grad_check", torch.cuda.get_device_name(), short_versions(),
+                          __doc__.split("\n\n", 1)[1].strip(), train_steps=args.train_steps)
+    rows = []
     train = T.TrainConfig(steps=args.train_steps, answers_only=False)
     trained, history = T.train(T.GPTConfig(), train, device="cuda", progress=False)
     print(f"trained pytorch_fp32 {args.train_steps} steps, last loss {history['loss'][-1]:.4f}")
@@ -59,6 +68,11 @@ def main():
                 worst = ", ".join(f"{n} {e:.1e}" for n, e in ranked[-3:][::-1])
                 print(f"{name:24s} loss {loss:.6f} (err {abs(loss - ref_loss):.1e}); grad rel err "
                       f"median {median:.1e}; worst {worst}")
+                rows.append(dict(weights=label, batch=batch, config=name, loss=loss,
+                                 float64_loss=ref_loss, median_rel_err=median,
+                                 worst=[[n, e] for n, e in ranked[-3:][::-1]]))
+    record["results"] = rows
+    print(f"wrote {write_record(record, args.out)}")
 
 
 if __name__ == "__main__":
