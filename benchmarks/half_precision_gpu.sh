@@ -16,6 +16,12 @@
 #              on 3xTF32 beside version 4 and SDPA memory-efficient);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0); tinygpt_full, the same
 #              with every character scored (final losses comparable, issue 29's 1%);
+#   sgemm_calibrate  benchmarks/sgemm_grid.py --calibrate (issue 33: every plan of
+#              the shape model's menu off the grid; writes the model's JSON in src/
+#              too: copy it back with the results);
+#   sgemm_grid benchmarks/sgemm_grid.py (auto and level 7 on the grid, beside cuBLAS);
+#   grad_check benchmarks/tinygpt_grad_check.py (the tiny GPT's gradients in each
+#              precision and kernel mix against float64);
 #   ncu        Nsight Compute profiles of half_matmul, tf32_matmul, half-precision
 #              attention and its backward's two kernels (benchmarks/ncu_targets.py),
 #              reduced by benchmarks/ncu_summary.py (the details pages in a .tgz).
@@ -57,6 +63,15 @@ for part in "$@"; do
     tinygpt_full)  # every character scored: losses with a floor, comparable to 1%
         (cd benchmarks && timeout 550 python3 tinygpt.py --runs pytorch_bf16,course_bf16 --seeds 0 \
             --all-characters --out "$OUT" 2>&1 | tail -12) ;;
+    sgemm_calibrate)
+        timeout 560 python3 benchmarks/sgemm_grid.py --calibrate --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_grid)
+        timeout 560 python3 benchmarks/sgemm_grid.py --out "$OUT" 2>&1 | grep -v Warning | tail -50 ;;
+    grad_check)
+        (cd benchmarks && timeout 300 python3 tinygpt_grad_check.py --out "$OUT" 2>&1 \
+            | grep -v Warn | tail -40) ;;
     ncu)
         mkdir -p /tmp/ncu
         labels=()
