@@ -88,6 +88,8 @@ def test_bad_input_is_named():
         check_tf32_backward_config(Tf32BackwardConfig(64, warps=1, block_cols=32))
     with pytest.raises(ValueError, match="bytes of shared memory"):
         check_tf32_backward_config(Tf32BackwardConfig(128, warps=8, block_cols=64))
+    with pytest.raises(ValueError, match="split_walked must be True or False, got 'yes'"):
+        check_tf32_backward_config(Tf32BackwardConfig(64, split_walked="yes"))
 
 
 PTX_SCRIPT = """

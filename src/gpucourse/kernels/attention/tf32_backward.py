@@ -119,6 +119,9 @@ class Tf32BackwardConfig(WarpTiles):
 
 def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
     """Refuse tiles the kernels cannot run (ValueError naming what is accepted)."""
+    for name in ("round_small", "split_walked"):
+        if not isinstance(getattr(config, name), bool):
+            raise ValueError(f"{name} must be True or False, got {getattr(config, name)!r}")
     d = config.head_dim
     if d not in TF32_BACKWARD_HEAD_DIMS:
         raise ValueError(f"version 6 takes head_dim in {TF32_BACKWARD_HEAD_DIMS} (its output "
