@@ -396,23 +396,30 @@ def store_rows(out, base, sums, scale, head_dim):
 
 
 @lru_cache(maxsize=None)
-def make_stage_split(config: Tf32BackwardConfig):
-    """split_stage(smemf, at, small_at, thread): the block's threads split the
-    two walked tiles of a stage (2 block_cols x head_dim floats from float
-    `at`) into big parts, left where the values were, and small parts, from
-    float `small_at` at the same offsets (the swizzle is the tiles'): for
-    split_walked, between a stage's arrival and its first read."""
+def make_stage_split(config: Tf32BackwardConfig, stats: bool):
+    """split_stage(smemf, at, thread) -> the walked values' shift to their small
+    parts (walked4's small_shift). With split_walked, the block's threads
+    split the two walked tiles of a stage (2 block_cols x head_dim floats from
+    float `at`) into big parts, left where the values were, and small parts,
+    at the same offsets from config.small_base(stats) (the swizzle is the
+    tiles'), then wait for each other: between a stage's arrival and its
+    first read. Without it, nothing is split and the shift is 0."""
     stage_floats, threads = 2 * config.block_cols * config.head_dim, config.threads
-    round_small = config.round_small
+    round_small, split_walked = config.round_small, config.split_walked
+    small_at = unsigned(config.small_base(stats))
 
     @device
-    def split_stage(smemf, at, small_at, thread):
+    def split_stage(smemf, at, thread):
+        if not split_walked:
+            return unsigned(0)
         for i in range(thread, stage_floats, threads):
             x = smemf[at + unsigned(i)]
             big = cvt_rna_tf32(x)
             smemf[at + unsigned(i)] = big
             rest = x - big
             smemf[small_at + unsigned(i)] = cvt_rna_tf32(rest) if round_small else rest
+        cuda.syncthreads()
+        return small_at - at
 
     return split_stage
 
@@ -434,8 +441,7 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
     scores, split_c, add_product = make_tile_functions(config)
     copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
     wait_all = cp_async_wait(0)
-    split_walked, split_stage = config.split_walked, make_stage_split(config)
-    small_base = config.small_base(stats=True)
+    split_stage = make_stage_split(config, stats=True)
 
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
@@ -484,11 +490,7 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
             cp_async_commit()
             q_start = qi * BQ
             q_at = unsigned(kv_floats) + stage  # this stage's Q; its dO follows
-            shift = unsigned(0)  # from a walked value to its small part
-            if split_walked:
-                split_stage(smemf, q_at, unsigned(small_base), thread)
-                cuda.syncthreads()
-                shift = unsigned(small_base) - q_at
+            shift = split_stage(smemf, q_at, thread)  # from a walked value to its small part
             # S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x BQ queries.
             scores(smemf, own, q_at, even, odd, s, shift)
             scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd, dp,
@@ -549,8 +551,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
     scores, split_c, add_product = make_tile_functions(config)
     copy_queries, copy_keys = make_copies(config, BR), make_copies(config, BC)
     wait_all = cp_async_wait(0)
-    split_walked, split_stage = config.split_walked, make_stage_split(config)
-    small_base = config.small_base(stats=False)
+    split_stage = make_stage_split(config, stats=False)
 
     @cuda.jit
     def kernel(q, k, v, dout, lse, delta, dq, seq, key_seq, heads, scale2, scale):
@@ -596,11 +597,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
                           (j + 1) * BC, key_seq, thread)
             cp_async_commit()
             k_at = unsigned(qd_floats) + stage  # this stage's K; its V follows
-            shift = unsigned(0)
-            if split_walked:
-                split_stage(smemf, k_at, unsigned(small_base), thread)
-                cuda.syncthreads()
-                shift = unsigned(small_base) - k_at
+            shift = split_stage(smemf, k_at, thread)
             # S = Q K^T and dP = dO V^T: the warp's 16 queries x BC keys.
             scores(smemf, own, k_at, even, odd, s, shift)
             scores(smemf, own + unsigned(BR * D), k_at + unsigned(tile_floats), even, odd, dp,
