@@ -459,10 +459,7 @@ def ladder_record(directory=None) -> dict:
         times = backward_times(record)
         return bool(times) and all(set(CUDA_CORE_VERSIONS) <= set(ms) for ms in times.values())
 
-    runs = results_files.newest_by(
-        "attention_backward", lambda path, record: 0, directory, keep=every_version,
-        what="an attention_backward results file timing versions 1-4")
-    return runs[0]
+    return _newest_backward_run(every_version, "versions 1-4", directory)
 
 
 def tensor_core_record(directory=None) -> dict:
@@ -472,10 +469,15 @@ def tensor_core_record(directory=None) -> dict:
     def has_version6(record):
         return any(6 in ms and 4 in ms for ms in backward_times(record).values())
 
-    runs = results_files.newest_by(
-        "attention_backward", lambda path, record: 0, directory, keep=has_version6,
-        what="an attention_backward results file timing version 6")
-    return runs[0]
+    return _newest_backward_run(has_version6, "version 6", directory)
+
+
+def _newest_backward_run(keep, timing: str, directory=None) -> dict:
+    """The newest attention_backward results file that `keep` accepts; ValueError
+    saying none times `timing` if there is none."""
+    return results_files.newest_by(
+        "attention_backward", lambda path, record: 0, directory, keep=keep,
+        what=f"an attention_backward results file timing {timing}")[0]
 
 
 def version6_ratios(record) -> dict:

@@ -58,7 +58,8 @@ from numba import float32, int32, int64, uint16, uint32, uint64  # noqa: E402 (a
 from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
-from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
+from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
+                                                      round_to_tf32)
 from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_async_commit,
                                                  cp_async_wait, forget_earlier_moves,
                                                  global_address, ldmatrix_x4, shared_address)
@@ -322,16 +323,15 @@ def _rounded_torch(x):
 
 
 def _rounded_array(x):
-    """A float32 numpy array's values rounded to TF32 by the same kernel (on the
-    simulator, or through device copies on a GPU)."""
-    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    blocks = -(-flat.size // ROUND_THREADS)
+    """A float32 numpy array's values rounded to TF32: by the same kernel on the
+    simulator; on a GPU, where the array is still on the host, by the same
+    rule in numpy (round_to_tf32), rather than a trip to the device and back
+    before the GEMM's own copy."""
     if on_gpu():
-        out = cuda.device_array_like(flat)
-        round_to_tf32_kernel[blocks, ROUND_THREADS](cuda.to_device(flat), out)
-        return out.copy_to_host().reshape(x.shape)
+        return round_to_tf32(x)
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     out = np.empty_like(flat)
-    round_to_tf32_kernel[blocks, ROUND_THREADS](flat, out)
+    round_to_tf32_kernel[-(-flat.size // ROUND_THREADS), ROUND_THREADS](flat, out)
     return out.reshape(x.shape)
 
 
