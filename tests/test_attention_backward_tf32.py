@@ -143,3 +143,20 @@ def test_splitting_the_walked_tiles_once_gives_the_same_bits():
         got = tf32_attention_backward(*inputs, causal=causal, configs=(split, split))
         for name, g, w in zip(("dq", "dk", "dv"), got, want):
             np.testing.assert_array_equal(g, w, err_msg=f"{name}, causal={causal}")
+
+
+def test_each_kernel_is_built_once_per_configuration():
+    """A kernel factory that hands out a new kernel each call makes Numba compile
+    it again on every backward pass: seconds a call on a GPU, where the same
+    pass takes milliseconds (version 6's dK/dV factory lost its cache once, and
+    only a timed run showed it). Equal configurations must give the same kernel."""
+    from gpucourse.kernels.attention import tf32_backward as T
+
+    for d in TF32_BACKWARD_HEAD_DIMS:
+        for split in (False, True):
+            config = Tf32BackwardConfig(head_dim=d, split_walked=split)
+            twin = Tf32BackwardConfig(head_dim=d, split_walked=split)
+            for causal in (False, True):
+                for make in (T.make_dkdv_kernel, T.make_dq_kernel):
+                    assert make(config, causal) is make(twin, causal), (make.__name__, d, split)
+            assert T.make_stage_split(config, True) is T.make_stage_split(twin, True)

@@ -327,8 +327,8 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
 
 # Head dims at which version 6 (3xTF32 on the tensor cores) is the float32
 # default on a GPU with tensor cores: where the H200 timed it faster than
-# version 4 (results/attention_backward-h200-2026-11-28.json: 1.13-1.28x at
-# head dim 64; at 128, where its dK/dV kernel walks 8-row tiles, 0.71-0.79x).
+# version 4 (results/attention_backward-h200-2026-11-28.json: 1.16-1.26x at
+# head dim 64; at 128, where its dK/dV kernel walks 8-row tiles, 0.72-0.81x).
 # Head dim 32 has not been timed.
 TF32_DEFAULT_HEAD_DIMS = (64,)
 

@@ -424,6 +424,7 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool):
     return split_stage
 
 
+@lru_cache(maxsize=None)
 def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
     """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
