@@ -2,12 +2,15 @@
 
     PYTHONPATH=src GPUCOURSE_DEVICE=gpu python3 benchmarks/attention_half_sweep.py [--out DIR]
 
-Version 5's two kernels run 4 warps a block (half_backward.backward_configs:
-64-wide walks at head dim 64; at 128, dK/dV 32 and dQ 16), the one choice
-timed until 2026-11-28, when the whole backward took 2.35-2.55 times SDPA
-flash's at N = 4096 and head dim 64, 2.02-2.21 at 128 (issue 29's target:
-2.0). This script times the other tiles that compile without spilling at
-sm_90 (checked on a machine without a GPU with ptxas, 2026-11-28):
+Version 5's two kernels ran 4 warps a block with 64-wide walks at head dim
+64 (at 128, dK/dV 32 and dQ 16), the one choice timed until 2026-11-28, when
+the whole backward took 2.35-2.55 times SDPA flash's at N = 4096 and head dim
+64, 2.02-2.21 at 128 (issue 29's target: 2.0). This script times the other
+tiles that compile without spilling at sm_90 (checked on a machine without a
+GPU with ptxas, 2026-11-28); its first run (results/attention_half_sweep-h200-
+2026-11-28.json) chose half_backward.backward_configs' tiles at head dim 64,
+which now depend on the mask. The candidates are timed beside the default
+for each mask (a candidate equal to it is not timed twice):
 
 * head dim 64, dK and dV's kernel: 8 warps (128 keys a block, so each query
   tile is read half as often) at 64- and 32-wide walks (237 and 159
@@ -105,15 +108,17 @@ def main(argv=None) -> int:
                           shape=dict(batch=BATCH, heads=HEADS, seq=SEQ, dtype="float16"))
     rows = []
     for head_dim, candidates in CANDIDATES.items():
-        default = backward_configs(head_dim)
-        plans = {"default": default}
-        for warps, cols in candidates["dkdv"]:
-            plans[f"dkdv {warps}x{cols}"] = (HalfConfig(head_dim, warps=warps, block_cols=cols),
-                                             default[1])
-        for warps, cols in candidates["dq"]:
-            plans[f"dq {warps}x{cols}"] = (default[0],
-                                           HalfConfig(head_dim, warps=warps, block_cols=cols))
         for causal in (False, True):
+            default = backward_configs(head_dim, causal)
+            plans = {"default": default}
+            for warps, cols in candidates["dkdv"]:
+                tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
+                if tiles != default[0]:
+                    plans[f"dkdv {warps}x{cols}"] = (tiles, default[1])
+            for warps, cols in candidates["dq"]:
+                tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
+                if tiles != default[1]:
+                    plans[f"dq {warps}x{cols}"] = (default[0], tiles)
             rows += sweep(bench, plans, head_dim, causal)
     record["results"] = rows
     path = write_json(results_path(args.out, record), record)

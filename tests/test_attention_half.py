@@ -177,3 +177,33 @@ def test_the_half_backward_takes_other_tiles_and_names_bad_ones():
     with pytest.raises(ValueError, match="block_cols must be a multiple of 16"):
         half_attention_backward(q, k, v, out, lse, dout,
                                 configs=(HalfConfig(16, block_cols=24), other[1]))
+
+
+def test_the_default_backward_tiles_are_the_sweeps_fastest(monkeypatch):
+    # benchmarks/attention_half_sweep.py timed each kernel's spill-free tiles
+    # with the other kernel at the defaults of the day (4 warps; 64-wide walks
+    # at head dim 64, dK/dV 32 and dQ 16 at 128). A GPU gets, for each head
+    # dim, mask and kernel, the tiles that ran fastest there (or as fast).
+    import json
+
+    from gpucourse import results
+    from gpucourse.kernels.attention import half_backward
+
+    then = {64: {"dkdv": (4, 64), "dq": (4, 64)}, 128: {"dkdv": (4, 32), "dq": (4, 16)}}
+    # The run `then` describes (a later sweep times the new defaults as "default").
+    path = results.results_dir() / "attention_half_sweep-h200-2026-11-28.json"
+    rows = json.loads(path.read_text())["results"]
+    monkeypatch.setattr(half_backward, "on_gpu", lambda: True)
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            timed = [r for r in rows if r["head_dim"] == head_dim and r["causal"] == causal]
+            assert timed and all(r["passed"] for r in timed)
+            default_ms = next(r["ms"] for r in timed if r["variant"] == "default")
+            chosen = half_backward.backward_configs(head_dim, causal)
+            for kernel, config in zip(("dkdv", "dq"), chosen):
+                options = {then[head_dim][kernel]: default_ms}
+                options.update({(r["warps"], r["block_cols"]): r["ms"] for r in timed
+                                if r["kernel"] == kernel})
+                mine = options[(config.warps, config.block_cols)]
+                # Within 1% (the spread of a run) of the fastest: a tie keeps the old tiles.
+                assert mine <= 1.01 * min(options.values()), (head_dim, causal, kernel, options)

@@ -493,21 +493,29 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
 # Launching
 
 
-def backward_configs(head_dim: int) -> tuple[HalfConfig, HalfConfig]:
-    """(dK and dV's tiles, dQ's tiles) for a head dim: 4 warps, 64-wide tiles
-    along the walk up to head dim 64, narrower above (chosen so that the
-    compiled kernels do not spill; on an H200 these took 1.6-2.55 times SDPA
-    flash's backward, results/attention_half-h200-*; other spill-free tiles
-    at head dim 64 are timed by benchmarks/attention_half_sweep.py);
-    small ones on the simulator."""
+def backward_configs(head_dim: int, causal: bool = False) -> tuple[HalfConfig, HalfConfig]:
+    """(dK and dV's tiles, dQ's tiles) for a head dim and mask: 4 warps a
+    block, each kernel at the tiles that ran fastest in the H200's sweep of
+    the spill-free ones (results/attention_half_sweep-h200-2026-11-28.json,
+    benchmarks/attention_half_sweep.py: B4 H16 N4096, one kernel's tiles
+    changed at a time); small ones on the simulator.
+
+    * Head dim 64: dQ's kernel walks 32-wide key tiles, not 64 (126 registers,
+      three blocks an SM instead of two: 2.33x SDPA flash's backward instead
+      of 2.39x without a mask, 2.12x instead of 2.38x causal). dK and dV's
+      kernel walks 32-wide query tiles without a mask (2.11x instead of
+      2.39x) but 64-wide under the causal mask, where the 32-wide walk was
+      slower (2.51x against 2.38x; why has not been profiled).
+    * Head dim 128: dQ's kernel holds dQ's sums (64 registers) besides a
+      tile's scores, dP and fragments, so 16-key tiles keep it from
+      spilling; dK and dV's walks 32. Nothing in the sweep beat them."""
     if not on_gpu():
         small = HalfConfig(head_dim, warps=2, block_cols=32)
         return small, small
     if head_dim <= 64:
-        config = HalfConfig(head_dim, warps=4, block_cols=64)
-        return config, config
-    # At head dim 128 dQ's kernel holds dQ's sums (64 registers) besides a
-    # tile's scores, dP and fragments: 16-key tiles keep its spills smallest.
+        dkdv_cols = 64 if causal else 32
+        return (HalfConfig(head_dim, warps=4, block_cols=dkdv_cols),
+                HalfConfig(head_dim, warps=4, block_cols=32))
     return HalfConfig(head_dim, warps=4, block_cols=32), HalfConfig(head_dim, warps=4,
                                                                     block_cols=16)
 
@@ -554,7 +562,7 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     heads, seq, head_dim), k, v (batch, heads, key_seq, head_dim); unchecked
     (flash_attention_backward checks). Gradients in q's dtype. configs: a
     pair of HalfConfig, (dK and dV's tiles, dQ's tiles), instead of
-    backward_configs(head_dim) (benchmarks/attention_half_sweep.py times
+    backward_configs(head_dim, causal) (benchmarks/attention_half_sweep.py times
     others); checked, ValueError naming what is accepted."""
     import torch
 
@@ -563,7 +571,8 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     scale2 = scale * math.log2(math.e)
-    dkdv_config, dq_config = backward_configs(d) if configs is None else _checked(configs, d)
+    dkdv_config, dq_config = (backward_configs(d, causal) if configs is None
+                              else _checked(configs, d))
     delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     row_dot = make_row_dot_kernel(kind)
