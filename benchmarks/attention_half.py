@@ -17,7 +17,9 @@ the same type: flash_bwd_<type> is flash_attention_backward's default for
 the type, version 5 for both on a GPU with tensor cores (FlashAttention-2's
 backward in half precision; version 4, which converts halves to float32 as
 it loads them, ran 2.7-5.0 times as long in float16 at these shapes on an
-H200: benchmarks/NOTES.md).
+H200: benchmarks/NOTES.md); flash_bwd_atomic_<type> is version 5 in one
+kernel, dQ added atomically by dK and dV's (half_backward_atomic), timed
+beside it until it is made the default where it wins.
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
 for float16 and bfloat16: ours, SDPA flash, SDPA memory-efficient, and ours in
@@ -79,12 +81,16 @@ def backward_rows(bench, q, k, v, causal, seq, d, tag):
     from torch.nn.functional import scaled_dot_product_attention
 
     from gpucourse.kernels.attention import flash_attention_backward
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
 
     g = torch.Generator(device="cuda").manual_seed(seq + d)
     dout = torch.randn(q.shape, device="cuda", generator=g).to(q.dtype)
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
     calls = {f"flash_bwd_{tag}": lambda: flash_attention_backward(
-        q, k, v, out, lse, dout, causal=causal)}
+        q, k, v, out, lse, dout, causal=causal),
+             # Version 5 in one kernel, dQ added atomically (not yet the default).
+             f"flash_bwd_atomic_{tag}": lambda: half_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, atomic_dq=True)}
     for name, backend in ((f"sdpa_flash_bwd_{tag}", SDPBackend.FLASH_ATTENTION),
                           (f"sdpa_efficient_bwd_{tag}", SDPBackend.EFFICIENT_ATTENTION)):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]

@@ -12,14 +12,20 @@ GPU with ptxas, 2026-11-28); its first run (results/attention_half_sweep-h200-
 which now depend on the mask. The candidates are timed beside the default
 for each mask (a candidate equal to it is not timed twice):
 
-* head dim 64, dK and dV's kernel: 8 warps (128 keys a block, so each query
-  tile is read half as often) at 64- and 32-wide walks (237 and 159
-  registers), and 4 warps at 32 (165: three blocks an SM instead of two;
-  the default has 248); dQ's kernel: the same three (162, 124, 126; 168);
-* head dim 128: dK and dV's at 8 warps, 32 and 16 wide (255 registers, no
-  spill, like the default's); dQ's at 8 warps x 16 and 4 x 32 (161, 172).
+* head dim 64: dK and dV's kernel at 4 warps, 64- and 32-wide walks (the
+  default under one mask is the candidate under the other); dQ's at 8 warps
+  x 32 (second in the first run); and version 5 in one kernel, dQ added
+  atomically by dK and dV's kernel (half_backward_atomic; "atomic 4x32",
+  231 registers, and "atomic 4x64", 255, no spill), which drops the dQ
+  kernel's recomputation of S and dP: five tile products a pair of tiles
+  instead of seven;
+* head dim 128: dK and dV's at 8 warps x 32 (255 registers, no spill, like
+  the default's); dQ's at 8 warps x 16 and 4 x 32 (161, 172); atomic at 4 x
+  32 (36 bytes of spills: timed to see what they cost).
 
-Each candidate's kernel is timed with the other kernel at its default tiles.
+The first run's other candidates (8 warps at head dim 64) lost at both masks.
+Each candidate's kernel is timed with the other kernel at its default tiles
+(the atomic plans have one kernel).
 Each runs the whole backward (half_attention_backward with its configs) in
 fp16 at batch 4, 16 heads, N 4096, causal and not;
 its gradients are checked against the default tiles' (the same sums in
@@ -27,7 +33,7 @@ another order: within 8 units of fp16 of the largest), then all are timed
 in turns with SDPA flash's backward (benchmarks/attention.py's
 interleaved_ms). Writes attention_half_sweep-<gpu>-<date>.json (rows:
 head_dim, kernel, warps, block_cols, causal, ms, sdpa_flash_ms, ratio,
-max_diff) under --out (default benchmarks/results): the tiles to make the
+max_diff; the default's rows name both kernels' tiles, dkdv_tiles and dq_tiles) under --out (default benchmarks/results): the tiles to make the
 default where one wins at both masks.
 """
 
@@ -41,8 +47,9 @@ from _common import benchmark_parser, record_start, results_path, short_versions
 from attention_half import _benchmark_module  # noqa: E402 (benchmarks/attention.py, loaded once)
 
 BATCH, HEADS, SEQ = 4, 16, 4096
-CANDIDATES = {64: {"dkdv": [(8, 64), (8, 32), (4, 32)], "dq": [(8, 64), (8, 32), (4, 32)]},
-              128: {"dkdv": [(8, 32), (8, 16)], "dq": [(8, 16), (4, 32)]}}
+CANDIDATES = {64: {"dkdv": [(4, 64), (4, 32)], "dq": [(8, 32), (4, 32)],
+                   "atomic": [(4, 32), (4, 64)]},
+              128: {"dkdv": [(8, 32)], "dq": [(8, 16), (4, 32)], "atomic": [(4, 32)]}}
 ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
 
@@ -61,8 +68,9 @@ def sweep(bench, plans, head_dim, causal):
     q, k, v, dout = (torch.randn(BATCH, HEADS, SEQ, head_dim, device="cuda", generator=g).half()
                      for _ in range(4))
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-    calls = {name: (lambda c=configs: half_attention_backward(
-        q, k, v, out, lse, dout, causal=causal, configs=c)) for name, configs in plans.items()}
+    calls = {name: (lambda c=configs, a=name.startswith("atomic"): half_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, configs=c, atomic_dq=a))
+        for name, configs in plans.items()}
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         result = scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -83,7 +91,11 @@ def sweep(bench, plans, head_dim, causal):
     for name in plans:
         kernel, _, tiles = name.partition(" ")
         warps, cols = (int(x) for x in tiles.split("x")) if tiles else (None, None)
+        if name == "default":  # the tiles of both kernels, as they were this run
+            tiles_now = {f"{which}_tiles": [plans[name][i].warps, plans[name][i].block_cols]
+                         for i, which in enumerate(("dkdv", "dq"))}
         rows.append(dict(variant=name, head_dim=head_dim, kernel=kernel if tiles else "both",
+                         **(tiles_now if name == "default" else {}),
                          warps=warps, block_cols=cols, causal=causal, ms=ms.get(name),
                          sdpa_flash_ms=ms["sdpa_flash_bwd"],
                          ratio=ms[name] / ms["sdpa_flash_bwd"] if name in ms else None,
@@ -119,6 +131,9 @@ def main(argv=None) -> int:
                 tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
                 if tiles != default[1]:
                     plans[f"dq {warps}x{cols}"] = (default[0], tiles)
+            for warps, cols in candidates["atomic"]:  # one kernel: dQ added atomically
+                plans[f"atomic {warps}x{cols}"] = (HalfConfig(head_dim, warps=warps,
+                                                              block_cols=cols), default[1])
             rows += sweep(bench, plans, head_dim, causal)
     record["results"] = rows
     path = write_json(results_path(args.out, record), record)

@@ -396,15 +396,18 @@ def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     from gpucourse.kernels.attention import flash_attention_backward
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
 
     gen = torch.Generator(device="cuda").manual_seed(head_dim)
     q, dout = (torch.randn(2, 3, 300, head_dim, device="cuda", generator=gen).to(dtype)
                for _ in range(2))
     k, v = (torch.randn(2, 3, 260, head_dim, device="cuda", generator=gen).to(dtype)
             for _ in range(2))
-    for causal in (False, True):
+    for causal, atomic in ((False, False), (True, False), (False, True), (True, True)):
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-        got = flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=5)
+        got = (half_attention_backward(q, k, v, out, lse, dout, causal=causal, atomic_dq=True)
+               if atomic else  # dQ added atomically by dK and dV's kernel
+               flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=5))
         leaves = [x.double().requires_grad_() for x in (q, k, v)]
         want = torch.autograd.grad(sdpa(*leaves, is_causal=causal), leaves, dout.double())
         if causal:  # SDPA flash puts a cross-attention mask's diagonal at the bottom right
@@ -419,7 +422,7 @@ def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
             bound = 4 * {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
             if peer is not None:
                 bound = 2 * float((peer.double() - w).abs().max() / w.abs().max()) + 1e-4
-            assert error <= bound, (name, causal, error, bound)
+            assert error <= bound, (name, causal, atomic, error, bound)
 
 
 def test_the_default_version_follows_the_timings(monkeypatch):

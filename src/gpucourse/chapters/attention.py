@@ -373,7 +373,7 @@ def _half_cases(record):
         if r["variant"] == "flash_fp32":
             fp32[shape] = min(r["ms"], fp32.get(shape, math.inf))
             continue
-        if r["variant"].startswith("flash_bwd_v"):  # another version than the default
+        if r["variant"].startswith(("flash_bwd_v", "flash_bwd_atomic")):  # not the default
             continue
         direction = "backward" if "_bwd_" in r["variant"] else "forward"
         who = ("flash" if r["variant"].startswith("sdpa_flash") else

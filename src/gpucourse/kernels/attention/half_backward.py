@@ -18,7 +18,8 @@ float32 sums, the way ``half`` computes the forward:
 
 dQ has a kernel of its own rather than FlashAttention-2's atomic additions
 from the dK and dV kernel: it recomputes S and dP (seven products per pair
-of tiles instead of five) but writes each dQ once, deterministically. Every
+of tiles instead of five) but writes each dQ once, deterministically.
+``half_backward_atomic`` is the other way (``atomic_dq=True``), in one kernel. Every
 operand's fragments come from ``ldmatrix`` with or without ``.trans``, as
 the layout in shared memory asks (the notes in the kernels say which).
 
@@ -36,6 +37,7 @@ import numpy as np
 from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.attention.half import HalfConfig, check_half_config, make_row_store
+from gpucourse.kernels.attention.half_backward_atomic import atomic_dq_shared_halves, make_atomic_dq
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
 from gpucourse.kernels.tensor_cores.moves import (bf16_to_float, cp_async_16, cp_async_commit,
@@ -142,10 +144,12 @@ def query_stat(lse, delta, row_base, query, seq, of_lse):
 
 
 @lru_cache(maxsize=None)
-def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
-    """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
-    scale): dK and dV for the block's keys (16 per warp; config.block_rows
-    of them), walking query tiles of config.block_cols."""
+def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: bool = False):
+    """kernel(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, key_seq, heads,
+    scale2, scale): dK and dV for the block's keys (16 per warp; config.block_rows
+    of them), walking query tiles of config.block_cols; with atomic_dq, each
+    tile's share of dQ added to dq_accum (float32) as well
+    (``half_backward_atomic``), else dq_accum is not touched."""
     check_half_config(config)
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     shift, modulus = _tile_pieces(config, BK)[1:3]
@@ -172,11 +176,14 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
     def place(row, col):
         return row * D + (((col // CHUNK) ^ ((row // shift) % modulus)) * CHUNK) + col % CHUNK
 
+    store_ds, add_dq, dq_size = make_atomic_dq(config, mma, place, atomic_dq)
+    ds_base = kv_halves + 4 * tile_q + 4 * stats_stage  # dS^T after the stats' two stages
     _, copy_keys, _, _ = make_pair_copies(config, BK, place)
     q_loads, _, plan_queries, copy_queries = make_pair_copies(config, BQ, place)
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
+    def kernel(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, key_seq, heads, scale2,
+               scale):
         smem = cuda.shared.array(0, uint16)
         smemf = cuda.shared.array(0, float32)  # the same bytes, as float32
         thread = cuda.threadIdx.x
@@ -223,6 +230,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
         ds = cuda.local.array(p_size, uint32)
         dk_acc = cuda.local.array(o_size, float32)
         dv_acc = cuda.local.array(o_size, float32)
+        dq_part = cuda.local.array(dq_size, float32)
         for i in range(o_size):
             dk_acc[i] = float32(0.0)
             dv_acc[i] = float32(0.0)
@@ -297,6 +305,8 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
                 ds[kk * 4 + 1] = pack(dp[8 * kk + 2], dp[8 * kk + 3])
                 ds[kk * 4 + 2] = pack(dp[8 * kk + 4], dp[8 * kk + 5])
                 ds[kk * 4 + 3] = pack(dp[8 * kk + 6], dp[8 * kk + 7])
+            if atomic_dq:
+                store_ds(smem, ds_base, ds, warp, lane)
             # The next tile's L or D, read now that the scores' registers are
             # free, stored below once the products have hidden the read.
             following = float32(0.0)
@@ -320,6 +330,10 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str):
                         for z in range(4):
                             dv_acc[n + z] = e[z]
                             dk_acc[n + z] = f[z]
+            if atomic_dq:  # every warp's dS^T stored: this tile's dQ over the block's keys
+                cuda.syncthreads()
+                add_dq(smem, ds_base, dq_part, dq_accum, row_base, q_start, seq, warp, lane,
+                       scale)
             # The next tile's L and D into the other stage (read by no warp
             # since the barrier above; read in the next step, after its own).
             if moves_stat and qi + 1 < q_tiles:
@@ -535,11 +549,13 @@ def _checked(configs, head_dim: int) -> tuple[HalfConfig, HalfConfig]:
     return configs
 
 
-def _shared_bytes(config: HalfConfig, stats: bool = False) -> int:
+def _shared_bytes(config: HalfConfig, stats: bool = False, atomic_dq: bool = False) -> int:
     """The dynamic shared memory of either kernel: its own two tiles (16 rows
     a warp) and two stages of the two tiles it walks; with `stats` (dK and
-    dV's kernel), two stages of the walked queries' L and D as well."""
+    dV's kernel), two stages of the walked queries' L and D as well; with
+    atomic_dq, then the block's dS^T."""
     extra = 2 * 2 * 4 * config.block_cols if stats else 0
+    extra += 2 * atomic_dq_shared_halves(config) if atomic_dq else 0
     return 2 * config.head_dim * (2 * config.block_rows + 4 * config.block_cols) + extra
 
 
@@ -550,12 +566,12 @@ ROW_THREADS = 128
 _HALVES, _FLOATS = uint16[::1], float32[::1]
 _SCALARS = (int32, int32, int32, float32, float32)
 _ROW_DOT_SIGNATURE = (_HALVES, _HALVES, _FLOATS, int32)
-_DKDV_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES, _HALVES) + _SCALARS
+_DKDV_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES, _HALVES, _FLOATS) + _SCALARS
 _DQ_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES) + _SCALARS
 
 
 def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
-                            scale: float | None = None, configs=None):
+                            scale: float | None = None, configs=None, atomic_dq: bool = False):
     """(dq, dk, dv) of softmax(scale q k^T) v for fp16 or bf16 torch tensors
     (CUDA ones on a GPU; CPU ones on the simulator), given the forward's out
     and lse (float32, natural log) and dout, all C-contiguous, q (batch,
@@ -563,7 +579,11 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     (flash_attention_backward checks). Gradients in q's dtype. configs: a
     pair of HalfConfig, (dK and dV's tiles, dQ's tiles), instead of
     backward_configs(head_dim, causal) (benchmarks/attention_half_sweep.py times
-    others); checked, ValueError naming what is accepted."""
+    others); checked, ValueError naming what is accepted. atomic_dq: dQ
+    added atomically by dK and dV's kernel (``half_backward_atomic``; its
+    dQ config is not used), not computed by a kernel of its own."""
+    if not isinstance(atomic_dq, bool):
+        raise ValueError(f"atomic_dq must be True or False, got {atomic_dq!r}")
     import torch
 
     kind = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
@@ -576,15 +596,19 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     row_dot = make_row_dot_kernel(kind)
-    dkdv = make_dkdv_kernel(dkdv_config, causal, kind)
-    dq_kernel = make_dq_kernel(dq_config, causal, kind)
+    dkdv = make_dkdv_kernel(dkdv_config, causal, kind, atomic_dq)
+    dq_kernel = None if atomic_dq else make_dq_kernel(dq_config, causal, kind)
+    # dQ's float32 sums, when dK and dV's kernel adds them (else a stand-in it
+    # does not touch).
+    dq_accum = (torch.zeros((batch, heads, seq, d), dtype=torch.float32, device=q.device)
+                if atomic_dq else delta)
     key_grid = ((key_seq + dkdv_config.block_rows - 1) // dkdv_config.block_rows, heads, batch)
     rows = batch * heads * seq
     if q.is_cuda:
         _launch_on_gpu(kind, causal, (dkdv_config, dq_config), (row_dot, dkdv, dq_kernel),
-                       (q, k, v, out, lse, dout, delta, dq, dk, dv),
+                       (q, k, v, out, lse, dout, delta, dq, dk, dv, dq_accum),
                        (seq, key_seq, heads, scale2, scale, key_grid, rows))
-        return dq, dk, dv
+        return (dq_accum.to(q.dtype) if atomic_dq else dq), dk, dv
     from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
 
     def bits(x):
@@ -597,8 +621,12 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     scalars = (np.int32(seq), np.int32(key_seq), np.int32(heads), np.float32(scale2),
                np.float32(scale))
     forget_earlier_moves()
-    dkdv[key_grid, dkdv_config.threads, 0, _shared_bytes(dkdv_config, stats=True)](
-        flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat, flat[6], flat[7], *scalars)
+    accum_flat = dq_accum.numpy().reshape(-1)
+    dkdv[key_grid, dkdv_config.threads, 0, _shared_bytes(dkdv_config, True, atomic_dq)](
+        flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat, flat[6], flat[7], accum_flat,
+        *scalars)
+    if atomic_dq:
+        return dq_accum.to(q.dtype), dk, dv
     forget_earlier_moves()
     dq_kernel[dq_config.grid(batch, heads, seq), dq_config.threads, 0,
               _shared_bytes(dq_config)](flat[0], flat[1], flat[2], flat[4], lse_flat, delta_flat,
@@ -615,7 +643,7 @@ def _launch_on_gpu(kind, causal, configs, kernels, tensors, sizes):
 
     dkdv_config, dq_config = configs
     row_dot, dkdv, dq_kernel = kernels
-    q, k, v, out, lse, dout, delta, dq, dk, dv = tensors
+    q, k, v, out, lse, dout, delta, dq, dk, dv, dq_accum = tensors
     seq, key_seq, heads, scale2, scale, key_grid, rows = sizes
     device = current_gpu()
 
@@ -628,11 +656,13 @@ def _launch_on_gpu(kind, causal, configs, kernels, tensors, sizes):
            *arg(out), *arg(dout), *arg(delta), ctypes.c_int32(q.shape[3]))
     scalars = (ctypes.c_int32(seq), ctypes.c_int32(key_seq), ctypes.c_int32(heads),
                ctypes.c_float(scale2), ctypes.c_float(scale))
-    function, stream = compiled_launchable(dkdv, _DKDV_SIGNATURE, _shared_bytes(dkdv_config, stats=True),
-                                           device)
-    launch(stream, launch_config(key_grid, dkdv_config.threads, _shared_bytes(dkdv_config, stats=True)),
+    shared = _shared_bytes(dkdv_config, True, dq_kernel is None)
+    function, stream = compiled_launchable(dkdv, _DKDV_SIGNATURE, shared, device)
+    launch(stream, launch_config(key_grid, dkdv_config.threads, shared),
            function, *arg(q), *arg(k), *arg(v), *arg(dout), *arg(lse), *arg(delta), *arg(dk),
-           *arg(dv), *scalars)
+           *arg(dv), *arg(dq_accum), *scalars)
+    if dq_kernel is None:  # dQ was added by dK and dV's kernel
+        return
     function, stream = compiled_launchable(dq_kernel, _DQ_SIGNATURE, _shared_bytes(dq_config),
                                            device)
     batch = q.shape[0]
