@@ -74,11 +74,17 @@ for head_dim in (128,):
             ("forward", half.make_flash_half_kernel(half.half_config(head_dim), True, "bf16", True),
              (h, h, h, h, f) + scalars),
             ("dkdv", half_backward.make_dkdv_kernel(dkdv, True, "bf16"),
-             (h, h, h, h, f, f, h, h) + scalars + (types.float32,)),
+             (h, h, h, h, f, f, h, h, f) + scalars + (types.float32,)),
             ("dq", half_backward.make_dq_kernel(dq, True, "bf16"),
              (h, h, h, h, f, f, h) + scalars + (types.float32,))):
         ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0), fastmath=True)
         open(f"{sys.argv[1]}/{name}{head_dim}.ptx", "w").write(ptx)
+# Version 5 in one kernel (dQ added atomically) at head dim 64's tiles.
+dkdv, _ = half_backward.backward_configs(64)
+atomic = half_backward.make_dkdv_kernel(dkdv, False, "f16", True)
+ptx, _ = numba.cuda.compile_ptx(atomic.py_func, (h, h, h, h, f, f, h, h, f) + scalars
+                                + (types.float32,), cc=(9, 0), fastmath=True)
+open(f"{sys.argv[1]}/atomic64.ptx", "w").write(ptx)
 """
 
 
@@ -100,6 +106,10 @@ def test_the_kernels_a_gpu_runs_use_the_half_tensor_cores_without_spilling(tmp_p
         forward = (tmp_path / f"forward{head_dim}.ptx").read_text()
         assert "shfl.sync.bfly" in forward  # the row maxima and sums
     assert set(HALF_HEAD_DIMS) >= {64, 128}
+    atomic = (tmp_path / "atomic64.ptx").read_text()
+    assert "red.global.add.v2.f32" in atomic and "ldmatrix.sync.aligned.m8n8.x4.trans" in atomic
+    report = ptxas_report(atomic)
+    assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
 def test_the_committed_run_meets_the_issues_forward_target():

@@ -20,7 +20,8 @@ queries in groups of 16, as the A operand, read from dS^T by ``ldmatrix
 .trans`` (a transposed read turns key rows into query rows); the block's K,
 already in shared memory, as the B operand (``.trans`` again: it is
 row-major along the keys). One atomic addition per element of dQ for each
-block of keys: 64 keys at 4 warps.
+block of keys (64 keys at 4 warps), two neighbours a time (``add_two``:
+``red.global.add.v2.f32``, sm_90 and later).
 
 The rows of dS^T are padded by 8 halves (16 bytes): with rows of BQ + 8
 halves, the eight rows an ldmatrix reads start 4 banks apart modulo 32 and
@@ -33,10 +34,52 @@ faster (benchmarks/attention_half.py times it as flash_bwd_atomic).
 
 from __future__ import annotations
 
-from gpucourse.device import cuda
+from gpucourse.device import cuda, on_gpu
 from numba import float32  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.attention.half import HalfConfig
 from gpucourse.kernels.tensor_cores.moves import ldmatrix_x4_trans, shared_address
+
+# Two neighbouring float32 added in one reduction (sm_90 and later: PTX ISA,
+# "red", vector types): half the atomic instructions of two scalar ones.
+_RED_V2 = "red.global.add.v2.f32 [$0], {$1, $2};"
+
+if on_gpu():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.core.errors import NumbaTypeError
+    from numba.cuda.extending import intrinsic
+
+    @intrinsic
+    def add_two(typingctx, array, index, first, second):
+        """array[index] += first and array[index + 1] += second, atomically, in
+        one instruction; array a 1D float32 array in global memory, index even
+        (the pair's 8 bytes aligned)."""
+        if not (isinstance(array, types.Array) and array.ndim == 1
+                and array.dtype == types.float32 and isinstance(index, types.Integer)):
+            raise NumbaTypeError(f"add_two takes a 1D float32 array and an index, got "
+                                 f"{array}, {index}")
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            offset = context.cast(builder, args[1], sig.args[1], types.intp)
+            pointer = cgutils.get_item_pointer(context, builder, sig.args[0], data, [offset],
+                                               wraparound=False)
+            f32 = ir.FloatType()
+            values = [context.cast(builder, v, t, types.float32)
+                      for v, t in zip(args[2:], sig.args[2:])]
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64), f32, f32]),
+                               _RED_V2, "l,f,f,~{memory}", side_effect=True)
+            builder.call(asm, [builder.ptrtoint(pointer, ir.IntType(64)), *values])
+            return context.get_dummy_value()
+
+        return types.void(array, index, first, second), codegen
+else:
+    @cuda.jit(device=True)
+    def add_two(array, index, first, second):
+        """The simulator's stand-in: two atomic additions."""
+        cuda.atomic.add(array, index, first)
+        cuda.atomic.add(array, index + 1, second)
 
 
 def atomic_dq_layout(config: HalfConfig) -> tuple[int, int, int]:
@@ -128,8 +171,8 @@ def make_atomic_dq(config: HalfConfig, mma, place, atomic_dq: bool = True):
                         row = (at + query) * D + d0 + 16 * tp + 2 * t
                         for half in range(2):
                             n = half * 4 + 2 * h
-                            cuda.atomic.add(dq_accum, row + 8 * half, acc[n] * scale)
-                            cuda.atomic.add(dq_accum, row + 8 * half + 1, acc[n + 1] * scale)
+                            add_two(dq_accum, row + 8 * half, acc[n] * scale,
+                                    acc[n + 1] * scale)
 
     return store_ds, add_dq, acc_size
 
