@@ -16,7 +16,8 @@ for each mask (a candidate equal to it is not timed twice):
   default under one mask is the candidate under the other); dQ's at 8 warps
   x 32 (second in the first run); and version 5 in one kernel, dQ added
   atomically by dK and dV's kernel (half_backward_atomic; "atomic 4x32",
-  231 registers, and "atomic 4x64", 255, no spill), which drops the dQ
+  231 registers, and "atomic 4x64", 255, no spill; "atomic 4x32 r168" capped
+  at 168 registers, 28 bytes of spills, for three blocks an SM), which drops the dQ
   kernel's recomputation of S and dP: five tile products a pair of tiles
   instead of seven;
 * head dim 128: dK and dV's at 8 warps x 32 (255 registers, no spill, like
@@ -48,8 +49,8 @@ from attention_half import _benchmark_module  # noqa: E402 (benchmarks/attention
 
 BATCH, HEADS, SEQ = 4, 16, 4096
 CANDIDATES = {64: {"dkdv": [(4, 64), (4, 32)], "dq": [(8, 32), (4, 32)],
-                   "atomic": [(4, 32), (4, 64)]},
-              128: {"dkdv": [(8, 32)], "dq": [(8, 16), (4, 32)], "atomic": [(4, 32)]}}
+                   "atomic": [(4, 32, None), (4, 32, 168), (4, 64, None)]},
+              128: {"dkdv": [(8, 32)], "dq": [(8, 16), (4, 32)], "atomic": [(4, 32, None)]}}
 ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
 
@@ -68,9 +69,11 @@ def sweep(bench, plans, head_dim, causal):
     q, k, v, dout = (torch.randn(BATCH, HEADS, SEQ, head_dim, device="cuda", generator=g).half()
                      for _ in range(4))
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-    calls = {name: (lambda c=configs, a=name.startswith("atomic"): half_attention_backward(
-        q, k, v, out, lse, dout, causal=causal, configs=c, atomic_dq=a))
-        for name, configs in plans.items()}
+    calls = {name: (lambda c=configs, a=name.startswith("atomic"),
+                    r=int(name.split(" r")[1]) if " r" in name else None:
+                    half_attention_backward(q, k, v, out, lse, dout, causal=causal, configs=c,
+                                            atomic_dq=a, max_registers=r))
+             for name, configs in plans.items()}
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         result = scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -90,13 +93,15 @@ def sweep(bench, plans, head_dim, causal):
     rows = []
     for name in plans:
         kernel, _, tiles = name.partition(" ")
+        tiles, _, cap = tiles.partition(" r")
         warps, cols = (int(x) for x in tiles.split("x")) if tiles else (None, None)
         if name == "default":  # the tiles of both kernels, as they were this run
             tiles_now = {f"{which}_tiles": [plans[name][i].warps, plans[name][i].block_cols]
                          for i, which in enumerate(("dkdv", "dq"))}
         rows.append(dict(variant=name, head_dim=head_dim, kernel=kernel if tiles else "both",
                          **(tiles_now if name == "default" else {}),
-                         warps=warps, block_cols=cols, causal=causal, ms=ms.get(name),
+                         warps=warps, block_cols=cols, max_registers=int(cap) if cap else None,
+                         causal=causal, ms=ms.get(name),
                          sdpa_flash_ms=ms["sdpa_flash_bwd"],
                          ratio=ms[name] / ms["sdpa_flash_bwd"] if name in ms else None,
                          max_diff=diffs[name], passed=name in good))
@@ -131,9 +136,9 @@ def main(argv=None) -> int:
                 tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
                 if tiles != default[1]:
                     plans[f"dq {warps}x{cols}"] = (default[0], tiles)
-            for warps, cols in candidates["atomic"]:  # one kernel: dQ added atomically
-                plans[f"atomic {warps}x{cols}"] = (HalfConfig(head_dim, warps=warps,
-                                                              block_cols=cols), default[1])
+            for warps, cols, cap in candidates["atomic"]:  # one kernel: dQ added atomically
+                plans[f"atomic {warps}x{cols}" + (f" r{cap}" if cap else "")] = (
+                    HalfConfig(head_dim, warps=warps, block_cols=cols), default[1])
             rows += sweep(bench, plans, head_dim, causal)
     record["results"] = rows
     path = write_json(results_path(args.out, record), record)

@@ -246,5 +246,7 @@ def test_dq_added_atomically_by_the_key_blocks_equals_its_own_kernels():
         assert float((a.float() - b.float()).abs().max()) <= 4 * 2.0 ** -11 * scale, name
     with pytest.raises(ValueError, match="atomic_dq must be True or False"):
         half_attention_backward(q, k, v, out, lse, dout, atomic_dq="yes")
+    with pytest.raises(ValueError, match="max_registers must be None or a whole number"):
+        half_attention_backward(q, k, v, out, lse, dout, max_registers=300)
     with pytest.raises(ValueError, match="multiple of warps"):
         atomic_dq_layout(HalfConfig(64, warps=4, block_cols=96))

@@ -144,12 +144,14 @@ def query_stat(lse, delta, row_base, query, seq, of_lse):
 
 
 @lru_cache(maxsize=None)
-def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: bool = False):
+def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: bool = False,
+                     max_registers: int | None = None):
     """kernel(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, key_seq, heads,
     scale2, scale): dK and dV for the block's keys (16 per warp; config.block_rows
     of them), walking query tiles of config.block_cols; with atomic_dq, each
     tile's share of dQ added to dq_accum (float32) as well
-    (``half_backward_atomic``), else dq_accum is not touched."""
+    (``half_backward_atomic``), else dq_accum is not touched. max_registers:
+    a cap on its registers a thread (None: ptxas's choice; on a GPU only)."""
     check_half_config(config)
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     shift, modulus = _tile_pieces(config, BK)[1:3]
@@ -181,7 +183,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
     _, copy_keys, _, _ = make_pair_copies(config, BK, place)
     q_loads, _, plan_queries, copy_queries = make_pair_copies(config, BQ, place)
 
-    @cuda.jit
+    @cuda.jit(**({"max_registers": max_registers} if max_registers and on_gpu() else {}))
     def kernel(q, k, v, dout, lse, delta, dk, dv, dq_accum, seq, key_seq, heads, scale2,
                scale):
         smem = cuda.shared.array(0, uint16)
@@ -571,7 +573,8 @@ _DQ_SIGNATURE = (_HALVES,) * 4 + (_FLOATS, _FLOATS, _HALVES) + _SCALARS
 
 
 def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
-                            scale: float | None = None, configs=None, atomic_dq: bool = False):
+                            scale: float | None = None, configs=None, atomic_dq: bool = False,
+                            max_registers: int | None = None):
     """(dq, dk, dv) of softmax(scale q k^T) v for fp16 or bf16 torch tensors
     (CUDA ones on a GPU; CPU ones on the simulator), given the forward's out
     and lse (float32, natural log) and dout, all C-contiguous, q (batch,
@@ -581,9 +584,16 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     backward_configs(head_dim, causal) (benchmarks/attention_half_sweep.py times
     others); checked, ValueError naming what is accepted. atomic_dq: dQ
     added atomically by dK and dV's kernel (``half_backward_atomic``; its
-    dQ config is not used), not computed by a kernel of its own."""
+    dQ config is not used), not computed by a kernel of its own.
+    max_registers: a cap on dK and dV's kernel's registers a thread, 32 to 255
+    (benchmarks/attention_half_sweep.py; None: ptxas's choice)."""
     if not isinstance(atomic_dq, bool):
         raise ValueError(f"atomic_dq must be True or False, got {atomic_dq!r}")
+    if max_registers is not None and (isinstance(max_registers, bool)
+                                      or not isinstance(max_registers, int)
+                                      or not 32 <= max_registers <= 255):
+        raise ValueError(f"max_registers must be None or a whole number from 32 to 255, got "
+                         f"{max_registers!r}")
     import torch
 
     kind = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
@@ -596,7 +606,7 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     row_dot = make_row_dot_kernel(kind)
-    dkdv = make_dkdv_kernel(dkdv_config, causal, kind, atomic_dq)
+    dkdv = make_dkdv_kernel(dkdv_config, causal, kind, atomic_dq, max_registers)
     dq_kernel = None if atomic_dq else make_dq_kernel(dq_config, causal, kind)
     # dQ's float32 sums, when dK and dV's kernel adds them (else a stand-in it
     # does not touch).
