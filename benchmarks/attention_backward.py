@@ -16,9 +16,10 @@
    version 6 instead at head dim 64 on GPUs with tensor cores,
    backward.TF32_DEFAULT_HEAD_DIMS, timed as flash_bwd_v6), the others as
    flash_bwd_v<n> (those that passed the validation: a version that failed it
-   is not timed), and two variants of version 6 (V6_VARIANTS): its small
-   parts rounded to TF32 too, tf32_rounded_bwd, and its walked tiles split
-   once a block, tf32_split_bwd; and version 4 through Numba's own launches,
+   is not timed), and three variants of version 6 (V6_VARIANTS): its small
+   parts rounded to TF32 too, tf32_rounded_bwd; its walked tiles split
+   once a block, tf32_split_bwd; and, at head dim 64, dQ added atomically by
+   dK and dV's kernel, tf32_atomic_bwd; and version 4 through Numba's own launches,
    QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
    --versions picks the versions besides the default) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
@@ -50,7 +51,8 @@ ROUNDS = 5
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
 ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
 SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (split_walked)
-V6_VARIANTS = (ROUNDED, SPLIT)
+ATOMIC = "tf32_atomic"  # version 6 in one kernel, dQ added atomically (head dim 64 alone)
+V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC)
 
 
 def autograd64(q, k, v, dout, causal):
@@ -73,7 +75,8 @@ def validate(versions=FLOAT32_VERSIONS):
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         want = autograd64(q, k, v, dout, causal)
         for version in versions + extra:
-            if version in (6,) + V6_VARIANTS and d not in TF32_BACKWARD_HEAD_DIMS:
+            if version in (6,) + V6_VARIANTS and d not in TF32_BACKWARD_HEAD_DIMS \
+                    or version == ATOMIC and d != 64:
                 continue
             try:  # a version that fails here is recorded, and not timed
                 ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
@@ -160,11 +163,16 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
     round_small on (tf32_backward.make_3xtf32: two conversions a split
     instead of one); SPLIT, split_walked on (each walked tile split once a
     block instead of once a warp; in dK and dV's kernel at head dim 64 and
-    below alone: at 128 it spills there)."""
+    below alone: at 128 it spills there); ATOMIC, dQ added atomically by dK
+    and dV's kernel (tf32_backward_atomic; its pieces of 16 queries x 32
+    columns divide among the 4 warps at head dim 64's 32-query tiles alone)."""
     from dataclasses import replace
 
-    from gpucourse.kernels.attention.tf32_backward import backward_configs
+    from gpucourse.kernels.attention.tf32_backward import (backward_configs,
+                                                           tf32_attention_backward)
 
+    if name == ATOMIC:
+        return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal, atomic_dq=True)
     dkdv, dq = backward_configs(q.shape[3])
     if name == ROUNDED:
         configs = (replace(dkdv, round_small=True), replace(dq, round_small=True))
@@ -192,7 +200,7 @@ def timing(versions=FLOAT32_VERSIONS, invalid=()):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
         for name in V6_VARIANTS if 6 in versions else ():
-            if name not in invalid:
+            if name not in invalid and not (name == ATOMIC and d != 64):
                 calls[f"{name}_bwd"] = (lambda n=name: v6_variant(n, q, k, v, out, lse, dout,
                                                                   causal))
         # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the

@@ -101,8 +101,11 @@ b, f, i = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"),
 scalars = (i, i, i, types.float32, types.float32)
 dkdv, dq = T.backward_configs(128)
 for name, kernel, signature in (
-        ("dkdv", T.make_dkdv_kernel(dkdv, True), (b,) * 4 + (f,) * 4 + scalars),
-        ("dq", T.make_dq_kernel(dq, True), (b,) * 4 + (f,) * 3 + scalars)):
+        ("dkdv", T.make_dkdv_kernel(dkdv, True), (b,) * 4 + (f,) * 5 + scalars),
+        ("dq", T.make_dq_kernel(dq, True), (b,) * 4 + (f,) * 3 + scalars),
+        # dQ added atomically by dK and dV's kernel, at head dim 64's tiles
+        ("atomic", T.make_dkdv_kernel(T.backward_configs(64)[0], True, True),
+         (b,) * 4 + (f,) * 5 + scalars)):
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
     open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
 """
@@ -113,7 +116,8 @@ def test_the_kernels_a_gpu_runs_use_the_tf32_tensor_cores_without_spilling(tmp_p
     # both sums: 255 registers; at 64 it took 235 and dQ's 133, compiled when
     # the tiles were chosen: backward_configs).
     compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
-    for name in ("dkdv", "dq"):
+    assert "atom.global.add.f32" in (tmp_path / "atomic.ptx").read_text()
+    for name in ("dkdv", "dq", "atomic"):
         ptx = (tmp_path / f"{name}.ptx").read_text()
         assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx, name
         assert "cvt.rna.tf32.f32" in ptx and "cp.async.cg.shared.global" in ptx, name
@@ -160,3 +164,35 @@ def test_each_kernel_is_built_once_per_configuration():
                 for make in (T.make_dkdv_kernel, T.make_dq_kernel):
                     assert make(config, causal) is make(twin, causal), (make.__name__, d, split)
             assert T.make_stage_split(config, True) is T.make_stage_split(twin, True)
+
+
+def test_dq_added_atomically_by_the_key_blocks_equals_its_own_kernels():
+    # tf32_backward_atomic: dK and dV's kernel adds each walked tile's dQ over
+    # its keys to dq; cross-attention, causal, several key blocks adding to
+    # the same rows (on the simulator 16 keys a block, head dim 32; on a GPU
+    # head dim 64's tiles). The same 3xTF32 products as the dQ kernel's, in
+    # another order of sums: dQ within float32 rounding of it; dK and dV the
+    # same bits on the simulator.
+    from gpucourse.kernels.attention.tf32_backward import (backward_configs,
+                                                           tf32_attention_backward)
+    from gpucourse.kernels.attention.tf32_backward_atomic import atomic_dq_pieces
+
+    d, seq, key_seq = (64, 300, 260) if on_gpu() else (32, 12, 20)
+    rng = np.random.default_rng(11)
+    q, dout = (rng.standard_normal((1, 2, seq, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((1, 2, key_seq, d)).astype(np.float32) for _ in range(2))
+    out, lse = A.reference_attention(q, k, v, causal=True, return_lse=True)
+    inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+    tiles = backward_configs(d) if on_gpu() else (Tf32BackwardConfig(d, warps=1,
+                                                                     block_cols=16),) * 2
+    own = [np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
+           for x in tf32_attention_backward(*inputs, causal=True, configs=tiles)]
+    added = [np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
+             for x in tf32_attention_backward(*inputs, causal=True, configs=tiles,
+                                              atomic_dq=True)]
+    for name, a, b in zip(("dq", "dk", "dv"), added, own):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max(), err_msg=name)
+        if name != "dq" and not on_gpu():
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    with pytest.raises(ValueError, match="block_cols must be a multiple of 16"):
+        atomic_dq_pieces(Tf32BackwardConfig(64, warps=4, block_cols=8))

@@ -73,6 +73,7 @@ from gpucourse.kernels.attention.backward import _row_dot_kernel
 from gpucourse.kernels.attention.half import WarpTiles
 from gpucourse.kernels.attention.half_backward import query_stat
 from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
+from gpucourse.kernels.attention.tf32_backward_atomic import atomic_dq_floats, make_atomic_dq
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
@@ -269,6 +270,29 @@ def make_3xtf32(round_small: bool):
     return split4, mma3
 
 
+@lru_cache(maxsize=None)
+def make_four_products(round_small: bool):
+    """four_products(a_big, a_small, x, xs, y, ys, part): part[4i:4i + 4] +=
+    A B_i for i = 0..3, A one split A fragment, B_i the B fragment of rows x[i]
+    (fragment row t) and y[i] (t + 4), big parts x, y and small xs, ys: four
+    output tiles of one 8-deep step, in 3xTF32."""
+    _, mma3 = make_3xtf32(round_small)
+
+    @device
+    def four_products(a_big, a_small, x, xs, y, ys, part):
+        for i in range(4):  # each selected by constants, not indexed (no local memory)
+            xi = x[0] if i == 0 else (x[1] if i == 1 else (x[2] if i == 2 else x[3]))
+            yi = y[0] if i == 0 else (y[1] if i == 1 else (y[2] if i == 2 else y[3]))
+            xl = xs[0] if i == 0 else (xs[1] if i == 1 else (xs[2] if i == 2 else xs[3]))
+            yl = ys[0] if i == 0 else (ys[1] if i == 1 else (ys[2] if i == 2 else ys[3]))
+            d = mma3(a_big, a_small, xi, yi, xl, yl,
+                     (part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]))
+            for e in range(4):
+                part[4 * i + e] = d[e]
+
+    return four_products
+
+
 def make_tile_functions(config: Tf32BackwardConfig):
     """The device functions both kernels are built from, for one head dim:
     ``scores``, a warp's 16 x block_cols tile of A B^T (both row-major in shared
@@ -279,6 +303,7 @@ def make_tile_functions(config: Tf32BackwardConfig):
     D = config.head_dim
     pairs, groups, tiles = D // 16, D // 32, config.block_cols // 8
     split4, mma3 = make_3xtf32(config.round_small)
+    four_products = make_four_products(config.round_small)
     split_walked = config.split_walked
 
     @device
@@ -346,15 +371,7 @@ def make_tile_functions(config: Tf32BackwardConfig):
                 y, ys = walked4(smemf, at + pair_odd, small_shift)  # row 2t + 1
                 a_big = (big[4 * n], big[4 * n + 1], big[4 * n + 2], big[4 * n + 3])
                 a_small = (small[4 * n], small[4 * n + 1], small[4 * n + 2], small[4 * n + 3])
-                for i in range(4):  # each selected by constants, not indexed (no local memory)
-                    xi = x[0] if i == 0 else (x[1] if i == 1 else (x[2] if i == 2 else x[3]))
-                    yi = y[0] if i == 0 else (y[1] if i == 1 else (y[2] if i == 2 else y[3]))
-                    xl = xs[0] if i == 0 else (xs[1] if i == 1 else (xs[2] if i == 2 else xs[3]))
-                    yl = ys[0] if i == 0 else (ys[1] if i == 1 else (ys[2] if i == 2 else ys[3]))
-                    d = mma3(a_big, a_small, xi, yi, xl, yl,
-                             (part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]))
-                    for e in range(4):
-                        part[4 * i + e] = d[e]
+                four_products(a_big, a_small, x, xs, y, ys, part)
             for i in range(16):  # the tile's share, added with rounding float32 adds
                 sums[16 * grp + i] += part[i]
 
@@ -425,11 +442,13 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool):
 
 
 @lru_cache(maxsize=None)
-def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
-    """kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2,
+def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False):
+    """kernel(q, k, v, dout, lse, delta, dk, dv, dq, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
-    of config.block_cols; q, k, v, dout as uint16 views of their float32 bits
-    (the copies move bits), the rest float32, all flat."""
+    of config.block_cols; with atomic_dq, each tile's share of dQ added to dq
+    too (zeroed first; ``tf32_backward_atomic``), else dq is not touched; q,
+    k, v, dout as uint16 views of their float32 bits (the copies move bits),
+    the rest float32, all flat."""
     check_tf32_backward_config(config)
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     tiles, sums_size = BQ // 8, D // 2
@@ -443,9 +462,12 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
     copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
     wait_all = cp_async_wait(0)
     split_stage = make_stage_split(config, stats=True)
+    store_ds, add_dq = make_atomic_dq(config, device, make_3xtf32(config.round_small)[0],
+                                      make_four_products(config.round_small), atomic_dq)
+    ds_base = config.shared_bytes(stats=True) // FLOAT_BYTES  # the block's dS, after the rest
 
     @cuda.jit
-    def kernel(q, k, v, dout, lse, delta, dk, dv, seq, key_seq, heads, scale2, scale):
+    def kernel(q, k, v, dout, lse, delta, dk, dv, dq, seq, key_seq, heads, scale2, scale):
         smem = cuda.shared.array(0, uint16)
         smemf = cuda.shared.array(0, float32, alignment=SHARED_ALIGNMENT)  # as float32
         thread = cuda.threadIdx.x
@@ -510,6 +532,8 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
                         ds = p * (dp[4 * n + e] - smemf[at + BQ])
                     s[4 * n + e] = p
                     dp[4 * n + e] = ds
+            if atomic_dq:
+                store_ds(smemf, ds_base, dp, warp, g, t)
             # The next tile's L or D, read now, stored after the products.
             following = float32(0.0)
             if moves_stat and qi + 1 < q_tiles:
@@ -521,6 +545,10 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool):
                         dv_sums, part, shift)
             split_c(dp, big, small)
             add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part, shift)
+            if atomic_dq:  # every warp's dS stored: the tile's dQ over the block's keys
+                cuda.syncthreads()
+                add_dq(smemf, ds_base, part, dq, row_base, q_start, seq, warp, g, t, pair_even,
+                       pair_odd, scale)
             if moves_stat and qi + 1 < q_tiles:  # the other stage, read by no warp now
                 smemf[stats_base + stats_stage - stat + thread] = following
             stage = unsigned(stage_floats) - stage
@@ -635,25 +663,27 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
 # lse, delta and the gradients as float32; the sizes and scales.
 _BITS, _FLOATS = uint16[::1], float32[::1]
 _SCALARS = (int32, int32, int32, float32, float32)
-_DKDV_SIGNATURE = (_BITS,) * 4 + (_FLOATS,) * 4 + _SCALARS
+_DKDV_SIGNATURE = (_BITS,) * 4 + (_FLOATS,) * 5 + _SCALARS
 _DQ_SIGNATURE = (_BITS,) * 4 + (_FLOATS,) * 3 + _SCALARS
 ROW_THREADS = 128
 
 
 def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
-                            scale: float | None = None, configs=None):
+                            scale: float | None = None, configs=None, atomic_dq: bool = False):
     """(dq, dk, dv) of softmax(scale q k^T) v in 3xTF32, for float32 inputs,
     C-contiguous: q, out, dout (batch, heads, seq, head_dim), k, v (batch,
     heads, key_seq, head_dim), lse (batch, heads, seq) in natural log; torch
     CUDA tensors on a GPU, numpy arrays or CPU torch tensors on the simulator;
     unchecked (flash_attention_backward checks). configs: (dK and dV's tiles,
-    dQ's tiles), default backward_configs(head_dim). Gradients in the inputs'
-    kind."""
+    dQ's tiles), default backward_configs(head_dim). atomic_dq: dQ added by dK
+    and dV's kernel (``tf32_backward_atomic``; dQ's tiles unused). Gradients
+    in the inputs' kind."""
     batch, heads, seq, d = q.shape
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     dkdv_config, dq_config = configs if configs is not None else backward_configs(d)
-    kernels = (make_dkdv_kernel(dkdv_config, causal), make_dq_kernel(dq_config, causal))
+    kernels = (make_dkdv_kernel(dkdv_config, causal, atomic_dq),
+               None if atomic_dq else make_dq_kernel(dq_config, causal))
     sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
     if hasattr(q, "is_cuda") and q.is_cuda:
         return _launch_on_gpu((dkdv_config, dq_config), kernels, (q, k, v, out, lse, dout),
@@ -679,18 +709,20 @@ def _launch_on_simulator(configs, kernels, tensors, sizes):
     delta = np.zeros(rows, np.float32)
     _row_dot_kernel[(rows + ROW_THREADS - 1) // ROW_THREADS, ROW_THREADS](
         out.reshape(rows, d), dout.reshape(rows, d), delta)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)  # dq zeroed: atomics
     bits = [x.reshape(-1).view(np.uint16) for x in (q, k, v, dout)]
     scalars = (np.int32(sizes[0]), np.int32(sizes[1]), np.int32(sizes[2]),
                np.float32(sizes[3]), np.float32(sizes[4]))
     for kernel, config, grid_rows, stats, grads in (
-            (dkdv, dkdv_config, key_seq, True, (dk, dv)),
+            (dkdv, dkdv_config, key_seq, True, (dk, dv, delta if dq_kernel else dq)),
             (dq_kernel, dq_config, seq, False, (dq,))):
+        if kernel is None:  # dQ came by atomic additions
+            continue
         forget_earlier_moves()
         forget_earlier_calls()
         kernel[config.grid(batch, heads, grid_rows), config.threads, 0,
-               config.shared_bytes(stats)](*bits, lse.reshape(-1), delta,
-                                           *(x.reshape(-1) for x in grads), *scalars)
+               _shared_bytes(config, stats, dq_kernel is None)](
+            *bits, lse.reshape(-1), delta, *(x.reshape(-1) for x in grads), *scalars)
     if torch_in:
         import torch
 
@@ -715,7 +747,8 @@ def _launch_on_gpu(configs, kernels, tensors, sizes):
     device = current_gpu()
     launch = core_launch()
     delta = torch.empty(rows, dtype=torch.float32, device=q.device)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq = torch.empty_like(q) if dq_kernel else torch.zeros_like(q)  # zeroed: atomics
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
 
     def floats(x):
         return flat_argument(x.data_ptr(), x.numel(), 4)
@@ -730,14 +763,22 @@ def _launch_on_gpu(configs, kernels, tensors, sizes):
                ctypes.c_float(sizes[3]), ctypes.c_float(sizes[4]))
     inputs = (*bits(q), *bits(k), *bits(v), *bits(dout), *floats(lse), *floats(delta))
     for kernel, signature, config, grid_rows, stats, grads in (
-            (dkdv, _DKDV_SIGNATURE, dkdv_config, key_seq, True, (dk, dv)),
+            (dkdv, _DKDV_SIGNATURE, dkdv_config, key_seq, True, (dk, dv, delta if dq_kernel else dq)),
             (dq_kernel, _DQ_SIGNATURE, dq_config, seq, False, (dq,))):
-        shared = config.shared_bytes(stats)
+        if kernel is None:  # dQ came by atomic additions
+            continue
+        shared = _shared_bytes(config, stats, dq_kernel is None)
         function, stream = compiled_launchable(kernel, signature, shared, device)
         launch(stream, launch_config(config.grid(batch, heads, grid_rows), config.threads,
                                      shared),
                function, *inputs, *(x for grad in grads for x in floats(grad)), *scalars)
     return dq, dk, dv
+
+
+def _shared_bytes(config, stats, atomic_dq):
+    """A kernel's shared memory: its tiles, and with atomic dQ the block's dS."""
+    return config.shared_bytes(stats) + (FLOAT_BYTES * atomic_dq_floats(config)
+                                         if stats and atomic_dq else 0)
 
 
 def _matrix(x, rows, cols):
