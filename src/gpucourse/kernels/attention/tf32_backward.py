@@ -54,8 +54,8 @@ heads, key_seq, head_dim), head_dim in TF32_BACKWARD_HEAD_DIMS (multiples of
 32: the output groups); torch CUDA tensors on a GPU with tensor cores, numpy
 arrays or CPU torch tensors on Numba's simulator (where the instructions are
 ``tensor_cores``' stand-ins and every thread of a block must reach every
-instruction: no warp skips a tile). Not yet timed on a GPU (see
-benchmarks/NOTES.md, "fp32 backward on 3xTF32, built, to be timed").
+instruction: no warp skips a tile). Timed on an H200: benchmarks/NOTES.md;
+``tf32_backward_atomic`` is the one-kernel variant (``atomic_dq=True``).
 """
 
 from __future__ import annotations
