@@ -446,6 +446,38 @@ def test_the_default_version_follows_the_timings(monkeypatch):
     assert AB.TF32_DEFAULT_HEAD_DIMS == (64,)
 
 
+def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
+    # backward.ATOMIC_DQ_HEAD_DIMS: where versions 5 and 6 add dQ atomically by
+    # default (none until a GPU run says so); listed, a call asks for it,
+    # version 6 only with its own tiles. The kernels are stood in for.
+    from gpucourse.kernels.attention import backward as AB
+    from gpucourse.kernels.attention import half_backward, tf32_backward
+
+    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (), 6: ()}  # not the default until timed
+    asked = {}
+
+    def stand_in(version):
+        def run(*args, atomic_dq=False, **kwargs):
+            asked[version] = atomic_dq
+            return args[:3]
+        return run
+
+    monkeypatch.setattr(half_backward, "half_attention_backward", stand_in(5))
+    monkeypatch.setattr(tf32_backward, "tf32_attention_backward", stand_in(6))
+    halves = [torch.zeros(1, 1, 16, 64, dtype=torch.float16) for _ in range(6)]
+    halves[4] = torch.zeros(1, 1, 16)
+    floats = [np.zeros((1, 1, 16, 64), np.float32) for _ in range(6)]
+    floats[4] = np.zeros((1, 1, 16), np.float32)
+    for listed in ((), (64,)):
+        monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
+        AB._half_backward("torch", "float16", *halves, False, 0.125)
+        AB._tf32_backward("numpy", *floats, False, 0.125, None)
+        assert asked == {5: bool(listed), 6: bool(listed)}
+        config = tf32_backward.backward_configs(64)
+        AB._tf32_backward("numpy", *floats, False, 0.125, config)
+        assert asked[6] is False  # tiles of the caller's: two kernels
+
+
 def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(tmp_path):
     # A run of version 6 alone (beside version 4) is newer than the run of the
     # ladder: the ladder's table still comes from the run that timed 1-4, and

@@ -331,6 +331,12 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
 # head dim 64; at 128, where its dK/dV kernel walks 8-row tiles, 0.72-0.81x).
 # Head dim 32 has not been timed.
 TF32_DEFAULT_HEAD_DIMS = (64,)
+# Head dims at which versions 5 and 6 add dQ atomically from dK and dV's
+# kernel by default (half_backward_atomic, tf32_backward_atomic: five tile
+# products instead of seven, but dQ's last bits then vary between calls):
+# none until a GPU run times them faster than the two kernels at both masks
+# (benchmarks/NOTES.md, "Waiting for the next GPU session").
+ATOMIC_DQ_HEAD_DIMS = {5: (), 6: ()}
 
 
 def _default_version(kind: str, io: str, head_dim: int) -> int:
@@ -370,7 +376,8 @@ def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
             raise ValueError("version 5 needs a GPU with tensor cores (compute capability 8.0 "
                              "or later); use version 4")
     return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
-                                   scale=float(scale))
+                                   scale=float(scale),
+                                   atomic_dq=q.shape[3] in ATOMIC_DQ_HEAD_DIMS[5])
 
 
 def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
@@ -406,4 +413,6 @@ def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
                              "data must start on a 16-byte boundary")
     elif kind != "numpy":
         raise ValueError(f"version 6 takes numpy arrays on the simulator, got {kind} arrays")
-    return tf32_attention_backward(*tensors, causal=causal, scale=float(scale), configs=config)
+    atomic = config is None and head_dim in ATOMIC_DQ_HEAD_DIMS[6]  # with its own tiles
+    return tf32_attention_backward(*tensors, causal=causal, scale=float(scale), configs=config,
+                                   atomic_dq=atomic)
