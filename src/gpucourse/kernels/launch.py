@@ -119,8 +119,8 @@ STATIC_SHARED_LIMIT_BYTES = 48 * 1024
 
 
 @lru_cache(maxsize=None)
-def has_tf32_tensor_cores(device_id: int) -> bool:
-    """Whether this GPU runs mma.sync with TF32 (compute capability 8.0 on)."""
+def compute_capability(device_id: int) -> tuple[int, int]:
+    """(major, minor) of this GPU; (0, 0) where the driver does not say."""
     from cuda.bindings import driver as cu
 
     found = []
@@ -128,9 +128,14 @@ def has_tf32_tensor_cores(device_id: int) -> bool:
                       cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
         error, value = cu.cuDeviceGetAttribute(attribute, device_id)
         if error != cu.CUresult.CUDA_SUCCESS:
-            return False
+            return (0, 0)
         found.append(int(value))
-    return tuple(found) >= TENSOR_CORE_CAPABILITY
+    return tuple(found)
+
+
+def has_tf32_tensor_cores(device_id: int) -> bool:
+    """Whether this GPU runs mma.sync with TF32 (compute capability 8.0 on)."""
+    return compute_capability(device_id) >= TENSOR_CORE_CAPABILITY
 
 
 @lru_cache(maxsize=None)

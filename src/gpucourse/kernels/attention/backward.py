@@ -361,7 +361,8 @@ def _default_version(kind: str, io: str, head_dim: int) -> int:
 def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
     """Version 5 (attention.half_backward) on checked inputs: torch tensors,
     CUDA ones on a GPU with tensor cores."""
-    from gpucourse.kernels.attention.half_backward import half_attention_backward
+    from gpucourse.kernels.attention.half_backward import (atomic_dq_runs_here,
+                                                           half_attention_backward)
     from gpucourse.kernels.launch import has_tf32_tensor_cores
 
     if kind != "torch":
@@ -377,7 +378,8 @@ def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
                              "or later); use version 4")
     return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
                                    scale=float(scale),
-                                   atomic_dq=q.shape[3] in ATOMIC_DQ_HEAD_DIMS[5])
+                                   atomic_dq=q.shape[3] in ATOMIC_DQ_HEAD_DIMS[5]
+                                   and atomic_dq_runs_here())
 
 
 def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):

@@ -536,6 +536,14 @@ def backward_configs(head_dim: int, causal: bool = False) -> tuple[HalfConfig, H
                                                                     block_cols=16)
 
 
+def atomic_dq_runs_here() -> bool:
+    """Whether atomic_dq's kernel runs on this GPU (compute capability 9.0 on),
+    or the simulator."""
+    from gpucourse.kernels.launch import compute_capability, current_gpu
+
+    return not on_gpu() or compute_capability(current_gpu()) >= (9, 0)
+
+
 def _checked(configs, head_dim: int) -> tuple[HalfConfig, HalfConfig]:
     """A pair (dK and dV's tiles, dQ's tiles) of HalfConfig for head_dim,
     each accepted by check_half_config; ValueError naming what is accepted."""
@@ -589,6 +597,9 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     (benchmarks/attention_half_sweep.py; None: ptxas's choice)."""
     if not isinstance(atomic_dq, bool):
         raise ValueError(f"atomic_dq must be True or False, got {atomic_dq!r}")
+    if atomic_dq and q.is_cuda and not atomic_dq_runs_here():
+        raise ValueError("atomic_dq adds dQ by red.global.add.v2.f32, which needs a GPU of "
+                         "compute capability 9.0 or later")
     if max_registers is not None and (isinstance(max_registers, bool)
                                       or not isinstance(max_registers, int)
                                       or not 32 <= max_registers <= 255):
