@@ -26,7 +26,8 @@ with their default configuration, each call allocating its output.
      levels' headers.
 3. `tf32_matmul` (tensor_cores.tf32_fast) on float32 inputs, one pass (TF32)
    and three (3xTF32), against cuBLAS with TF32 on, at 4096^3 and 8192^3,
-   validated first (rows tf32_matmul1, tf32_matmul3 and cublas_tf32).
+   validated first (rows tf32_matmul1, tf32_matmul3 and cublas_tf32); one
+   pass at other tiles too (TF32_CANDIDATES: rows tf32_matmul1_<name>).
 4. `--sweep`: level 7 with other tile shapes, at a few sizes (recorded, not
    used by half_matmul unless its table is updated by hand).
 
@@ -150,12 +151,27 @@ def time_in_turns(calls: dict) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+# tf32_matmul's one pass at other tiles, each compiled by ptxas for sm_90
+# without spills (2026-11-28, on a machine without a GPU): the default (128 x
+# 128 x 16, 8 warps, 166 registers) fits one block of 8 warps a multiprocessor,
+# and Nsight Compute found its warps stalled on the tensor pipe and on each
+# other (math and wait) at 8 warps; these hold 12 or 16.
+TF32_CANDIDATES = {
+    "16warps": dict(bm=128, bn=128, bk=16, warps_m=4, warps_n=4, stages=4, group_m=8),  # 122
+    "16warps_bk32": dict(bm=128, bn=128, bk=32, warps_m=4, warps_n=4, stages=3, group_m=8),  # 128
+    "128x64": dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8),  # 164, 3 a SM
+    "64x64": dict(bm=64, bn=64, bk=32, warps_m=2, warps_n=2, stages=4, group_m=8),  # 159, 3 a SM
+}
+
+
 def tf32_rows(torch) -> list:
     """tensor_cores.tf32_matmul in one pass (TF32) and three (3xTF32) on
     float32 inputs at 4096^3 and 8192^3, against cuBLAS with TF32 on (its
     TF32 kernels, the issue's peer) in the same run; each validated first
     against float64: one pass within 4x cuBLAS TF32's error, three within 4x
-    cuBLAS's fp32 (TF32 off) error, on the same inputs."""
+    cuBLAS's fp32 (TF32 off) error, on the same inputs. Then one pass at
+    TF32_CANDIDATES' tiles (rows tf32_matmul1_<name>, with their config),
+    each validated the same way and timed in the same turns."""
     from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
 
     rows = []
@@ -172,11 +188,24 @@ def tf32_rows(torch) -> list:
             if not error <= 4 * peer + 1e-7:
                 print(f"VALIDATION FAILED: tf32_matmul passes={passes} at {size}^3: {error:.2e} "
                       f"against the peer's {peer:.2e}", flush=True)
+        candidates = {}
+        for name, config in TF32_CANDIDATES.items():
+            error = relative_error(tf32_matmul(a, b, passes=1, config=config), ref)
+            if error <= 4 * tf32_peer + 1e-7:
+                candidates[name] = (lambda c=config: tf32_matmul(a, b, passes=1, config=c))
+            else:
+                print(f"VALIDATION FAILED: tf32_matmul {name} at {size}^3: {error:.2e}",
+                      flush=True)
         torch.backends.cuda.matmul.allow_tf32 = True
         ms = time_in_turns({"1": lambda: tf32_matmul(a, b, passes=1),
                             "3": lambda: tf32_matmul(a, b, passes=3),
-                            "cublas_tf32": lambda: torch.mm(a, b)})
+                            "cublas_tf32": lambda: torch.mm(a, b), **candidates})
         torch.backends.cuda.matmul.allow_tf32 = False
+        for name in candidates:
+            rows.append(dict(row(f"tf32_matmul1_{name}", "fp32", size, size, size, ms[name],
+                                 ms["cublas_tf32"]), config=TF32_CANDIDATES[name]))
+            print(f"tf32_matmul passes=1 {name} at {size}^3: {rows[-1]['tflops']} TFLOP/s "
+                  f"({rows[-1]['vs_cublas']} of cuBLAS TF32)", flush=True)
         for passes in (1, 3):
             rows.append(row(f"tf32_matmul{passes}", "fp32", size, size, size, ms[str(passes)],
                             ms["cublas_tf32"]))
