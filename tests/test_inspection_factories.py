@@ -6,8 +6,8 @@ constants; decorators with their own options do not get in the way; the
 structure check can demand that every global load is 128 bits wide.
 """
 
-import _thread
 import re
+import signal
 import threading
 
 import numpy as np
@@ -158,11 +158,26 @@ def _still_running():
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.skipif(on_gpu(), reason="a spinning kernel on a GPU cannot be stopped this way")
 def test_an_interrupted_launch_leaves_no_simulated_thread_running():
-    timer = threading.Timer(0.5, _thread.interrupt_main)  # as a cell's time limit does
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        with tracing.stopping_simulated_threads():
-            spins[1, 8](np.zeros(1, np.float32))
+    # A real SIGINT, as Jupyter sends when a cell's time limit runs out, after
+    # half a second (and again every 5 s should the launch not have started
+    # yet): it wakes the main thread wherever it waits (_thread.interrupt_main
+    # only sets a flag, which a thread blocked in a join never reads: under
+    # load this test once hung there).
+    done = threading.Event()
+
+    def interrupt():
+        wait = 0.5
+        while not done.wait(wait):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            wait = 5.0
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with tracing.stopping_simulated_threads():
+                spins[1, 8](np.zeros(1, np.float32))
+    finally:
+        done.set()
     assert not _still_running()
 
 
