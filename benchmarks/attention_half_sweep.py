@@ -16,10 +16,10 @@ for each mask (a candidate equal to it is not timed twice):
   default under one mask is the candidate under the other); dQ's at 8 warps
   x 32 (second in the first run); and version 5 in one kernel, dQ added
   atomically by dK and dV's kernel (half_backward_atomic; "atomic 4x32",
-  231 registers, and "atomic 4x64", 255, no spill; "atomic 4x32 r168" capped
-  at 168 registers, 28 bytes of spills, for three blocks an SM), which drops the dQ
-  kernel's recomputation of S and dP: five tile products a pair of tiles
-  instead of seven;
+  231 registers, and "atomic 4x64", 255, no spill; "atomic 4x32 r168"
+  capped at 168 registers, 28 bytes of spills, for three blocks an SM),
+  which drops the dQ kernel's recomputation of S and dP: five tile products
+  a pair of tiles instead of seven;
 * head dim 128: dK and dV's at 8 warps x 32 (255 registers, no spill, like
   the default's); dQ's at 8 warps x 16 and 4 x 32 (161, 172); atomic at 4 x
   32 (36 bytes of spills: timed to see what they cost).
@@ -34,8 +34,9 @@ another order: within 8 units of fp16 of the largest), then all are timed
 in turns with SDPA flash's backward (benchmarks/attention.py's
 interleaved_ms). Writes attention_half_sweep-<gpu>-<date>.json (rows:
 head_dim, kernel, warps, block_cols, causal, ms, sdpa_flash_ms, ratio,
-max_diff; the default's rows name both kernels' tiles, dkdv_tiles and dq_tiles) under --out (default benchmarks/results): the tiles to make the
-default where one wins at both masks.
+max_diff, max_registers; the default's rows name both kernels' tiles,
+dkdv_tiles and dq_tiles) under --out (default benchmarks/results): the tiles
+to make the default where one wins at both masks.
 """
 
 from __future__ import annotations
@@ -55,8 +56,15 @@ ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
 
 
+def plan(configs, kernel="both", tiles=(None, None), max_registers=None) -> dict:
+    """One timed plan: the pair of configs, the kernel whose tiles it changes
+    ("both" for the default; "atomic", version 5 in one kernel), those tiles
+    (warps, block_cols) and a register cap."""
+    return dict(configs=configs, kernel=kernel, tiles=tiles, max_registers=max_registers)
+
+
 def sweep(bench, plans, head_dim, causal):
-    """Rows for each plan (a pair of configs) at one head dim and mask: checked
+    """Rows for each plan (``plan``, by name) at one head dim and mask: checked
     against the default plan's gradients, then timed in turns with SDPA flash."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -69,11 +77,10 @@ def sweep(bench, plans, head_dim, causal):
     q, k, v, dout = (torch.randn(BATCH, HEADS, SEQ, head_dim, device="cuda", generator=g).half()
                      for _ in range(4))
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-    calls = {name: (lambda c=configs, a=name.startswith("atomic"),
-                    r=int(name.split(" r")[1]) if " r" in name else None:
-                    half_attention_backward(q, k, v, out, lse, dout, causal=causal, configs=c,
-                                            atomic_dq=a, max_registers=r))
-             for name, configs in plans.items()}
+    calls = {name: (lambda p=p: half_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, configs=p["configs"],
+        atomic_dq=p["kernel"] == "atomic", max_registers=p["max_registers"]))
+             for name, p in plans.items()}
     leaves = [x.clone().requires_grad_() for x in (q, k, v)]
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         result = scaled_dot_product_attention(*leaves, is_causal=causal)
@@ -91,17 +98,14 @@ def sweep(bench, plans, head_dim, causal):
     good = {name: call for name, call in calls.items() if diffs[name] <= UNITS}
     ms = bench.interleaved_ms({**good, "sdpa_flash_bwd": sdpa_backward}, rounds=ROUNDS)
     rows = []
-    for name in plans:
-        kernel, _, tiles = name.partition(" ")
-        tiles, _, cap = tiles.partition(" r")
-        warps, cols = (int(x) for x in tiles.split("x")) if tiles else (None, None)
-        if name == "default":  # the tiles of both kernels, as they were this run
-            tiles_now = {f"{which}_tiles": [plans[name][i].warps, plans[name][i].block_cols]
-                         for i, which in enumerate(("dkdv", "dq"))}
-        rows.append(dict(variant=name, head_dim=head_dim, kernel=kernel if tiles else "both",
-                         **(tiles_now if name == "default" else {}),
-                         warps=warps, block_cols=cols, max_registers=int(cap) if cap else None,
-                         causal=causal, ms=ms.get(name),
+    for name, p in plans.items():
+        # The default's rows name both kernels' tiles, as they were this run.
+        tiles_now = ({f"{which}_tiles": [c.warps, c.block_cols]
+                      for which, c in zip(("dkdv", "dq"), p["configs"])}
+                     if name == "default" else {})
+        rows.append(dict(variant=name, head_dim=head_dim, kernel=p["kernel"], **tiles_now,
+                         warps=p["tiles"][0], block_cols=p["tiles"][1],
+                         max_registers=p["max_registers"], causal=causal, ms=ms.get(name),
                          sdpa_flash_ms=ms["sdpa_flash_bwd"],
                          ratio=ms[name] / ms["sdpa_flash_bwd"] if name in ms else None,
                          max_diff=diffs[name], passed=name in good))
@@ -127,18 +131,20 @@ def main(argv=None) -> int:
     for head_dim, candidates in CANDIDATES.items():
         for causal in (False, True):
             default = backward_configs(head_dim, causal)
-            plans = {"default": default}
+            plans = {"default": plan(default)}
             for warps, cols in candidates["dkdv"]:
                 tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
                 if tiles != default[0]:
-                    plans[f"dkdv {warps}x{cols}"] = (tiles, default[1])
+                    plans[f"dkdv {warps}x{cols}"] = plan((tiles, default[1]), "dkdv",
+                                                         (warps, cols))
             for warps, cols in candidates["dq"]:
                 tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
                 if tiles != default[1]:
-                    plans[f"dq {warps}x{cols}"] = (default[0], tiles)
+                    plans[f"dq {warps}x{cols}"] = plan((default[0], tiles), "dq", (warps, cols))
             for warps, cols, cap in candidates["atomic"]:  # one kernel: dQ added atomically
-                plans[f"atomic {warps}x{cols}" + (f" r{cap}" if cap else "")] = (
-                    HalfConfig(head_dim, warps=warps, block_cols=cols), default[1])
+                tiles = HalfConfig(head_dim, warps=warps, block_cols=cols)
+                plans[f"atomic {warps}x{cols}" + (f" r{cap}" if cap else "")] = plan(
+                    (tiles, default[1]), "atomic", (warps, cols), cap)
             rows += sweep(bench, plans, head_dim, causal)
     record["results"] = rows
     path = write_json(results_path(args.out, record), record)
