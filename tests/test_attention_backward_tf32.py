@@ -35,6 +35,11 @@ def arrays(*xs):
     return tuple(torch.from_numpy(x).cuda() for x in xs) if on_gpu() else xs
 
 
+def on_host(xs):
+    """The arrays back as numpy (from CUDA tensors on a GPU)."""
+    return [np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
 @pytest.mark.parametrize("seq, key_seq, causal", [
     (20, 12, False),  # dK and dV walk three query tiles, the last ragged (8, 8, 4)
     (12, 20, True),   # under the mask, keys past the last query get no gradient
@@ -51,8 +56,7 @@ def test_gradients_err_as_little_as_version_4s(seq, key_seq, causal):
     ours = flash_attention_backward(*inputs, causal=causal, version=6)
     peers = flash_attention_backward(*inputs, causal=causal, version=4)
     for name, g, peer, w, like in zip(("dq", "dk", "dv"), ours, peers, want, (q, k, v)):
-        g, peer, w = (np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
-                      for x in (g, peer, w.detach()))
+        g, peer, w = on_host((g, peer, w.detach()))
         assert g.dtype == np.float32 and g.shape == like.shape, name
         error, peer_error = np.abs(g - w).max(), np.abs(peer - w).max()
         assert error <= FACTOR * peer_error, (name, error, peer_error)
@@ -185,11 +189,9 @@ def test_dq_added_atomically_by_the_key_blocks_equals_its_own_kernels():
     inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
     tiles = backward_configs(d) if on_gpu() else (Tf32BackwardConfig(d, warps=1,
                                                                      block_cols=16),) * 2
-    own = [np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
-           for x in tf32_attention_backward(*inputs, causal=True, configs=tiles)]
-    added = [np.asarray(x.cpu()) if isinstance(x, torch.Tensor) else x
-             for x in tf32_attention_backward(*inputs, causal=True, configs=tiles,
-                                              atomic_dq=True)]
+    own = on_host(tf32_attention_backward(*inputs, causal=True, configs=tiles))
+    added = on_host(tf32_attention_backward(*inputs, causal=True, configs=tiles,
+                                            atomic_dq=True))
     for name, a, b in zip(("dq", "dk", "dv"), added, own):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max(), err_msg=name)
         if name != "dq" and not on_gpu():

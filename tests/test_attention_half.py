@@ -193,8 +193,8 @@ def test_the_default_backward_tiles_are_the_sweeps_fastest(monkeypatch):
     # benchmarks/attention_half_sweep.py timed each kernel's spill-free tiles
     # with the other kernel at the defaults of the day (4 warps; 64-wide walks
     # at head dim 64, dK/dV 32 and dQ 16 at 128: `then`; later runs record
-    # theirs). A GPU gets, for each head
-    # dim, mask and kernel, the tiles that ran fastest there (or as fast).
+    # theirs). A GPU gets, for each head dim, mask and kernel, the tiles that
+    # ran fastest there (or as fast).
     import json
 
     from gpucourse import results
