@@ -164,3 +164,45 @@ def test_every_thread_of_a_block_gets_the_same_shared_array_on_the_simulator():
     done = run_python(SHARED_ARRAY_RACE, device="sim")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str([float(sum(range(32)))])
+
+
+BARRIERS = """
+    import threading, time
+    import numpy as np
+    from gpucourse.device import cuda
+
+    @cuda.jit
+    def barriers(out, slow):
+        i = cuda.threadIdx.x
+        if i == 0:
+            time.sleep(slow)  # the others wait at the barrier meanwhile
+        out[i] = i
+        cuda.syncthreads()
+        neighbour = out[(i + 1) % 64]  # written by another thread before the barrier
+        cuda.syncthreads()
+        out[i] += neighbour
+        if i >= 32:
+            return  # these end; the barrier below holds the others alone
+        cuda.syncthreads()
+        out[i] += 1000
+
+    out = np.zeros(64, np.float32)
+    started = time.thread_time()
+    barriers[1, 64](out, 0.5)
+    print(time.thread_time() - started)
+    want = np.array([i + (i + 1) % 64 for i in range(64)], np.float32)
+    want[:32] += 1000
+    assert np.array_equal(out, want), out
+"""
+
+
+def test_the_simulator_waits_at_barriers_without_spinning():
+    # gpucourse.device makes the simulator's barriers event-driven: the thread
+    # that launched the block sleeps while one thread works and the others wait
+    # (Numba's own loop polls them all the while). The rules stay: a barrier
+    # opens when every thread still running waits at it.
+    done = run_python(BARRIERS, device="sim")
+    assert done.returncode == 0, done.stderr
+    launcher_cpu_s = float(done.stdout.split()[-1])
+    assert launcher_cpu_s < 0.25, (f"the launching thread used {launcher_cpu_s:.2f} s of CPU "
+                                   "while a thread slept 0.5 s: it polls")
