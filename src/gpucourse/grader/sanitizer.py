@@ -420,6 +420,7 @@ def _simulator_folder() -> str:
 def _patches():
     """[(object, attribute, replacement)] that make the simulator sanitize."""
     from gpucourse import device
+    from gpucourse import simulator as simulator_fixes
 
     device.get_cuda()  # the choice of simulator or GPU is made before Numba loads
     from numba.cuda.simulator import kernelapi
@@ -469,7 +470,7 @@ def _patches():
     patched = [(BlockThread, "syncthreads", syncthreads), (BlockThread, "run", thread_run),
                (BlockManager, "run", block_run),
                (kernelapi.FakeCUDAShared, "array",
-                device._shared_array_by_calling_line(shared_array))]
+                simulator_fixes.shared_array_by_calling_line(shared_array))]
     atomic = kernelapi.FakeCUDAAtomic
     for name in [n for n in vars(atomic) if not n.startswith("_")]:
         patched.append((atomic, name, _atomic(getattr(atomic, name))))

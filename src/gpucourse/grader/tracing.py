@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # gpucourse.device first: importing it chooses the simulator or the GPU before Numba loads.
-from gpucourse.device import _shared_array_by_calling_line
+from gpucourse.simulator import shared_array_by_calling_line
 from gpucourse.grader import sanitizer
 from gpucourse.grader.own_work import global_names
 from gpucourse.grader.sanitizer import shared_array_name, thread_name  # noqa: F401 (re-exported)
@@ -297,7 +297,7 @@ def _counting_shared_arrays(found: dict):
             return sanitizer.watched(counting, data, frame, dynamic=shape == 0)
         return counting
 
-    array = _shared_array_by_calling_line(counting_array)
+    array = shared_array_by_calling_line(counting_array)
     shared.array = array
     try:
         yield
