@@ -19,10 +19,12 @@ for each mask (a candidate equal to it is not timed twice):
   231 registers, and "atomic 4x64", 255, no spill; "atomic 4x32 r168"
   capped at 168 registers, 28 bytes of spills, for three blocks an SM),
   which drops the dQ kernel's recomputation of S and dP: five tile products
-  a pair of tiles instead of seven;
+  a pair of tiles instead of seven; also "atomic 4x16" (160 registers, three
+  blocks an SM) and "atomic 8x32" (168, one block of 8 warps), no spill;
 * head dim 128: dK and dV's at 8 warps x 32 (255 registers, no spill, like
   the default's); dQ's at 8 warps x 16 and 4 x 32 (161, 172); atomic at 4 x
-  32 (36 bytes of spills: timed to see what they cost).
+  32 (36 bytes of spills: timed to see what they cost), and at 4 x 16 and
+  8 x 16 (255 registers, no spill, causal or not).
 
 The first run's other candidates (8 warps at head dim 64) lost at both masks.
 Each candidate's kernel is timed with the other kernel at its default tiles
@@ -50,8 +52,10 @@ from attention_half import _benchmark_module  # noqa: E402 (benchmarks/attention
 
 BATCH, HEADS, SEQ = 4, 16, 4096
 CANDIDATES = {64: {"dkdv": [(4, 64), (4, 32)], "dq": [(8, 32), (4, 32)],
-                   "atomic": [(4, 32, None), (4, 32, 168), (4, 64, None)]},
-              128: {"dkdv": [(8, 32)], "dq": [(8, 16), (4, 32)], "atomic": [(4, 32, None)]}}
+                   "atomic": [(4, 32, None), (4, 32, 168), (4, 64, None), (4, 16, None),
+                              (8, 32, None)]},
+              128: {"dkdv": [(8, 32)], "dq": [(8, 16), (4, 32)],
+                    "atomic": [(4, 32, None), (4, 16, None), (8, 16, None)]}}
 ROUNDS = 5
 UNITS = 8 * 2.0 ** -11  # fp16's unit at one, eight of them
 
