@@ -8,9 +8,11 @@
   (half the time of an attention backward on a small problem went to it,
   2026-11-28). Here the threads post to their block when they reach a
   barrier or end, and the block's thread sleeps between posts
-  (``event_driven_barriers``): attention's kernels run 3-5 times faster,
-  SGEMM's levels 5-7 3-5 times. The interpreter's default switch interval
-  then serves best (a shorter one had helped the polling loop).
+  (``event_driven_barriers``): on small problems attention's forward and
+  backward and SGEMM's levels 5-7 ran 5-6 times faster (a 2-core machine,
+  2026-11-28), levels 1-3 about as fast as before. The interpreter's default
+  switch interval then serves best (a shorter one had helped the polling
+  loop).
 * **Shared arrays made under a lock.** The simulator's ``cuda.shared.array``
   looks up the block's array for the calling line and creates it if it is
   missing, without a lock. Two threads that reach the line at the same
