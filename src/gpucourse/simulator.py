@@ -118,6 +118,8 @@ def event_driven_barriers() -> None:
 
     if getattr(simulator.BlockManager.run, "_gpucourse_event_driven", False):
         return
+    if not _simulator_as_read(simulator):
+        return  # another numba-cuda's simulator: its own barriers, slower but right
     run_thread = simulator.BlockThread.run
 
     def syncthreads(self):
@@ -175,3 +177,18 @@ def event_driven_barriers() -> None:
     simulator.BlockThread.syncthreads = syncthreads
     simulator.BlockThread.run = thread_run
     simulator.BlockManager.run = block_run
+
+
+def _simulator_as_read(simulator) -> bool:
+    """Whether the simulator's block and thread classes hold what the
+    replacement relies on (read in numba-cuda 0.30.4): a block's function,
+    block shape and debug flag, and a thread's manager, barrier event and
+    flags. pyproject allows later versions; where one differs, the
+    simulator keeps its own barriers."""
+    block = simulator.BlockManager.__init__.__code__.co_names
+    thread = simulator.BlockThread.__init__.__code__.co_names + \
+        simulator.BlockThread.run.__code__.co_names
+    return (all(name in block for name in ("_f", "_block_dim", "_debug"))
+            and all(name in thread for name in ("syncthreads_event", "syncthreads_blocked",
+                                                "_manager", "abort", "exception")))
+
