@@ -10,7 +10,7 @@
   barrier or end, and the block's thread sleeps between posts
   (``event_driven_barriers``): on small problems attention's forward and
   backward and SGEMM's levels 5-7 ran 5-6 times faster (a 2-core machine,
-  2026-11-28), levels 1-3 about as fast as before. The interpreter's default
+  2026-11-28), levels 1-3 up to twice as fast. The interpreter's default
   switch interval then serves best (a shorter one had helped the polling
   loop).
 * **Shared arrays made under a lock.** The simulator's ``cuda.shared.array``
