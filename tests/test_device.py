@@ -206,3 +206,29 @@ def test_the_simulator_waits_at_barriers_without_spinning():
     launcher_cpu_s = float(done.stdout.split()[-1])
     assert launcher_cpu_s < 0.25, (f"the launching thread used {launcher_cpu_s:.2f} s of CPU "
                                    "while a thread slept 0.5 s: it polls")
+
+
+def test_another_simulator_keeps_its_own_barriers():
+    # gpucourse.simulator replaces the simulator's barrier only where its
+    # classes hold what the replacement relies on (numba-cuda 0.30.4's); a
+    # version whose classes differ keeps its own, slower but right.
+    from types import SimpleNamespace
+
+    from gpucourse import simulator
+
+    class Block:
+        def __init__(self, f, grid_dim, block_dim, debug):
+            self.function, self.shape = f, block_dim  # other names than 0.30.4's
+
+    class Thread:
+        def __init__(self, manager):
+            self._manager, self.abort, self.exception = manager, False, None
+            self.syncthreads_event = self.syncthreads_blocked = None
+
+        def run(self):
+            self.exception = None
+
+    assert not simulator._simulator_as_read(SimpleNamespace(BlockManager=Block, BlockThread=Thread))
+    from numba.cuda.simulator import kernel as numba_simulator
+
+    assert simulator._simulator_as_read(numba_simulator)  # the pinned version's
