@@ -197,10 +197,11 @@ BARRIERS = """
 
 
 def test_the_simulator_waits_at_barriers_without_spinning():
-    # gpucourse.device makes the simulator's barriers event-driven: the thread
-    # that launched the block sleeps while one thread works and the others wait
-    # (Numba's own loop polls them all the while). The rules stay: a barrier
-    # opens when every thread still running waits at it.
+    # gpucourse.simulator (installed by gpucourse.device) makes the simulator's
+    # barriers event-driven: the thread that launched the block sleeps while one
+    # thread works and the others wait (Numba's own loop polls them all the
+    # while). The rules stay: a barrier opens when every thread still running
+    # waits at it.
     done = run_python(BARRIERS, device="sim")
     assert done.returncode == 0, done.stderr
     launcher_cpu_s = float(done.stdout.split()[-1])

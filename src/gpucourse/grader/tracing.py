@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# gpucourse.device first: importing it chooses the simulator or the GPU before Numba loads.
+# gpucourse.simulator loads nothing of Numba when imported: gpucourse.device still
+# chooses the simulator or the GPU (and installs the simulator's fixes) first.
 from gpucourse.simulator import shared_array_by_calling_line
 from gpucourse.grader import sanitizer
 from gpucourse.grader.own_work import global_names
