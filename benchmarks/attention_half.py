@@ -17,9 +17,12 @@ the same type: flash_bwd_<type> is flash_attention_backward's default for
 the type, version 5 for both on a GPU with tensor cores (FlashAttention-2's
 backward in half precision; version 4, which converts halves to float32 as
 it loads them, ran 2.7-5.0 times as long in float16 at these shapes on an
-H200: benchmarks/NOTES.md); flash_bwd_atomic_<type> is version 5 in one
-kernel, dQ added atomically by dK and dV's (half_backward_atomic), timed
-beside it until it is made the default where it wins.
+H200: benchmarks/NOTES.md), in one kernel (dQ added atomically,
+half_backward_atomic) at backward.ATOMIC_DQ_HEAD_DIMS[5];
+flash_bwd_two_kernels_<type> is version 5 in two kernels (dQ by a kernel of
+its own: what PyTorch's deterministic mode runs). Files before 2026-11-29
+timed flash_bwd_atomic_<type> instead, the one kernel beside a default of
+two.
 
 At batch 4, 16 heads, head_dim 64 and 128, seq 1024 and 4096, causal and not,
 for float16 and bfloat16: ours, SDPA flash, SDPA memory-efficient, and ours in
@@ -88,9 +91,9 @@ def backward_rows(bench, q, k, v, causal, seq, d, tag):
     out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
     calls = {f"flash_bwd_{tag}": lambda: flash_attention_backward(
         q, k, v, out, lse, dout, causal=causal),
-             # Version 5 in one kernel, dQ added atomically (not yet the default).
-             f"flash_bwd_atomic_{tag}": lambda: half_attention_backward(
-        q, k, v, out, lse, dout, causal=causal, atomic_dq=True)}
+             # Version 5 in two kernels (deterministic mode's).
+             f"flash_bwd_two_kernels_{tag}": lambda: half_attention_backward(
+        q, k, v, out, lse, dout, causal=causal, atomic_dq=False)}
     for name, backend in ((f"sdpa_flash_bwd_{tag}", SDPBackend.FLASH_ATTENTION),
                           (f"sdpa_efficient_bwd_{tag}", SDPBackend.EFFICIENT_ATTENTION)):
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]

@@ -159,7 +159,7 @@ def time_in_turns(calls: dict) -> dict:
 TF32_CANDIDATES = {
     "16warps": dict(bm=128, bn=128, bk=16, warps_m=4, warps_n=4, stages=4, group_m=8),  # 122
     "16warps_bk32": dict(bm=128, bn=128, bk=32, warps_m=4, warps_n=4, stages=3, group_m=8),  # 128
-    "128x64": dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8),  # 164, 3 a SM
+    "128x128": dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8),  # 166, 1 a SM
     "64x64": dict(bm=64, bn=64, bk=32, warps_m=2, warps_n=2, stages=4, group_m=8),  # 159, 3 a SM
 }
 

@@ -448,12 +448,13 @@ def test_the_default_version_follows_the_timings(monkeypatch):
 
 def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
     # backward.ATOMIC_DQ_HEAD_DIMS: where versions 5 and 6 add dQ atomically by
-    # default (none until a GPU run says so); listed, a call asks for it,
-    # version 6 only with its own tiles. The kernels are stood in for.
+    # default (where the H200 timed one kernel faster than two); listed, a call
+    # asks for it, version 6 only with its own tiles. The kernels are stood in
+    # for; version 5's inputs are CUDA tensors on a GPU (its check).
     from gpucourse.kernels.attention import backward as AB
     from gpucourse.kernels.attention import half_backward, tf32_backward
 
-    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (), 6: ()}  # not the default until timed
+    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (64, 128), 6: (64,)}
     asked = {}
 
     def stand_in(version):
@@ -464,18 +465,61 @@ def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
 
     monkeypatch.setattr(half_backward, "half_attention_backward", stand_in(5))
     monkeypatch.setattr(tf32_backward, "tf32_attention_backward", stand_in(6))
+    where = "cuda" if AB.on_gpu() else "cpu"
+    halves = [torch.zeros(1, 1, 16, 64, dtype=torch.float16, device=where) for _ in range(6)]
+    halves[4] = torch.zeros(1, 1, 16, device=where)
+    floats = [np.zeros((1, 1, 16, 64), np.float32) for _ in range(6)]
+    floats[4] = np.zeros((1, 1, 16), np.float32)
+    kind = "numpy"
+    if AB.on_gpu():  # version 6 takes CUDA tensors there
+        kind, floats = "torch", [torch.from_numpy(x).cuda() for x in floats]
+    for listed in ((), (64,)):
+        monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
+        AB._half_backward("torch", "float16", *halves, False, 0.125)
+        AB._tf32_backward(kind, *floats, False, 0.125, None)
+        assert asked == {5: bool(listed), 6: bool(listed)}
+        config = tf32_backward.backward_configs(64)
+        AB._tf32_backward(kind, *floats, False, 0.125, config)
+        assert asked[6] is False  # tiles of the caller's: two kernels
+
+
+def test_deterministic_mode_turns_the_atomic_defaults_off(monkeypatch):
+    # With torch.use_deterministic_algorithms(True), a call without a version
+    # adds nothing atomically, so two calls give the same bits: version 3 where
+    # the default is 4, two kernels for versions 5 and 6 at the head dims
+    # where one kernel is their default. Off again, the defaults come back.
+    # The kernels are stood in for, as above.
+    from gpucourse.kernels.attention import backward as AB
+    from gpucourse.kernels.attention import half_backward, tf32_backward
+
+    asked = {}
+
+    def stand_in(version):
+        def run(*args, atomic_dq=False, **kwargs):
+            asked[version] = atomic_dq
+            return args[:3]
+        return run
+
+    monkeypatch.setattr(half_backward, "half_attention_backward", stand_in(5))
+    monkeypatch.setattr(tf32_backward, "tf32_attention_backward", stand_in(6))
+    monkeypatch.setattr(half_backward, "atomic_dq_runs_here", lambda: True)
+    monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: (64,), 6: (64,)})
+    monkeypatch.setattr(AB, "on_gpu", lambda: False)  # the simulator's inputs
     halves = [torch.zeros(1, 1, 16, 64, dtype=torch.float16) for _ in range(6)]
     halves[4] = torch.zeros(1, 1, 16)
     floats = [np.zeros((1, 1, 16, 64), np.float32) for _ in range(6)]
     floats[4] = np.zeros((1, 1, 16), np.float32)
-    for listed in ((), (64,)):
-        monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
-        AB._half_backward("torch", "float16", *halves, False, 0.125)
-        AB._tf32_backward("numpy", *floats, False, 0.125, None)
-        assert asked == {5: bool(listed), 6: bool(listed)}
-        config = tf32_backward.backward_configs(64)
-        AB._tf32_backward("numpy", *floats, False, 0.125, config)
-        assert asked[6] is False  # tiles of the caller's: two kernels
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        for deterministic in (True, False):
+            torch.use_deterministic_algorithms(deterministic)
+            AB._half_backward("torch", "float16", *halves, False, 0.125)
+            AB._tf32_backward("numpy", *floats, False, 0.125, None)
+            assert asked == {5: not deterministic, 6: not deterministic}, deterministic
+            want = 3 if deterministic else AB.DEFAULT_VERSION
+            assert AB._default_version("numpy", "float32", 64) == want, deterministic
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(tmp_path):

@@ -219,6 +219,12 @@ def test_the_default_backward_tiles_are_the_sweeps_fastest(monkeypatch):
                 mine = options[(config.warps, config.block_cols)]
                 # Within 1% (the spread of a run) of the fastest: a tie keeps the old tiles.
                 assert mine <= 1.01 * min(options.values()), (head_dim, causal, kernel, options)
+            # In one kernel (dQ added atomically), the tiles of the fastest atomic row.
+            one = half_backward.backward_configs(head_dim, causal, atomic_dq=True)[0]
+            atomic = {(r["warps"], r["block_cols"], r["max_registers"]): r["ms"] for r in timed
+                      if r["kernel"] == "atomic"}
+            mine = atomic[(one.warps, one.block_cols, None)]
+            assert mine <= 1.01 * min(atomic.values()), (head_dim, causal, atomic)
 
 
 @on_the_simulator

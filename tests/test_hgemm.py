@@ -178,12 +178,12 @@ for level, kind, transposed in ((3, "f16", False), (7, "f16", False), (7, "bf16"
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, bits), cc=(9, 0))
     name = f"level{level}_{kind}" + ("_transposed" if transposed else "")
     open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
-from gpucourse.kernels.tensor_cores.tf32_fast import DEFAULT, make_tf32_kernel
+from gpucourse.kernels.tensor_cores.tf32_fast import DEFAULT, ONE_PASS_DEFAULT, make_tf32_kernel
 kernel = make_tf32_kernel(3, **DEFAULT)
 ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
                                 cc=(9, 0))
 open(f"{sys.argv[1]}/tf32_3.ptx", "w").write(ptx)
-kernel = make_tf32_kernel(1, **DEFAULT, rounded=True)
+kernel = make_tf32_kernel(1, **ONE_PASS_DEFAULT, rounded=True)  # what a call of one pass runs
 ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (bits, bits, types.Array(types.float32, 2, "C")),
                                 cc=(9, 0))
 open(f"{sys.argv[1]}/tf32_1_rounded.ptx", "w").write(ptx)
@@ -314,14 +314,25 @@ def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
 
 
 def test_the_rounded_one_pass_kernel_has_no_conversions_left(ptx):
-    # The GEMM kernel of one pass: mma and ldmatrix, no cvt.rna.tf32 (the
-    # rounding kernel has it), no spills.
+    # The GEMM kernel of one pass at its default tiles: mma and ldmatrix, no
+    # cvt.rna.tf32 (the rounding kernel has it), no spills, and registers few
+    # enough for three blocks to share an SM (why 128 x 64 with 4 warps beat
+    # 128 x 128 with 8, one block an SM, on the H200).
+    import re
+
     gemm, rounding = ptx["tf32_1_rounded"], ptx["tf32_round"]
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in gemm
     assert "cvt.rna.tf32.f32" not in gemm and "cvt.rna.tf32.f32" in rounding
     assert ".local" not in gemm
     report = ptxas_report(gemm)
     assert "0 bytes spill stores" in report and "0 bytes lmem" in report
+    from gpucourse.kernels.tensor_cores.tf32_fast import ONE_PASS_DEFAULT
+
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    warps = ONE_PASS_DEFAULT["warps_m"] * ONE_PASS_DEFAULT["warps_n"]
+    per_warp = -(-registers * 32 // 256) * 256  # allocated 256 at a time
+    blocks = 65536 // (per_warp * warps)  # an SM's register file
+    assert blocks >= 3, f"{registers} registers, {warps} warps: {blocks} blocks an SM, not 3"
 
 
 def test_tf32_matmul_reads_a_with_ldmatrix_and_does_not_spill(ptx):

@@ -26,6 +26,7 @@ where that was measured).
 from __future__ import annotations
 
 import ctypes
+import sys
 from functools import lru_cache
 
 import numpy as np
@@ -115,7 +116,11 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     default) is 5 for bfloat16, and for float16 CUDA tensors on a GPU with
     tensor cores (head_dim in half.HALF_HEAD_DIMS); 6 for float32 CUDA tensors
     on such a GPU at TF32_DEFAULT_HEAD_DIMS (head dim 64, where it was timed
-    faster than version 4); DEFAULT_VERSION otherwise;
+    faster than version 4); DEFAULT_VERSION otherwise. Versions 5 and 6 run
+    in one kernel, dQ added atomically, at ATOMIC_DQ_HEAD_DIMS (where the H200
+    timed it faster), else in two. With PyTorch's deterministic mode on
+    (torch.use_deterministic_algorithms(True)), a call without a version
+    adds nothing atomically: 3 instead of 4, two kernels for 5 and 6;
     otherwise 4 (DEFAULT_VERSION: version 3 in one kernel, dQ summed with atomic adds, so
     its last bits can change from call to call), 1 (one row per thread, the
     plainest form; kept as the reference the speed-ups are measured against),
@@ -125,13 +130,13 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     in half precision on the tensor cores, ``attention.half_backward``: fp16
     or bf16 CUDA torch tensors on a GPU with tensor cores (on the simulator,
     ``half_backward.half_attention_backward`` takes CPU tensors); its gradients are summed in float32 from products
-    of halves, P and dS rounded to the inputs' type) or 6 (the same two
+    of halves, P and dS rounded to the inputs' type) or 6 (the same
     kernels for float32 on the tensor cores in 3xTF32,
     ``attention.tf32_backward``: head_dim 32, 64 or 128; float32 CUDA torch
     tensors on a GPU with tensor cores, numpy arrays or CPU torch tensors on
     the simulator; the float32 default at head dim 64 on a GPU with tensor
-    cores: 0.90-1.19x SDPA memory-efficient's backward on the H200, version 4
-    1.02-1.49x).
+    cores: 0.80-1.14x SDPA memory-efficient's backward on the H200 in one
+    kernel, version 4 0.92-1.49x, results/attention_backward-h200-2026-11-28.json).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
     default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim];
@@ -333,10 +338,33 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
 TF32_DEFAULT_HEAD_DIMS = (64,)
 # Head dims at which versions 5 and 6 add dQ atomically from dK and dV's
 # kernel by default (half_backward_atomic, tf32_backward_atomic: five tile
-# products instead of seven, but dQ's last bits then vary between calls):
-# none until a GPU run times them faster than the two kernels at both masks
-# (benchmarks/NOTES.md, "Waiting for the next GPU session").
-ATOMIC_DQ_HEAD_DIMS = {5: (), 6: ()}
+# products instead of seven, but dQ's last bits then vary between calls, as
+# in FlashAttention-2's backward): where the H200 timed one kernel faster than
+# the two at both masks. Version 5 in the sweep at N 4096
+# (results/attention_half_sweep-h200-2026-11-28.json), head dim 64: 1.81x
+# SDPA flash's backward instead of 2.09x causal, 2.03x instead of 2.04x
+# without a mask; head dim 128: 1.99x instead of 2.05x causal, but 2.20x
+# instead of 2.16x without a mask. In the full table that followed
+# (results/attention_half-h200-2026-11-28.json, rows flash_bwd_atomic_*),
+# head dim 128 in one kernel was as fast or faster at all eight shapes (N
+# 1024 and 4096, both masks, fp16 and bf16), by up to 8%. Version 6 at head
+# dim 64: 0.80-1.14x SDPA memory-efficient's backward instead of 0.86-1.19x,
+# at N 1024 and 4096, both masks (results/attention_backward-h200-2026-11-28.json).
+ATOMIC_DQ_HEAD_DIMS = {5: (64, 128), 6: (64,)}
+
+
+def _deterministic() -> bool:
+    """Whether PyTorch's deterministic mode is on
+    (torch.use_deterministic_algorithms(True)): then no default adds
+    gradients atomically, so every call gives the same bits."""
+    torch = sys.modules.get("torch")  # not imported for numpy inputs
+    return torch is not None and torch.are_deterministic_algorithms_enabled()
+
+
+def _atomic_dq(version: int, head_dim: int) -> bool:
+    """Whether version 5 or 6 adds dQ atomically by default at head_dim:
+    listed in ATOMIC_DQ_HEAD_DIMS, and PyTorch's deterministic mode off."""
+    return head_dim in ATOMIC_DQ_HEAD_DIMS[version] and not _deterministic()
 
 
 def _default_version(kind: str, io: str, head_dim: int) -> int:
@@ -344,7 +372,8 @@ def _default_version(kind: str, io: str, head_dim: int) -> int:
     CUDA tensors on a GPU with tensor cores at the half kernels' head dims
     (3-4 times as fast as version 4 there: results/attention_half-h200-2026-11-28.json);
     6 for float32 CUDA tensors on such a GPU at TF32_DEFAULT_HEAD_DIMS;
-    DEFAULT_VERSION otherwise."""
+    DEFAULT_VERSION otherwise, or 3 (two kernels, no atomic additions) where
+    that is 4 and PyTorch's deterministic mode is on."""
     from gpucourse.kernels.attention.half import HALF_HEAD_DIMS
     from gpucourse.kernels.launch import has_tf32_tensor_cores
 
@@ -355,7 +384,7 @@ def _default_version(kind: str, io: str, head_dim: int) -> int:
         return 5
     if io == "float32" and head_dim in TF32_DEFAULT_HEAD_DIMS and tensor_cores:
         return 6
-    return DEFAULT_VERSION
+    return 3 if DEFAULT_VERSION == 4 and _deterministic() else DEFAULT_VERSION
 
 
 def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
@@ -378,8 +407,7 @@ def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
                              "or later); use version 4")
     return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
                                    scale=float(scale),
-                                   atomic_dq=q.shape[3] in ATOMIC_DQ_HEAD_DIMS[5]
-                                   and atomic_dq_runs_here())
+                                   atomic_dq=_atomic_dq(5, q.shape[3]) and atomic_dq_runs_here())
 
 
 def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
@@ -415,6 +443,6 @@ def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
                              "data must start on a 16-byte boundary")
     elif kind != "numpy":
         raise ValueError(f"version 6 takes numpy arrays on the simulator, got {kind} arrays")
-    atomic = config is None and head_dim in ATOMIC_DQ_HEAD_DIMS[6]  # with its own tiles
+    atomic = config is None and _atomic_dq(6, head_dim)  # with its own tiles
     return tf32_attention_backward(*tensors, causal=causal, scale=float(scale), configs=config,
                                    atomic_dq=atomic)

@@ -16,10 +16,12 @@ float32 sums, the way ``half`` computes the forward:
   memory, and walks the key tiles: S = Q K^T, P, dP = dO
   V^T, dS = P (dP - D), dQ += dS K.
 
-dQ has a kernel of its own rather than FlashAttention-2's atomic additions
-from the dK and dV kernel: it recomputes S and dP (seven products per pair
-of tiles instead of five) but writes each dQ once, deterministically.
-``half_backward_atomic`` is the other way (``atomic_dq=True``), in one kernel. Every
+In two kernels, dQ has one of its own rather than FlashAttention-2's atomic
+additions from the dK and dV kernel: it recomputes S and dP (seven products
+per pair of tiles instead of five) but writes each dQ once, deterministically.
+``half_backward_atomic`` is the other way (``atomic_dq=True``), in one kernel:
+flash_attention_backward's default at head dims 64 and 128
+(backward.ATOMIC_DQ_HEAD_DIMS), unless PyTorch's deterministic mode is on. Every
 operand's fragments come from ``ldmatrix`` with or without ``.trans``, as
 the layout in shared memory asks (the notes in the kernels say which).
 
@@ -509,12 +511,19 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
 # Launching
 
 
-def backward_configs(head_dim: int, causal: bool = False) -> tuple[HalfConfig, HalfConfig]:
+def backward_configs(head_dim: int, causal: bool = False,
+                     atomic_dq: bool = False) -> tuple[HalfConfig, HalfConfig]:
     """(dK and dV's tiles, dQ's tiles) for a head dim and mask: 4 warps a
     block, each kernel at the tiles that ran fastest in the H200's sweep of
     the spill-free ones (results/attention_half_sweep-h200-2026-11-28.json,
     benchmarks/attention_half_sweep.py: B4 H16 N4096, one kernel's tiles
     changed at a time); small ones on the simulator.
+
+    * atomic_dq (one kernel, dQ added atomically): dK and dV's kernel walks
+      16-wide query tiles at either head dim and mask (160 registers at head
+      dim 64, three blocks an SM; 255 at 128, no spill). At head dim 64 the
+      sweep timed it 1.81x SDPA flash's backward causal, where the 32- and
+      64-wide walks took 1.90-2.07x, and 2.03x without a mask (2.13-2.28x).
 
     * Head dim 64: dQ's kernel walks 32-wide key tiles, not 64 (126 registers,
       three blocks an SM instead of two: 2.33x SDPA flash's backward instead
@@ -528,6 +537,8 @@ def backward_configs(head_dim: int, causal: bool = False) -> tuple[HalfConfig, H
     if not on_gpu():
         small = HalfConfig(head_dim, warps=2, block_cols=32)
         return small, small
+    if atomic_dq:  # dQ's config is not used
+        return (HalfConfig(head_dim, warps=4, block_cols=16),) * 2
     if head_dim <= 64:
         dkdv_cols = 64 if causal else 32
         return (HalfConfig(head_dim, warps=4, block_cols=dkdv_cols),
@@ -612,7 +623,7 @@ def half_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     scale2 = scale * math.log2(math.e)
-    dkdv_config, dq_config = (backward_configs(d, causal) if configs is None
+    dkdv_config, dq_config = (backward_configs(d, causal, atomic_dq) if configs is None
                               else _checked(configs, d))
     delta = torch.empty((batch, heads, seq), dtype=torch.float32, device=q.device)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)

@@ -28,8 +28,9 @@ halves, the eight rows an ldmatrix reads start 4 banks apart modulo 32 and
 never share a bank.
 
 The result is not deterministic to the last bit: float32 additions in the
-order the blocks arrive. It is not the default until a GPU run says it is
-faster (benchmarks/attention_half.py times it as flash_bwd_atomic).
+order the blocks arrive. It is the default where the H200 timed it faster
+than two kernels (backward.ATOMIC_DQ_HEAD_DIMS[5]: head dims 64 and 128,
+walking 16-query tiles), unless PyTorch's deterministic mode is on.
 """
 
 from __future__ import annotations

@@ -23,7 +23,15 @@ each), and the GEMM kernel (``rounded=True``) hands the values to the
 tensor cores as they are: 24 of the 40 instructions of a warp's step
 around its 16 mma go. Same rounding, same sums: the same bits as before.
 Timed: 0.27-0.29 of cuBLAS TF32 at 4096^3 and 8192^3 (predicted 0.35-0.45),
-so the rounding was a part of the gap, not most of it.
+so the rounding was a part of the gap, not most of it. Then the tiles: at
+128 x 128 with 8 warps a thread needs 166 registers, so an SM holds one block,
+8 warps; 128 x 64 with 4 warps needs 164, and an SM holds three blocks, 12
+warps, to hide each other's waits. It became one pass's default
+(ONE_PASS_DEFAULT): 0.31-0.32 of cuBLAS TF32 at both sizes, where 128 x 128
+took 0.28-0.29 in the same run (results/hgemm-h200-2026-11-28.json). Nsight
+Compute on it still finds about two thirds of the executed instructions
+integer ones (IMAD, IADD3, ISETP, SHF, LOP3, LEA) for 12% mma, with the
+issue slots 58% busy: the addresses around each mma remain the gap.
 What differs from the HGEMM is the element, 4 bytes instead of 2:
 
 * A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
@@ -68,6 +76,11 @@ from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_as
 
 FLOATS = 4  # float32s in 16 bytes
 DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
+# One pass's tiles: 128 x 64 with 4 warps (164 registers, three blocks an SM),
+# 0.32-0.33 of cuBLAS TF32 on the H200 at 4096^3 and 8192^3, where DEFAULT's
+# 128 x 128 with 8 warps (166 registers, one block an SM) reached 0.29-0.30
+# (results/hgemm-h200-2026-11-28.json, rows tf32_matmul1_128x64).
+ONE_PASS_DEFAULT = dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8)
 SIMULATOR = dict(bm=32, bn=32, bk=8, warps_m=1, warps_n=2, stages=2, group_m=1)
 PASSES = (1, 3)
 
@@ -360,7 +373,8 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
     if k != k2 or not (m and n and k):
         raise ValueError(f"a must be M x K and b K x N, all positive; got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
-    config = dict(config if config is not None else (DEFAULT if on_gpu() else SIMULATOR))
+    default = (ONE_PASS_DEFAULT if passes == 1 else DEFAULT) if on_gpu() else SIMULATOR
+    config = dict(config if config is not None else default)
     kernel = _kernel(passes, config)
     kp, np_ = -(-k // FLOATS) * FLOATS, -(-n // FLOATS) * FLOATS
     torch_in = is_torch_tensor(a)
