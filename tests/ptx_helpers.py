@@ -63,3 +63,26 @@ def ptxas_report(ptx_text: str, arch: str = "sm_90", max_registers: int = 0) -> 
     finally:
         nvjitlink.destroy(handle)
     return log.decode(errors="replace")
+
+
+def innermost_loop(ptx_text: str, marker: str = "mma.sync") -> list:
+    """The PTX instructions of the shortest loop (a label and a branch back to
+    it) that holds `marker`: a kernel's main loop, whose length per mma says
+    how much besides the tensor cores' work each step issues. [] if none."""
+    import re
+
+    lines = [line.strip() for line in ptx_text.splitlines()]
+    labels = {}
+    for i, line in enumerate(lines):
+        found = re.match(r"^(\$L__BB\d+_\d+):", line)
+        if found:
+            labels[found.group(1)] = i
+    best = []
+    for i, line in enumerate(lines):
+        branch = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if branch and labels.get(branch.group(1), i) < i:
+            body = [x for x in lines[labels[branch.group(1)]:i + 1]
+                    if x and not x.startswith(("$", "//", "{", "}", "."))]
+            if any(marker in x for x in body) and (not best or len(body) < len(best)):
+                best = body
+    return best

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from ptx_helpers import compile_without_a_gpu, ptxas_report
+from ptx_helpers import compile_without_a_gpu, innermost_loop, ptxas_report
 
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels.tensor_cores import A_FRAGMENT, B_FRAGMENT
@@ -284,6 +284,15 @@ def test_tf32_matmul_is_tf32_or_near_fp32():
         tf32_matmul(a, b, passes=2)
     with pytest.raises(ValueError, match="float32"):
         tf32_matmul(a.astype(np.float64), b)
+    # A K past the copies' 32-bit bounds is refused before anything runs
+    # (views of one float, no memory behind them).
+    from gpucourse.kernels.tensor_cores.tf32_fast import MAX_K
+
+    one = np.zeros(1, np.float32)
+    wide = np.lib.stride_tricks.as_strided(one, (1, MAX_K + 1), (0, 0))
+    tall = np.lib.stride_tricks.as_strided(one, (MAX_K + 1, 1), (0, 0))
+    with pytest.raises(ValueError, match="K must be at most"):
+        tf32_matmul(wide, tall)
 
 
 def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
@@ -333,6 +342,12 @@ def test_the_rounded_one_pass_kernel_has_no_conversions_left(ptx):
     per_warp = -(-registers * 32 // 256) * 256  # allocated 256 at a time
     blocks = 65536 // (per_warp * warps)  # an SM's register file
     assert blocks >= 3, f"{registers} registers, {warps} warps: {blocks} blocks an SM, not 3"
+    # B's values come by shared_word at constant offsets from addresses worked
+    # out once: the main loop issues under 4.5 PTX instructions an mma (6.8
+    # when each read indexed a float32 view of shared memory).
+    loop = innermost_loop(gemm)
+    mma = sum("mma.sync" in line for line in loop)
+    assert mma and len(loop) < 4.5 * mma, (len(loop), mma)
 
 
 def test_tf32_matmul_reads_a_with_ldmatrix_and_does_not_spill(ptx):

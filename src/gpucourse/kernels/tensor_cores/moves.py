@@ -38,7 +38,10 @@ Conversion Instructions"), and this module gives each to Numba:
   a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output;
   ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32,
   and ``as_float32`` reads a register's 32 bits as a float32 (ldmatrix moves
-  float32 too, two halves at a time).
+  float32 too, two halves at a time); ``shared_word(address)`` loads the 32
+  bits at a shared address plus an offset (``ld.shared.b32``), so that a kernel reading
+  float32 from shared memory adds constant offsets to addresses it worked
+  out once, as it does for ldmatrix.
 
 Halves travel as ``uint16`` (their bits): numpy has no bfloat16, and the
 kernels never compute with a half themselves, they only move it and hand it
@@ -272,6 +275,28 @@ if on_gpu():
     bf16_to_float = _make_widen("bf16")
 
     @intrinsic
+    def shared_word(typingctx, address, offset):
+        """The 32 bits at a shared-memory address plus a byte offset
+        (shared_address's, a multiple of 4 in all) as uint32: a plain load
+        that the compiler can schedule, with a constant offset folded into
+        the instruction ([R + offset]), where an indexed read of a shared
+        array works its address out again each time."""
+        if not (isinstance(address, types.Integer) and isinstance(offset, types.Integer)):
+            raise NumbaTypeError(f"shared_word needs a shared address and an offset, got "
+                                 f"{address}, {offset}")
+
+        def codegen(context, builder, sig, args):
+            i8, i32 = ir.IntType(8), ir.IntType(32)
+            base = builder.inttoptr(_as_i32(context, builder, args[0], sig.args[0]),
+                                    ir.PointerType(i8, SHARED_SPACE))
+            step = context.cast(builder, args[1], sig.args[1], types.int64)
+            pointer = builder.bitcast(builder.gep(base, [step], inbounds=True),
+                                      ir.PointerType(i32, SHARED_SPACE))
+            return builder.load(pointer, align=4)
+
+        return types.uint32(address, offset), codegen
+
+    @intrinsic
     def as_float32(typingctx, bits):
         """A 32-bit register's bits seen as a float32 (what ldmatrix leaves,
         when the matrix held float32)."""
@@ -443,6 +468,12 @@ else:
         """Two float32 rounded to bf16, in one register, the first low."""
         bits = round_to_bf16_bits(np.array([low, high], dtype=np.float32))
         return np.uint32(int(bits[0]) | (int(bits[1]) << 16))
+
+    @cuda.jit(device=True)
+    def shared_word(address, offset):
+        """The two halves at a shared address plus offset, as one uint32, the first low."""
+        at = int(address) + int(offset)
+        return np.uint32(int(_read(at, _SHARED_BITS)) | (int(_read(at + 2, _SHARED_BITS)) << 16))
 
     def as_float32(bits):
         """A 32-bit register's bits seen as a float32."""

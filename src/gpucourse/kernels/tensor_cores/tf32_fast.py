@@ -31,7 +31,13 @@ warps, to hide each other's waits. It became one pass's default
 took 0.28-0.29 in the same run (results/hgemm-h200-2026-11-28.json). Nsight
 Compute on it still finds about two thirds of the executed instructions
 integer ones (IMAD, IADD3, ISETP, SHF, LOP3, LEA) for 12% mma, with the
-issue slots 58% busy: the addresses around each mma remain the gap.
+issue slots 58% busy. Most of them were B's reads: an index into a float32
+view of shared memory (smemf[i]) worked its address out again at each read,
+with Python's wrap-around for negative indices, four to six instructions a
+read. ``shared_word(address, offset)`` reads at a constant offset from an
+address worked out once a tile, and the copies compare 32-bit positions:
+the main loop went from 253 to 150 instructions for its 32 mma (ptxas's
+sm_90 code read with nvdisasm; not yet timed).
 What differs from the HGEMM is the element, 4 bytes instead of 2:
 
 * A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
@@ -64,7 +70,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
-from numba import float32, int32, int64, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
@@ -72,7 +78,8 @@ from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8
                                                       round_to_tf32)
 from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_async_commit,
                                                  cp_async_wait, forget_earlier_moves,
-                                                 global_address, ldmatrix_x4, shared_address)
+                                                 global_address, ldmatrix_x4, shared_address,
+                                                 shared_word)
 
 FLOATS = 4  # float32s in 16 bytes
 DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
@@ -83,6 +90,7 @@ DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
 ONE_PASS_DEFAULT = dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8)
 SIMULATOR = dict(bm=32, bn=32, bk=8, warps_m=1, warps_n=2, stages=2, group_m=1)
 PASSES = (1, 3)
+MAX_K = 2**31 - 64  # the copies compare positions along K as 32-bit numbers
 
 
 def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3,
@@ -138,20 +146,24 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
                 small[i] = cvt_rna_tf32(x - high)
 
     @cuda.jit(device=True, inline=True)
-    def one_step(ks, smem, smemf, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
+    def one_step(ks, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
         """acc += the warp's product for the 8 of K at ks * 8 in the stage at
         `read` (floats): A's fragments by ldmatrix, B's by 32-bit loads, each
         rounded (and split, with 3 passes) to TF32. B's value at row
-        ks * 8 + t + 4 j is b_reads[tn] (row t's) plus a constant: the
-        swizzle depends on the row mod 4 alone, which is t's."""
+        ks * 8 + t + 4 j is at b_reads[tn] (row t's address in the stage)
+        plus a constant: the swizzle depends on the row mod 4 alone, which
+        is t's. A constant offset costs the load nothing ([R + offset]),
+        where an index into a float32 view of shared memory cost four to six
+        integer instructions a load (Nsight Compute found two thirds of the loop's
+        instructions integer ones)."""
         for tm in range(tiles_m):
             x = ldmatrix_x4(a_reads[ks] + uint32(4 * read + tm * a_tile_bytes))
             for j in range(4):
                 tf32_parts(as_float32(x[j]), a_big, a_small, tm * 4 + j)
         for tn in range(tiles_n):
             for j in range(2):
-                tf32_parts(smemf[read + b_reads[tn] + (ks * 8 + 4 * j) * bn], b_big, b_small,
-                           tn * 2 + j)
+                word = shared_word(b_reads[tn] + uint32(4 * read), 4 * (ks * 8 + 4 * j) * bn)
+                tf32_parts(as_float32(word), b_big, b_small, tn * 2 + j)
         for tm in range(tiles_m):
             for tn in range(tiles_n):
                 n0, a0, b0 = (tm * tiles_n + tn) * 4, tm * 4, tn * 2
@@ -177,7 +189,6 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         m = a.shape[0]
         k, n = b.shape[0], c.shape[1]
         smem = cuda.shared.array(0, uint16)
-        smemf = cuda.shared.array(0, float32)  # the same bytes, as float32
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
@@ -188,10 +199,10 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         # deliberate variant (its tiles' rows, steps and B's swizzle differ).
         a_to = cuda.local.array(loads_a, uint32)
         a_from = cuda.local.array(loads_a, uint64)
-        a_limit = cuda.local.array(loads_a, int64)
+        a_limit = cuda.local.array(loads_a, int32)
         b_to = cuda.local.array(loads_b, uint32)
         b_from = cuda.local.array(loads_b, uint64)
-        b_limit = cuda.local.array(loads_b, int64)
+        b_limit = cuda.local.array(loads_b, int32)
         for i in range(loads_a):
             index = i * threads + thread
             row, col = index // chunks_a, (index % chunks_a) * FLOATS
@@ -209,10 +220,10 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         for ks in range(steps):
             a_reads[ks] = shared_address(smem, 2 * a_place(warp_row + lane % 16,
                                                            ks * 8 + (lane // 16) * FLOATS))
-        # B's reads per n-tile, at row t of a stage (see one_step).
-        b_reads = cuda.local.array(tiles_n, int32)
+        # B's reads per n-tile: the address of row t's value in stage 0 (see one_step).
+        b_reads = cuda.local.array(tiles_n, uint32)
         for tn in range(tiles_n):
-            b_reads[tn] = b_place(t, warp_col + tn * 8 + g)
+            b_reads[tn] = shared_address(smem, 2 * b_place(t, warp_col + tn * 8 + g))
         acc = cuda.local.array(acc_size, float32)
         a_big = cuda.local.array(a_size, float32)
         a_small = cuda.local.array(a_size, float32)
@@ -243,10 +254,10 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
             if ahead < k_tiles:
                 for i in range(loads_a):
                     cp_async_16(a_to[i] + uint32(4 * fill), a_from[i] + a_step,
-                                ahead * bk < a_limit[i])
+                                int32(ahead * bk) < a_limit[i])
                 for i in range(loads_b):
                     cp_async_16(b_to[i] + uint32(4 * fill), b_from[i] + b_step,
-                                ahead * bk < b_limit[i])
+                                int32(ahead * bk) < b_limit[i])
             cp_async_commit()
             a_step += a_advance
             b_step += b_advance
@@ -264,17 +275,13 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
                 into = part
                 for i in range(part_size):
                     part[i] = float32(0.0)
-            one_step(0, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
-                     b_small)
+            one_step(0, read, a_reads, b_reads, into, a_big, a_small, b_big, b_small)
             if steps > 1:
-                one_step(1, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
-                         b_small)
+                one_step(1, read, a_reads, b_reads, into, a_big, a_small, b_big, b_small)
             if steps > 2:
-                one_step(2, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
-                         b_small)
+                one_step(2, read, a_reads, b_reads, into, a_big, a_small, b_big, b_small)
             if steps > 3:
-                one_step(3, smem, smemf, read, a_reads, b_reads, into, a_big, a_small, b_big,
-                         b_small)
+                one_step(3, read, a_reads, b_reads, into, a_big, a_small, b_big, b_small)
             if passes == 3:
                 for i in range(part_size):
                     acc[i] += part[i]
@@ -373,6 +380,8 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
     if k != k2 or not (m and n and k):
         raise ValueError(f"a must be M x K and b K x N, all positive; got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
+    if k > MAX_K:  # the copies' bounds are 32-bit numbers
+        raise ValueError(f"K must be at most {MAX_K:,}, got {k:,}")
     default = (ONE_PASS_DEFAULT if passes == 1 else DEFAULT) if on_gpu() else SIMULATOR
     config = dict(config if config is not None else default)
     kernel = _kernel(passes, config)
