@@ -42,11 +42,12 @@ from gpucourse.kernels.attention.half import HalfConfig, check_half_config, make
 from gpucourse.kernels.attention.half_backward_atomic import atomic_dq_shared_halves, make_atomic_dq
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
-from gpucourse.kernels.tensor_cores.moves import (bf16_to_float, cp_async_16, cp_async_commit,
-                                                 cp_async_wait, f16_to_float,
+from gpucourse.kernels.tensor_cores.moves import (as_float32, bf16_to_float, cp_async_16,
+                                                 cp_async_commit, cp_async_wait, f16_to_float,
                                                  global_address_flat, ldmatrix_x4,
                                                  ldmatrix_x4_trans, mma_packed, mma_packed_bf16,
-                                                 pack_bf16x2, pack_f16x2, shared_address)
+                                                 pack_bf16x2, pack_f16x2, shared_address,
+                                                 shared_word)
 
 LOG2E = float32(math.log2(math.e))
 
@@ -248,6 +249,9 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
         copy_queries(q_to, q_from, do_from, q_row, uint32(0), uint64(0), first_tile * BQ, seq)
         cp_async_commit()
         stat_query = thread % BQ  # the query (in a tile) whose L or D this thread moves
+        # The address of the L of query 2t of a tile, in the first stats stage:
+        # an element's L and D are at constant offsets from it (P^T below).
+        stats_read = shared_address(smem, 2 * (stats_base + 2 * t))
         moves_stat = stage_stats and thread < 2 * BQ
         if moves_stat:
             smemf[stats_base + thread] = query_stat(lse, delta, row_base, first_tile * BQ
@@ -262,6 +266,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
                              uint64((qi + 1 - first_tile) * BQ * D * 2), (qi + 1) * BQ, seq)
             cp_async_commit()
             q_start = qi * BQ
+            stats_here = stats_read + uint32(4 * stat)  # this lane's first L in the stage
             # S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x BQ queries.
             for i in range(s_size):
                 s[i] = float32(0.0)
@@ -289,10 +294,14 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
                     key = k_start + warp * 16 + g + 8 * (e // 2)
                     value = float32(0.0)
                     if query < seq and not (causal and query < key):
-                        if stage_stats:
+                        if stage_stats and BQ <= 32:  # constant offsets from stats_here
+                            at = 4 * (nt * 8 + e % 2)
+                            scaled_lse = as_float32(shared_word(stats_here, at))
+                            d_value = as_float32(shared_word(stats_here, at + 4 * BQ))
+                        elif stage_stats:  # 64-wide walks (stats_here's registers spill)
                             at = stats_base + stat + query - q_start
                             scaled_lse, d_value = smemf[at], smemf[at + BQ]
-                        else:
+                        else:  # head dim 128 (unsigned indices, fewer instructions, spill)
                             scaled_lse = lse[row_base + query] * LOG2E
                             d_value = delta[row_base + query]
                         value = math.exp2(s[nt * 4 + e] * scale2 - scaled_lse)
