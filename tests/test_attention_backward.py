@@ -446,15 +446,13 @@ def test_the_default_version_follows_the_timings(monkeypatch):
     assert AB.TF32_DEFAULT_HEAD_DIMS == (64,)
 
 
-def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
-    # backward.ATOMIC_DQ_HEAD_DIMS: where versions 5 and 6 add dQ atomically by
-    # default (where the H200 timed one kernel faster than two); listed, a call
-    # asks for it, version 6 only with its own tiles. The kernels are stood in
-    # for; version 5's inputs are CUDA tensors on a GPU (its check).
-    from gpucourse.kernels.attention import backward as AB
+def stand_in_for_versions_5_and_6(monkeypatch, gpu: bool):
+    """Versions 5's and 6's kernels stood in for by a record, {version:
+    atomic_dq asked for}; and inputs for backward._half_backward and
+    _tf32_backward at head dim 64 (CUDA tensors on a GPU, as their checks
+    ask): (record, halves, kind of the floats, floats)."""
     from gpucourse.kernels.attention import half_backward, tf32_backward
 
-    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (64, 128), 6: (64,)}
     asked = {}
 
     def stand_in(version):
@@ -465,14 +463,26 @@ def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
 
     monkeypatch.setattr(half_backward, "half_attention_backward", stand_in(5))
     monkeypatch.setattr(tf32_backward, "tf32_attention_backward", stand_in(6))
-    where = "cuda" if AB.on_gpu() else "cpu"
+    where = "cuda" if gpu else "cpu"
     halves = [torch.zeros(1, 1, 16, 64, dtype=torch.float16, device=where) for _ in range(6)]
     halves[4] = torch.zeros(1, 1, 16, device=where)
     floats = [np.zeros((1, 1, 16, 64), np.float32) for _ in range(6)]
     floats[4] = np.zeros((1, 1, 16), np.float32)
-    kind = "numpy"
-    if AB.on_gpu():  # version 6 takes CUDA tensors there
-        kind, floats = "torch", [torch.from_numpy(x).cuda() for x in floats]
+    if gpu:  # version 6 takes CUDA tensors there
+        return asked, halves, "torch", [torch.from_numpy(x).cuda() for x in floats]
+    return asked, halves, "numpy", floats
+
+
+def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
+    # backward.ATOMIC_DQ_HEAD_DIMS: where versions 5 and 6 add dQ atomically by
+    # default (where the H200 timed one kernel faster than two); listed, a call
+    # asks for it, version 6 only with its own tiles. The kernels are stood in
+    # for.
+    from gpucourse.kernels.attention import backward as AB
+    from gpucourse.kernels.attention import tf32_backward
+
+    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (64, 128), 6: (64,)}
+    asked, halves, kind, floats = stand_in_for_versions_5_and_6(monkeypatch, AB.on_gpu())
     for listed in ((), (64,)):
         monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
         AB._half_backward("torch", "float16", *halves, False, 0.125)
@@ -488,27 +498,14 @@ def test_deterministic_mode_turns_the_atomic_defaults_off(monkeypatch):
     # adds nothing atomically, so two calls give the same bits: version 3 where
     # the default is 4, two kernels for versions 5 and 6 at the head dims
     # where one kernel is their default. Off again, the defaults come back.
-    # The kernels are stood in for, as above.
+    # The kernels are stood in for, as above, with the simulator's inputs.
     from gpucourse.kernels.attention import backward as AB
-    from gpucourse.kernels.attention import half_backward, tf32_backward
+    from gpucourse.kernels.attention import half_backward
 
-    asked = {}
-
-    def stand_in(version):
-        def run(*args, atomic_dq=False, **kwargs):
-            asked[version] = atomic_dq
-            return args[:3]
-        return run
-
-    monkeypatch.setattr(half_backward, "half_attention_backward", stand_in(5))
-    monkeypatch.setattr(tf32_backward, "tf32_attention_backward", stand_in(6))
     monkeypatch.setattr(half_backward, "atomic_dq_runs_here", lambda: True)
     monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: (64,), 6: (64,)})
-    monkeypatch.setattr(AB, "on_gpu", lambda: False)  # the simulator's inputs
-    halves = [torch.zeros(1, 1, 16, 64, dtype=torch.float16) for _ in range(6)]
-    halves[4] = torch.zeros(1, 1, 16)
-    floats = [np.zeros((1, 1, 16, 64), np.float32) for _ in range(6)]
-    floats[4] = np.zeros((1, 1, 16), np.float32)
+    monkeypatch.setattr(AB, "on_gpu", lambda: False)
+    asked, halves, _, floats = stand_in_for_versions_5_and_6(monkeypatch, False)
     before = torch.are_deterministic_algorithms_enabled()
     try:
         for deterministic in (True, False):
