@@ -391,7 +391,8 @@ def test_launch_path_times_pairs_the_quick_and_the_long_way():
 def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
     # Version 5, FlashAttention-2's backward in half precision
     # (attention.half_backward), against float64 autograd, held to the error
-    # of PyTorch's flash backend's backward on the same inputs.
+    # of PyTorch's flash backend's backward on the same inputs: in two
+    # kernels, in one (dQ added atomically), and as a call runs it by default.
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
@@ -403,11 +404,12 @@ def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
                for _ in range(2))
     k, v = (torch.randn(2, 3, 260, head_dim, device="cuda", generator=gen).to(dtype)
             for _ in range(2))
-    for causal, atomic in ((False, False), (True, False), (False, True), (True, True)):
+    for causal, atomic in [(c, a) for c in (False, True) for a in (False, True, None)]:
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
-        got = (half_attention_backward(q, k, v, out, lse, dout, causal=causal, atomic_dq=True)
-               if atomic else  # dQ added atomically by dK and dV's kernel
-               flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=5))
+        got = (flash_attention_backward(q, k, v, out, lse, dout, causal=causal, version=5)
+               if atomic is None else  # the default
+               half_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                       atomic_dq=atomic))
         leaves = [x.double().requires_grad_() for x in (q, k, v)]
         want = torch.autograd.grad(sdpa(*leaves, is_causal=causal), leaves, dout.double())
         if causal:  # SDPA flash puts a cross-attention mask's diagonal at the bottom right
@@ -423,6 +425,31 @@ def test_version5_errs_no_more_than_sdpa_flash_backward(dtype, head_dim):
             if peer is not None:
                 bound = 2 * float((peer.double() - w).abs().max() / w.abs().max()) + 1e-4
             assert error <= bound, (name, causal, atomic, error, bound)
+
+
+@pytest.mark.skipif(not (A.on_gpu() and torch.cuda.is_available()),
+                    reason="needs a GPU and torch with CUDA")
+def test_deterministic_mode_gives_the_same_bits_each_call():
+    # With torch.use_deterministic_algorithms(True), two calls give the same
+    # gradients to the last bit, where the default adds dQ atomically (versions
+    # 4, 5 and 6 on a GPU with tensor cores): fp16 and float32 at head dim 64,
+    # float32 at 128. Many key blocks add to each query's dQ, so that without
+    # the mode their order, and dQ's last bits, may differ (not asserted).
+    from gpucourse.kernels.attention import flash_attention_backward
+
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        for dtype, head_dim in ((torch.float16, 64), (torch.float32, 64), (torch.float32, 128)):
+            gen = torch.Generator(device="cuda").manual_seed(head_dim)
+            q, k, v, dout = (torch.randn(2, 4, 1000, head_dim, device="cuda",
+                                         generator=gen).to(dtype) for _ in range(4))
+            out, lse = A.flash_attention(q, k, v, return_lse=True)
+            first, again = (flash_attention_backward(q, k, v, out, lse, dout) for _ in range(2))
+            for name, a, b in zip(("dq", "dk", "dv"), first, again):
+                assert torch.equal(a, b), (name, dtype, head_dim)
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def test_the_default_version_follows_the_timings(monkeypatch):
