@@ -169,9 +169,12 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
     # (times log2 e) and D, in floats: 2 BQ a stage.
     stats_base = (kv_halves + 4 * tile_q) // 2
     stats_stage = 2 * BQ
-    # Up to head dim 64; at 128, whose sums leave no registers to spare, the
-    # staging's register would spill and L and D are read where they are used.
-    stage_stats = D <= 64
+    # Up to head dim 64, and at 128 in one kernel walking 16-query tiles (255
+    # registers, no spill: ptxas at sm_90). At 128 with two kernels, whose
+    # sums leave no registers to spare, the staging's register would spill,
+    # and L and D are read from global memory where they are used (16 loads
+    # a walked tile, each waited on).
+    stage_stats = D <= 64 or (atomic_dq and BQ <= 16)
     mma = mma_packed if kind == "f16" else mma_packed_bf16
     pack = pack_f16x2 if kind == "f16" else pack_bf16x2
     store_row = make_row_store(pack, o_tiles)
@@ -301,7 +304,7 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
                         elif stage_stats:  # 64-wide walks (stats_here's registers spill)
                             at = stats_base + stat + query - q_start
                             scaled_lse, d_value = smemf[at], smemf[at + BQ]
-                        else:  # head dim 128 (unsigned indices, fewer instructions, spill)
+                        else:  # 128, two kernels (unsigned indices: fewer instructions, spills)
                             scaled_lse = lse[row_base + query] * LOG2E
                             d_value = delta[row_base + query]
                         value = math.exp2(s[nt * 4 + e] * scale2 - scaled_lse)
