@@ -65,10 +65,11 @@ def ptxas_report(ptx_text: str, arch: str = "sm_90", max_registers: int = 0) -> 
     return log.decode(errors="replace")
 
 
-def innermost_loop(ptx_text: str, marker: str = "mma.sync") -> list:
+def innermost_loop(ptx_text: str, marker: str = "mma.sync", most: bool = False) -> list:
     """The PTX instructions of the shortest loop (a label and a branch back to
-    it) that holds `marker`: a kernel's main loop, whose length per mma says
-    how much besides the tensor cores' work each step issues. [] if none."""
+    it) that holds `marker` (with `most`, the loop that holds it most often):
+    a kernel's main loop, whose length per mma says how much besides the
+    tensor cores' work each step issues. [] if none."""
     import re
 
     lines = [line.strip() for line in ptx_text.splitlines()]
@@ -83,6 +84,13 @@ def innermost_loop(ptx_text: str, marker: str = "mma.sync") -> list:
         if branch and labels.get(branch.group(1), i) < i:
             body = [x for x in lines[labels[branch.group(1)]:i + 1]
                     if x and not x.startswith(("$", "//", "{", "}", "."))]
-            if any(marker in x for x in body) and (not best or len(body) < len(best)):
+            count = sum(marker in x for x in body)
+            if not count:
+                continue
+            if most:
+                better = (count, -len(body)) > (sum(marker in x for x in best), -len(best))
+            else:
+                better = len(body) < len(best)
+            if not best or better:
                 best = body
     return best

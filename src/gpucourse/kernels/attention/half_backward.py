@@ -295,23 +295,32 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
                 for e in range(4):
                     query = q_start + nt * 8 + 2 * t + e % 2
                     key = k_start + warp * 16 + g + 8 * (e // 2)
+                    kept = query < seq and not (causal and query < key)
+                    i = nt * 4 + e
+                    if stage_stats and BQ <= 32:
+                        # L and D at constant offsets from stats_here (D's 4 BQ bytes
+                        # after L's; zeros past the last query). Every element
+                        # computes, without a branch: a masked one's exponent is
+                        # -1e30, so that its P and dS are 0.
+                        at = 4 * (nt * 8 + e % 2)
+                        power = s[i] * scale2 - as_float32(shared_word(stats_here, at))
+                        value = math.exp2(power if kept else float32(-1e30))
+                        dp[i] = value * (dp[i] - as_float32(shared_word(stats_here, at + 4 * BQ)))
+                        s[i] = value
+                        continue
                     value = float32(0.0)
-                    if query < seq and not (causal and query < key):
-                        if stage_stats and BQ <= 32:  # constant offsets from stats_here
-                            at = 4 * (nt * 8 + e % 2)
-                            scaled_lse = as_float32(shared_word(stats_here, at))
-                            d_value = as_float32(shared_word(stats_here, at + 4 * BQ))
-                        elif stage_stats:  # 64-wide walks (stats_here's registers spill)
+                    if kept:
+                        if stage_stats:  # 64-wide walks (stats_here's registers spill)
                             at = stats_base + stat + query - q_start
                             scaled_lse, d_value = smemf[at], smemf[at + BQ]
                         else:  # 128, two kernels (unsigned indices: fewer instructions, spills)
                             scaled_lse = lse[row_base + query] * LOG2E
                             d_value = delta[row_base + query]
-                        value = math.exp2(s[nt * 4 + e] * scale2 - scaled_lse)
-                        dp[nt * 4 + e] = value * (dp[nt * 4 + e] - d_value)
+                        value = math.exp2(s[i] * scale2 - scaled_lse)
+                        dp[i] = value * (dp[i] - d_value)
                     else:
-                        dp[nt * 4 + e] = float32(0.0)
-                    s[nt * 4 + e] = value
+                        dp[i] = float32(0.0)
+                    s[i] = value
             for kk in range(q_steps):
                 p[kk * 4] = pack(s[8 * kk], s[8 * kk + 1])
                 p[kk * 4 + 1] = pack(s[8 * kk + 2], s[8 * kk + 3])
