@@ -1,4 +1,4 @@
-"""The backward pass of FlashAttention-2 in fp16 and bf16 on mma.sync.m16n8k16: two kernels and a pre-pass.
+"""The backward pass of FlashAttention-2 in fp16 and bf16 on mma.sync.m16n8k16: a pre-pass, then one kernel or two.
 
 With P_ij = exp(s q_i . k_j - L_i) recomputed from the forward's log-sum-exp
 L (``backward`` lists the identities), the gradients are five products of

@@ -4,7 +4,7 @@ Version 4 computes the backward's five tile products on the CUDA cores, one
 fp32 FMA per multiply-add, and took 1.01-1.46 times the time of PyTorch's
 memory-efficient backward on an H100, whose products run on the tensor cores
 in 3xTF32. This module is ``half_backward``'s structure (FlashAttention-2's
-backward, two kernels and a pre-pass) with float32 operands split into a big
+backward: a pre-pass, then one kernel or two) with float32 operands split into a big
 TF32 part and a small rest, each product three ``mma.sync.m16n8k8`` TF32
 instructions, a_small b_big + a_big b_small + a_big b_big, as the forward
 (``attention.tensor_cores``) computes its two (``make_3xtf32`` says how the
@@ -55,7 +55,7 @@ heads, key_seq, head_dim), head_dim in TF32_BACKWARD_HEAD_DIMS (multiples of
 arrays or CPU torch tensors on Numba's simulator (where the instructions are
 ``tensor_cores``' stand-ins and every thread of a block must reach every
 instruction: no warp skips a tile). Timed on an H200: benchmarks/NOTES.md;
-``tf32_backward_atomic`` is the one-kernel variant (``atomic_dq=True``).
+``tf32_backward_atomic`` is the one kernel (``atomic_dq=True``): the default at head dim 64.
 """
 
 from __future__ import annotations
