@@ -9,6 +9,7 @@
 #              attention in half precision (forward; the backward's version 5),
 #              the tiny GPT;
 #   hgemm      benchmarks/hgemm.py (half_matmul and tf32_matmul against cuBLAS);
+#              hgemm_sweep, the same with --sweep (level 7's other tiles);
 #   attention  benchmarks/attention_half.py (forward and backward against SDPA flash);
 #   attention_sweep benchmarks/attention_half_sweep.py (version 5's tiles at head
 #              dim 64 other than its default, against SDPA flash's backward);
@@ -48,6 +49,9 @@ for part in "$@"; do
             tests/test_tensor_cores.py tests/test_tinygpt.py 2>&1 | tail -150 ;;
     hgemm)
         (cd benchmarks && timeout 400 python3 hgemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -60) ;;
+    hgemm_sweep)  # the same, with level 7 at other tiles (K = 768 among the shapes)
+        (cd benchmarks && timeout 560 python3 hgemm.py --sweep --out "$OUT" 2>&1 \
+            | grep -v Warning | grep -v "^fp16\|^bf16" | tail -40) ;;
     attention)
         (cd benchmarks && timeout 500 python3 attention_half.py --out "$OUT" 2>&1 \
             | grep -v Warning | tail -60) ;;

@@ -270,7 +270,8 @@ def main(argv=None):
     sweep = []
     if args.sweep and not args.quick:
         for m, n, k in ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-                        (8192, 8192, 8192), (8192, 768, 3072), (512, 512, 32768)):
+                        (8192, 8192, 8192), (8192, 768, 3072), (8192, 3072, 768),
+                        (512, 512, 32768)):
             a = torch.randn(m, k, device="cuda", dtype=torch.float16)
             b = torch.randn(k, n, device="cuda", dtype=torch.float16)
             calls = {str(i): (lambda c=c: half_matmul(a, b, config=dict(LEVELS[7], **c)))
