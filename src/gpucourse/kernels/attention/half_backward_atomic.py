@@ -38,7 +38,8 @@ from __future__ import annotations
 from gpucourse.device import cuda, on_gpu
 from numba import float32  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.attention.half import HalfConfig
-from gpucourse.kernels.tensor_cores.moves import ldmatrix_x4_trans, shared_address
+from gpucourse.kernels.tensor_cores.moves import (ldmatrix_x4_trans, shared_address,
+                                                 shared_store_word)
 
 # Two neighbouring float32 added in one reduction (sm_90 and later: PTX ISA,
 # "red", vector types): half the atomic instructions of two scalar ones.
@@ -134,12 +135,13 @@ def make_atomic_dq(config: HalfConfig, mma, place, atomic_dq: bool = True):
     @cuda.jit(device=True, inline=True)
     def store_ds(smem, base, ds, warp, lane):
         g, t = lane // 4, lane % 4
+        # Each register (two halves) in one 32-bit store, at a constant offset
+        # from the lane's first: rows g (+ 8), columns 2t (+ 8, + 16 kk).
+        first = shared_address(smem, base + (warp * 16 + g) * stride + 2 * t)
         for kk in range(q_steps):
             for i in range(4):
-                at = base + (warp * 16 + g + 8 * (i % 2)) * stride + 16 * kk + 8 * (i // 2) + 2 * t
-                word = ds[kk * 4 + i]
-                smem[at] = word & 0xFFFF
-                smem[at + 1] = word >> 16
+                offset = 2 * (8 * (i % 2) * stride + 16 * kk + 8 * (i // 2))
+                shared_store_word(first, offset, ds[kk * 4 + i])
 
     @cuda.jit(device=True, inline=True)
     def add_dq(smem, base, acc, dq_accum, at, q_start, seq, warp, lane, scale):

@@ -39,9 +39,10 @@ Conversion Instructions"), and this module gives each to Numba:
   ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32,
   and ``as_float32`` reads a register's 32 bits as a float32 (ldmatrix moves
   float32 too, two halves at a time); ``shared_word(address)`` loads the 32
-  bits at a shared address plus an offset (``ld.shared.b32``), so that a kernel reading
-  float32 from shared memory adds constant offsets to addresses it worked
-  out once, as it does for ldmatrix.
+  bits at a shared address plus an offset (``ld.shared.b32``), and
+  ``shared_store_word(address, offset, word)`` stores them, so that a kernel
+  moving 32 bits at a time through shared memory adds constant offsets to
+  addresses it worked out once, as it does for ldmatrix.
 
 Halves travel as ``uint16`` (their bits): numpy has no bfloat16, and the
 kernels never compute with a half themselves, they only move it and hand it
@@ -297,6 +298,26 @@ if on_gpu():
         return types.uint32(address, offset), codegen
 
     @intrinsic
+    def shared_store_word(typingctx, address, offset, word):
+        """Store 32 bits (uint32) at a shared-memory address plus a byte
+        offset (a multiple of 4 in all), as shared_word reads them."""
+        if not all(isinstance(x, types.Integer) for x in (address, offset, word)):
+            raise NumbaTypeError(f"shared_store_word needs a shared address, an offset and "
+                                 f"32 bits, got {address}, {offset}, {word}")
+
+        def codegen(context, builder, sig, args):
+            i8, i32 = ir.IntType(8), ir.IntType(32)
+            base = builder.inttoptr(_as_i32(context, builder, args[0], sig.args[0]),
+                                    ir.PointerType(i8, SHARED_SPACE))
+            step = context.cast(builder, args[1], sig.args[1], types.int64)
+            pointer = builder.bitcast(builder.gep(base, [step], inbounds=True),
+                                      ir.PointerType(i32, SHARED_SPACE))
+            builder.store(_as_i32(context, builder, args[2], sig.args[2]), pointer, align=4)
+            return context.get_dummy_value()
+
+        return types.void(address, offset, word), codegen
+
+    @intrinsic
     def as_float32(typingctx, bits):
         """A 32-bit register's bits seen as a float32 (what ldmatrix leaves,
         when the matrix held float32)."""
@@ -474,6 +495,15 @@ else:
         """The two halves at a shared address plus offset, as one uint32, the first low."""
         at = int(address) + int(offset)
         return np.uint32(int(_read(at, _SHARED_BITS)) | (int(_read(at + 2, _SHARED_BITS)) << 16))
+
+    @cuda.jit(device=True)
+    def shared_store_word(address, offset, word):
+        """The two halves of a uint32 to a shared address plus offset, the low one first."""
+        at = int(address) + int(offset)
+        tile = _ARRAYS[at >> _SHARED_BITS]
+        first = (at & ((1 << _SHARED_BITS) - 1)) // 2
+        tile[first] = int(word) & 0xFFFF
+        tile[first + 1] = (int(word) >> 16) & 0xFFFF
 
     def as_float32(bits):
         """A 32-bit register's bits seen as a float32."""
