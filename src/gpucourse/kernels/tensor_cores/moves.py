@@ -275,6 +275,15 @@ if on_gpu():
     f16_to_float = _make_widen("f16")
     bf16_to_float = _make_widen("bf16")
 
+    def _word_pointer(context, builder, sig, args):
+        """A pointer to the 32 bits at shared address args[0] plus byte offset
+        args[1] (a constant offset stays one, for the instruction to take)."""
+        base = builder.inttoptr(_as_i32(context, builder, args[0], sig.args[0]),
+                                ir.PointerType(ir.IntType(8), SHARED_SPACE))
+        step = context.cast(builder, args[1], sig.args[1], types.int64)
+        return builder.bitcast(builder.gep(base, [step], inbounds=True),
+                               ir.PointerType(ir.IntType(32), SHARED_SPACE))
+
     @intrinsic
     def shared_word(typingctx, address, offset):
         """The 32 bits at a shared-memory address plus a byte offset
@@ -287,13 +296,7 @@ if on_gpu():
                                  f"{address}, {offset}")
 
         def codegen(context, builder, sig, args):
-            i8, i32 = ir.IntType(8), ir.IntType(32)
-            base = builder.inttoptr(_as_i32(context, builder, args[0], sig.args[0]),
-                                    ir.PointerType(i8, SHARED_SPACE))
-            step = context.cast(builder, args[1], sig.args[1], types.int64)
-            pointer = builder.bitcast(builder.gep(base, [step], inbounds=True),
-                                      ir.PointerType(i32, SHARED_SPACE))
-            return builder.load(pointer, align=4)
+            return builder.load(_word_pointer(context, builder, sig, args), align=4)
 
         return types.uint32(address, offset), codegen
 
@@ -306,13 +309,8 @@ if on_gpu():
                                  f"32 bits, got {address}, {offset}, {word}")
 
         def codegen(context, builder, sig, args):
-            i8, i32 = ir.IntType(8), ir.IntType(32)
-            base = builder.inttoptr(_as_i32(context, builder, args[0], sig.args[0]),
-                                    ir.PointerType(i8, SHARED_SPACE))
-            step = context.cast(builder, args[1], sig.args[1], types.int64)
-            pointer = builder.bitcast(builder.gep(base, [step], inbounds=True),
-                                      ir.PointerType(i32, SHARED_SPACE))
-            builder.store(_as_i32(context, builder, args[2], sig.args[2]), pointer, align=4)
+            builder.store(_as_i32(context, builder, args[2], sig.args[2]),
+                          _word_pointer(context, builder, sig, args), align=4)
             return context.get_dummy_value()
 
         return types.void(address, offset, word), codegen
