@@ -372,21 +372,22 @@ def _half_cases(record):
     two, the one kernel's row at backward.ATOMIC_DQ_HEAD_DIMS[5]."""
     from gpucourse.kernels.attention.backward import ATOMIC_DQ_HEAD_DIMS
 
-    cases, fp32, atomic = {}, {}, set()
-    rows = sorted(record["results"], key=lambda r: not r["variant"].startswith("flash_bwd_atomic"))
-    for r in rows:
+    def one_kernel(r):  # a row of the one kernel, timed before it was the default
+        return r["variant"].startswith("flash_bwd_atomic")
+
+    cases, fp32 = {}, {}
+    atomic = {(r["dtype"], r["seq"], r["head_dim"], r["causal"]) for r in record["results"]
+              if one_kernel(r) and r["head_dim"] in ATOMIC_DQ_HEAD_DIMS[5]}
+    for r in record["results"]:
         shape = (r["seq"], r["head_dim"], r["causal"])
         if r["variant"] == "flash_fp32":
             fp32[shape] = min(r["ms"], fp32.get(shape, math.inf))
             continue
         if r["variant"].startswith(("flash_bwd_v", "flash_bwd_two_kernels")):  # not the default
             continue
-        if r["variant"].startswith("flash_bwd_atomic"):  # one kernel, before it was the default
-            if r["head_dim"] not in ATOMIC_DQ_HEAD_DIMS[5]:
-                continue
-            atomic.add((r["dtype"],) + shape)
-        elif r["variant"].startswith("flash_bwd_") and (r["dtype"],) + shape in atomic:
-            continue  # the one kernel's row stands for the default
+        if r["variant"].startswith("flash_bwd_") and (
+                ((r["dtype"],) + shape in atomic) != one_kernel(r)):
+            continue  # the one kernel's row stands for the default where it is one
         direction = "backward" if "_bwd_" in r["variant"] else "forward"
         who = ("flash" if r["variant"].startswith("sdpa_flash") else
                "efficient" if r["variant"].startswith("sdpa_efficient") else "ours")

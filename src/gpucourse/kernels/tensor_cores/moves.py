@@ -38,7 +38,7 @@ Conversion Instructions"), and this module gives each to Numba:
   a register (``cvt.rn.f16x2.f32``, ``cvt.rn.bf16x2.f32``) for the output;
   ``f16_to_float`` and ``bf16_to_float`` widen one half's bits to float32,
   and ``as_float32`` reads a register's 32 bits as a float32 (ldmatrix moves
-  float32 too, two halves at a time); ``shared_word(address)`` loads the 32
+  float32 too, two halves at a time); ``shared_word(address, offset)`` loads the 32
   bits at a shared address plus an offset (``ld.shared.b32``), and
   ``shared_store_word(address, offset, word)`` stores them, so that a kernel
   moving 32 bits at a time through shared memory adds constant offsets to

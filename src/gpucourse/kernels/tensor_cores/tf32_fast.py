@@ -83,10 +83,9 @@ from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_as
 
 FLOATS = 4  # float32s in 16 bytes
 DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
-# One pass's tiles: 128 x 64 with 4 warps (164 registers, three blocks an SM),
-# 0.32-0.33 of cuBLAS TF32 on the H200 at 4096^3 and 8192^3, where DEFAULT's
-# 128 x 128 with 8 warps (166 registers, one block an SM) reached 0.29-0.30
-# (results/hgemm-h200-2026-11-28.json, rows tf32_matmul1_128x64).
+# One pass's tiles, 128 x 64 with 4 warps: three blocks an SM (the module's
+# docstring says why; results/hgemm-h200-2026-11-28.json, rows tf32_matmul1
+# and, for DEFAULT's tiles in one pass, tf32_matmul1_128x128).
 ONE_PASS_DEFAULT = dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8)
 SIMULATOR = dict(bm=32, bn=32, bk=8, warps_m=1, warps_n=2, stages=2, group_m=1)
 PASSES = (1, 3)
