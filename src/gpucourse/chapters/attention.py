@@ -367,27 +367,17 @@ def _half_cases(record):
     """{(pass, type, seq, head_dim, causal): {"ours", "flash", "efficient": ms}}
     from an attention_half results file, pass "forward" or "backward", type
     "fp16" or "bf16"; and {(seq, head_dim, causal): ms} of ours in fp32. The
-    backward's "ours" is the kernel a call runs today: where a file timed the
-    one kernel (dQ added atomically, flash_bwd_atomic_*) beside a default of
-    two, the one kernel's row at backward.ATOMIC_DQ_HEAD_DIMS[5]."""
-    from gpucourse.kernels.attention.backward import ATOMIC_DQ_HEAD_DIMS
-
-    def one_kernel(r):  # a row of the one kernel, timed before it was the default
-        return r["variant"].startswith("flash_bwd_atomic")
-
+    backward's "ours" is flash_bwd_<type>, the default as a call runs it;
+    rows of other versions or kernels (flash_bwd_v<n>, flash_bwd_two_kernels_*,
+    flash_bwd_atomic_*) are left out."""
     cases, fp32 = {}, {}
-    atomic = {(r["dtype"], r["seq"], r["head_dim"], r["causal"]) for r in record["results"]
-              if one_kernel(r) and r["head_dim"] in ATOMIC_DQ_HEAD_DIMS[5]}
     for r in record["results"]:
         shape = (r["seq"], r["head_dim"], r["causal"])
         if r["variant"] == "flash_fp32":
             fp32[shape] = min(r["ms"], fp32.get(shape, math.inf))
             continue
-        if r["variant"].startswith(("flash_bwd_v", "flash_bwd_two_kernels")):  # not the default
-            continue
-        if r["variant"].startswith("flash_bwd_") and (
-                ((r["dtype"],) + shape in atomic) != one_kernel(r)):
-            continue  # the one kernel's row stands for the default where it is one
+        if r["variant"].startswith(("flash_bwd_v", "flash_bwd_two_kernels", "flash_bwd_atomic")):
+            continue  # not the default
         direction = "backward" if "_bwd_" in r["variant"] else "forward"
         who = ("flash" if r["variant"].startswith("sdpa_flash") else
                "efficient" if r["variant"].startswith("sdpa_efficient") else "ours")
@@ -496,18 +486,10 @@ def _newest_backward_run(keep, timing: str, directory=None) -> dict:
 def version6_ratios(record) -> dict:
     """{head_dim: {4: (lo, hi), 6: (lo, hi)}}: the range over the timed shapes
     of versions 4's and 6's times over SDPA memory-efficient's backward, from
-    a results file that timed both (``tensor_core_record``). Version 6 as a
-    call runs it today: at backward.ATOMIC_DQ_HEAD_DIMS[6], in one kernel
-    (the row tf32_atomic_bwd, where the file has one)."""
-    from gpucourse.kernels.attention.backward import ATOMIC_DQ_HEAD_DIMS
-
-    one_kernel = {(r["seq"], r["head_dim"], r["causal"]): r["ms"] for r in record["results"]
-                  if r["variant"] == "tf32_atomic_bwd" and r.get("ms")
-                  and r["head_dim"] in ATOMIC_DQ_HEAD_DIMS[6]}
+    a results file that timed both (``tensor_core_record``), each as a call
+    runs it (version 6 in one kernel at backward.ATOMIC_DQ_HEAD_DIMS[6])."""
     ranges = {}
     for shape, ms in sorted(backward_times(record).items()):
-        if 6 in ms and shape in one_kernel:
-            ms = {**ms, 6: one_kernel[shape]}
         for version in (4, 6):
             if version in ms:
                 ranges.setdefault(shape[1], {}).setdefault(version, []).append(

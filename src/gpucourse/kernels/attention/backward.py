@@ -344,12 +344,15 @@ TF32_DEFAULT_HEAD_DIMS = (64,)
 # (results/attention_half_sweep-h200-2026-11-28.json), head dim 64: 1.81x
 # SDPA flash's backward instead of 2.09x causal, 2.03x instead of 2.04x
 # without a mask; head dim 128: 1.99x instead of 2.05x causal, but 2.20x
-# instead of 2.16x without a mask. In the full table that followed
-# (results/attention_half-h200-2026-11-28.json, rows flash_bwd_atomic_*),
-# head dim 128 in one kernel was as fast or faster at all eight shapes (N
-# 1024 and 4096, both masks, fp16 and bf16), by up to 8%. Version 6 at head
-# dim 64: 0.80-1.14x SDPA memory-efficient's backward instead of 0.86-1.19x,
-# at N 1024 and 4096, both masks (results/attention_backward-h200-2026-11-28.json).
+# instead of 2.16x without a mask. With the main loops cut since (shared_word,
+# branch-free P and dS), the full table (results/attention_half-h200-2026-11-28.json,
+# N 1024 and 4096, both masks, fp16 and bf16, the default as a call runs it
+# beside flash_bwd_two_kernels_*): the two kernels took 1.00-1.59x the one
+# kernel's time at 14 of the 16 shapes (1.59x at head dim 64, N 4096, causal);
+# at head dim 64, N 1024 without a mask, 0.78x in fp16 and 0.88x in bf16, a
+# shape whose times moved by 20% between two runs, SDPA flash's too. Version 6 at head dim 64:
+# 0.76-1.14x SDPA memory-efficient's backward as a call runs it, at N 1024 and
+# 4096, both masks (results/attention_backward-h200-2026-11-28.json).
 ATOMIC_DQ_HEAD_DIMS = {5: (64, 128), 6: (64,)}
 
 
