@@ -20,12 +20,15 @@
 #   sgemm_calibrate  benchmarks/sgemm_grid.py --calibrate (issue 33: every plan of
 #              the shape model's menu off the grid; writes the model's JSON in src/
 #              too: copy it back with the results);
+#   sgemm_rates benchmarks/sgemm_grid.py --rates (issue 33: each menu tile's time
+#              at 1-8 blocks an SM and two depths of K);
 #   sgemm_grid benchmarks/sgemm_grid.py (auto and level 7 on the grid, beside cuBLAS);
 #   grad_check benchmarks/tinygpt_grad_check.py (the tiny GPT's gradients in each
 #              precision and kernel mix against float64);
 #   ncu        Nsight Compute profiles of half_matmul, tf32_matmul, half-precision
 #              attention and its backward's two kernels (benchmarks/ncu_targets.py),
-#              reduced by benchmarks/ncu_summary.py (the details pages in a .tgz).
+#              reduced by benchmarks/ncu_summary.py (the details pages, and each
+#              kernel's SASS with its stall samples per instruction, in a .tgz).
 # Results files land in OUT with a log of the whole run (OUT/gpu_log-PARTS.txt);
 # copy them into benchmarks/results to commit them. The raw Nsight reports stay
 # in /tmp (the device tool returns at most 8 files).
@@ -71,6 +74,8 @@ for part in "$@"; do
         timeout 560 python3 benchmarks/sgemm_grid.py --calibrate --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_rates)
+        timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_grid)
         timeout 560 python3 benchmarks/sgemm_grid.py --out "$OUT" 2>&1 | grep -v Warning | tail -50 ;;
     grad_check)
@@ -93,7 +98,7 @@ for part in "$@"; do
                 > "/tmp/ncu/${label}_sass.csv" 2>&1
             labels+=("$label=/tmp/ncu/$label")
         done
-        tar czf "$OUT/ncu_details-$SLUG-$TODAY.tgz" -C /tmp/ncu $(cd /tmp/ncu && ls *.txt)
+        tar czf "$OUT/ncu_details-$SLUG-$TODAY.tgz" -C /tmp/ncu $(cd /tmp/ncu && ls *.txt *_sass.csv)
         python3 benchmarks/ncu_summary.py "$OUT/half_precision_ncu-$SLUG-$TODAY.json" \
             "${labels[@]}" --date "$TODAY" --gpu "$GPU" \
             --note "fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels" ;;

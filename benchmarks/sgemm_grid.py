@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py [--quick] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --calibrate [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --fit-committed     (no GPU)
 
 The shapes were chosen before any tuning against them and are written here
@@ -43,6 +44,13 @@ those times (shape_model.calibrate) and writes them, with their source, into
 src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, and the
 timings to DIR/sgemm_calibration-<gpu-slug>-<date>.json. Commit both; then
 run the grid.
+
+**--rates** measures what the model's rate formula guesses: for each tile of
+the menu, level 6's kernel (CUDA events, benchmarks/sgemm.py's time_ms) on
+products of exactly q blocks an SM (q x SMs tiles, no edges, K whole) for q
+= 1 to RATE_BLOCKS, at two depths RATE_KS, so that each (tile, q) gives a
+time per column of K (the slope) and a fixed time (the intercept: launch,
+the blocks' start and their stores). Writes DIR/sgemm_rates-<gpu-slug>-<date>.json.
 
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
 the committed sgemm_shapes results (their rows of auto and level 6, and the
@@ -86,6 +94,9 @@ CALIBRATION_SHAPES = [(400, 400, 400), (768, 768, 768), (1536, 1536, 1536), (307
 # (candidate_wins); it joins a GPU's menu in the model's JSON only on that
 # evidence.
 CANDIDATE_TILES = [(32, 64, 16, 4, 4), (64, 32, 16, 4, 4)]
+# --rates: blocks an SM (each a product of q x SMs tiles) and the two depths.
+RATE_BLOCKS = tuple(range(1, 9))
+RATE_KS = (4096, 12288)
 ROUNDS = 3
 BUDGET_S = 420.0  # shapes still waiting after this long are skipped
 WRONG_ABOVE = 1e-5  # max |C - C_ref| / max |C_ref| against float64, or 4 x cuBLAS's own
@@ -241,6 +252,40 @@ def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float)
     return 0
 
 
+def tile_grid(count: int) -> tuple[int, int]:
+    """(rows, columns) of tiles, rows x columns = count, as near square as count allows."""
+    rows = max(r for r in range(1, int(count ** 0.5) + 1) if count % r == 0)
+    return rows, count // rows
+
+
+def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
+    """--rates: each menu tile at q blocks an SM and two depths (see the docstring)."""
+    record["benchmark"] = "sgemm_rates"
+    entry = sgemm.gpu_entry(record["gpu"])
+    sms, rows = entry["sms"], []
+    for config in sgemm.shape_model.menu(entry):
+        for q in RATE_BLOCKS:
+            tiles_m, tiles_n = tile_grid(q * sms)
+            m, n = tiles_m * config.bm, tiles_n * config.bn
+            for k in RATE_KS:
+                if time.perf_counter() - started > BUDGET_S:
+                    break
+                a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+                call = lambda: sgemm.matmul(a, b, 6, config=config, splits=1)  # noqa: E731
+                error = relative_error(call(), torch.mm(a.double(), b.double()))
+                ms = time_ms(call)[0]
+                rows.append({"config": asdict(config), "blocks_per_sm": q, "m": m, "n": n, "k": k,
+                             "ms": ms, "tflops": 2 * m * n * k / ms / 1e9, "max_rel_err": error})
+        done = [r for r in rows if r["config"] == asdict(config)]
+        print(f"rates {config}: " + ", ".join(f"q{r['blocks_per_sm']} k{r['k']} {r['tflops']:.1f}"
+                                              for r in done if r["k"] == RATE_KS[-1]), flush=True)
+    record["results"] = rows
+    record["sms"] = sms
+    path = write_record(record, out_dir)
+    print(f"wrote {path}; worst error {max(r['max_rel_err'] for r in rows):.1e}")
+    return 1 if any(r["max_rel_err"] > WRONG_ABOVE for r in rows) else 0
+
+
 def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
     """Write fitted constants for `gpu` into the model's JSON, with their source."""
     data = json.loads(sgemm.MODEL_PATH.read_text())
@@ -286,6 +331,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="two shapes a class, one round")
     parser.add_argument("--calibrate", action="store_true",
                         help="time the model's menu at CALIBRATION_SHAPES and fit its constants")
+    parser.add_argument("--rates", action="store_true",
+                        help="time each menu tile at 1-8 blocks an SM and two depths")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
     if "--fit-committed" in (sys.argv[1:] if argv is None else argv):
@@ -307,6 +354,8 @@ def main(argv=None) -> int:
          "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
          "max|C - C_cublas| / max|C_cublas|"),
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+    if args.rates:
+        return rates_main(sgemm, torch, time_ms, record, out_dir, started)
     if args.calibrate:
         return calibrate_main(sgemm, torch, time_ms, record, out_dir, started)
     record["validation"] = validate(sgemm, torch)
