@@ -152,15 +152,18 @@ def time_in_turns(calls: dict) -> dict:
 
 
 # tf32_matmul's one pass at other tiles than its default (tf32_fast.ONE_PASS_DEFAULT,
-# 128 x 64 x 32 with 4 warps, stages 3), each compiled by ptxas for sm_90 without
-# spills; registers a thread (2026-11-28, eighth session) and blocks an SM.
+# 128 x 64 x 32 with 4 warps, stages 3: 164 registers, three blocks an SM), each
+# compiled by ptxas 13.5 for sm_90 without spills, with B read as B^T by ldmatrix
+# (2026-11-28, eighth session): registers a thread and blocks an SM. Fewer
+# registers let 128 x 128 with 8 warps hold two blocks an SM (it held one), with
+# two thirds of the traffic from L2 that 128 x 64 tiles need per product.
 TF32_CANDIDATES = {
-    "128x64_bk16": dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8),  # 167, 3
-    "128x64_bk32_s4": dict(bm=128, bn=64, bk=32, warps_m=2, warps_n=2, stages=4, group_m=8),  # 210, 2
-    "128x128": dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8),  # 158, 1
-    "128x128_bk32": dict(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=3, group_m=8),  # 166, 1
-    "64x128_bk32": dict(bm=64, bn=128, bk=32, warps_m=2, warps_n=2, stages=3, group_m=8),  # 206, 2
-    "256x64_bk32": dict(bm=256, bn=64, bk=32, warps_m=4, warps_n=2, stages=3, group_m=8),  # 167, 1
+    "128x64_bk16": dict(bm=128, bn=64, bk=16, warps_m=2, warps_n=2, stages=4, group_m=8),  # 155, 3
+    "128x64_bk32_s4": dict(bm=128, bn=64, bk=32, warps_m=2, warps_n=2, stages=4, group_m=8),  # 164, 2
+    "128x128": dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8),  # 126, 2
+    "128x128_4x2": dict(bm=128, bn=128, bk=16, warps_m=4, warps_n=2, stages=4, group_m=8),  # 128, 2
+    "128x128_bk32": dict(bm=128, bn=128, bk=32, warps_m=2, warps_n=4, stages=3, group_m=8),  # 165, 1
+    "64x128_bk32": dict(bm=64, bn=128, bk=32, warps_m=2, warps_n=2, stages=3, group_m=8),  # 168, 3
 }
 
 

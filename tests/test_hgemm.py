@@ -191,6 +191,11 @@ from gpucourse.kernels.tensor_cores.tf32_fast import round_to_tf32_kernel
 flat = types.Array(types.float32, 1, "C")
 ptx, _ = numba.cuda.compile_ptx(round_to_tf32_kernel.py_func, (flat, flat), cc=(9, 0))
 open(f"{sys.argv[1]}/tf32_round.ptx", "w").write(ptx)
+from gpucourse.kernels.tensor_cores.tf32_fast import TRANSPOSE_KERNELS
+matrix = types.Array(types.float32, 2, "C")
+for passes, kernel in TRANSPOSE_KERNELS.items():
+    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, (matrix, matrix), cc=(9, 0))
+    open(f"{sys.argv[1]}/tf32_transpose{passes}.ptx", "w").write(ptx)
 """
 
 
@@ -309,10 +314,10 @@ def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
     b = RNG.standard_normal((24, 36)).astype(np.float32)
     a[3, 5], a[7, 0], b[2, 9] = np.nan, np.inf, -np.inf
     np.testing.assert_array_equal(_rounded_array(a), round_to_tf32(a))
-    kernel = make_tf32_kernel(1, **SIMULATOR)  # rounding as it reads
+    kernel = make_tf32_kernel(1, **SIMULATOR)  # rounding as it reads; B goes in as B^T
     c = np.zeros((40, 36), np.float32)
     launch_with_shared(kernel, kernel.blocks(40, 36), kernel.threads, kernel.shared_bytes,
-                       a.view(np.uint16), b.view(np.uint16), c)
+                       a.view(np.uint16), np.ascontiguousarray(b.T).view(np.uint16), c)
     ours = tf32_matmul(a, b, passes=1)
     np.testing.assert_array_equal(ours, c)
     with np.errstate(invalid="ignore"):
@@ -322,17 +327,35 @@ def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
         make_tf32_kernel(3, **SIMULATOR, rounded=True)
 
 
+def test_b_goes_in_transposed_and_rounded_in_one_pass():
+    # tf32_matmul's pass over B: B^T, rounded to TF32 with one pass and as it
+    # is with three, on a ragged shape of several 32 x 32 tiles each way
+    # (the edge tiles check their bounds), NaN and infinity kept.
+    from gpucourse.kernels.tensor_cores import round_to_tf32
+    from gpucourse.kernels.tensor_cores.tf32_fast import _transposed_array
+
+    b = RNG.standard_normal((70, 45)).astype(np.float32)
+    b[69, 44], b[0, 33], b[40, 0] = np.nan, np.inf, -np.inf
+    np.testing.assert_array_equal(_transposed_array(b, 1), round_to_tf32(b).T)
+    np.testing.assert_array_equal(_transposed_array(b, 3), b.T)
+
+
 def test_the_rounded_one_pass_kernel_has_no_conversions_left(ptx):
     # The GEMM kernel of one pass at its default tiles: mma and ldmatrix, no
     # cvt.rna.tf32 (the rounding kernel has it), no spills, and registers few
-    # enough for two blocks to share an SM (why 128 x 64 with 4 warps beat
-    # 128 x 128 with 8, one block an SM, on the H200; this ptxas gives 210
-    # registers, the H200's driver 166, three blocks).
+    # enough for three blocks to share an SM (why 128 x 64 with 4 warps beat
+    # 128 x 128 with 8, one block an SM, on the H200; with B read as B^T by
+    # ldmatrix, this ptxas gives 164 registers, where B's 32-bit reads took 210).
     import re
 
     gemm, rounding = ptx["tf32_1_rounded"], ptx["tf32_round"]
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in gemm
     assert "cvt.rna.tf32.f32" not in gemm and "cvt.rna.tf32.f32" in rounding
+    # B is rounded in the pass that transposes it (three passes: transposed
+    # alone), through shared memory, so both its reads and writes are rows.
+    assert "cvt.rna.tf32.f32" in ptx["tf32_transpose1"]
+    assert "cvt.rna.tf32.f32" not in ptx["tf32_transpose3"]
+    assert all("st.shared" in ptx[f"tf32_transpose{p}"] for p in (1, 3))
     assert ".local" not in gemm
     report = ptxas_report(gemm)
     assert "0 bytes spill stores" in report and "0 bytes lmem" in report
@@ -342,13 +365,22 @@ def test_the_rounded_one_pass_kernel_has_no_conversions_left(ptx):
     warps = ONE_PASS_DEFAULT["warps_m"] * ONE_PASS_DEFAULT["warps_n"]
     per_warp = -(-registers * 32 // 256) * 256  # allocated 256 at a time
     blocks = 65536 // (per_warp * warps)  # an SM's register file
-    assert blocks >= 2, f"{registers} registers, {warps} warps: {blocks} blocks an SM, not 2"
+    assert blocks >= 3, f"{registers} registers, {warps} warps: {blocks} blocks an SM, not 3"
     # B's values come by shared_word at constant offsets from addresses worked
     # out once: the main loop issues under 4.5 PTX instructions an mma (6.8
     # when each read indexed a float32 view of shared memory).
     loop = innermost_loop(gemm)
     mma = sum("mma.sync" in line for line in loop)
     assert mma and len(loop) < 4.5 * mma, (len(loop), mma)
+    # B^T's fragments come by ldmatrix like A's: one x4 read for 16 rows of A
+    # or two n-tiles of B, and no 32-bit shared loads left in the loop (there
+    # were two a tile and step when B came row by row).
+    reads = sum("ldmatrix" in line for line in loop)
+    assert not any("ld.shared.b32" in line or "ld.shared.u32" in line for line in loop)
+    warps_m, warps_n = ONE_PASS_DEFAULT["warps_m"], ONE_PASS_DEFAULT["warps_n"]
+    tiles_m = ONE_PASS_DEFAULT["bm"] // warps_m // 16
+    tiles_n = ONE_PASS_DEFAULT["bn"] // warps_n // 8
+    assert reads * tiles_m * tiles_n == mma * (tiles_m + tiles_n // 2), (reads, mma)
 
 
 def test_tf32_matmul_reads_a_with_ldmatrix_and_does_not_spill(ptx):

@@ -40,19 +40,29 @@ the main loop went from 253 to 150 instructions for its 32 mma (ptxas's
 sm_90 code read with nvdisasm), and one pass rose to 0.37-0.38 of cuBLAS
 TF32. With fewer instructions per mma, a deeper step along K paid: 128 x 64
 x 32 (210 registers, two blocks an SM, three stages) took 0.39-0.40 in the
-same run, and became the default.
+same run, and became the default (0.385 and 0.401 when timed again as
+the default). Nsight Compute's samples per instruction then put a fifth of
+the main loop's stalls on the first mma after each group of loads, and
+B's loads were 32 of the 48 a tile: each lane read its two values of a
+column one at a time. So B now goes in transposed: ``tf32_matmul``
+writes B^T (N x K) in the pass that rounds B (``TRANSPOSE_KERNELS``, through
+shared memory, both its reads and its writes rows), and the GEMM kernel
+reads B^T's tile exactly as it reads A's, by ``ldmatrix``: 24 reads a tile
+instead of 48, the main loop 203 SASS instructions for 64 mma instead of
+231, 164 registers instead of 210 (ptxas 13.5, sm_90; not yet timed).
 What differs from the HGEMM is the element, 4 bytes instead of 2:
 
 * A's fragments still come from ``ldmatrix``: an 8 x 8 matrix of 16-bit
   halves is an 8 x 4 matrix of float32, and the four of an ``.x4`` read are
   exactly the TF32 A fragment (rows g and g + 8, columns t and t + 4; see
   ``fragments``). A's rows are 128 bytes, swizzled like the HGEMM's.
-* B's fragment (rows t and t + 4, column g) is a column of a row-major tile,
-  and ``ldmatrix.trans`` transposes 16-bit elements, not 32-bit ones: each
-  lane reads its two values with plain 32-bit loads. B's rows are swizzled so
-  that those loads have no bank conflicts: chunk c of row r is stored at
-  chunk c ^ 2 (r % 4), which sends the four rows t of one read to four
-  different pairs of chunks.
+* B's fragment (rows t and t + 4 of K, column g) is a column of B, and
+  ``ldmatrix.trans`` transposes 16-bit elements, not 32-bit ones: read
+  from a row-major B, each lane would need two 32-bit loads. In B^T it is
+  a row, like A's: rows g of B^T at columns t and t + 4, so one ``.x4``
+  read brings the fragments of two n-tiles, its four matrices ordered so
+  that each tile's two registers come out side by side, as the mma takes
+  them. B^T's rows are swizzled as A's.
 * Each value is rounded to TF32 (``cvt.rna.tf32.f32``) as it is read; with
   passes=3 (3xTF32) it is split into big = tf32(x) and small = tf32(x - big),
   and each product is a_small b_big + a_big b_small + a_big b_big, three
@@ -62,9 +72,9 @@ What differs from the HGEMM is the element, 4 bytes instead of 2:
   each sum they make, and one chain of them along the whole of K (three per
   step of 8) drifted to 25 times cuBLAS fp32's error at 4096^3 on an H200.
 
-A and B travel as uint16 views of their float32 bits (the copies move bits;
-``moves``). K and N must be multiples of 4 (16 bytes); ``tf32_matmul`` pads
-other shapes. Runs on Numba's simulator with the instructions' stand-ins, at
+A and B^T travel as uint16 views of their float32 bits (the copies move bits;
+``moves``). K must be a multiple of 4 (16 bytes); ``tf32_matmul`` pads
+other shapes (and N to a multiple of 4, for C's rows). Runs on Numba's simulator with the instructions' stand-ins, at
 small tiles.
 """
 
@@ -81,8 +91,7 @@ from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8
                                                       round_to_tf32)
 from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_async_commit,
                                                  cp_async_wait, forget_earlier_moves,
-                                                 global_address, ldmatrix_x4, shared_address,
-                                                 shared_word)
+                                                 global_address, ldmatrix_x4, shared_address)
 
 FLOATS = 4  # float32s in 16 bytes
 DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
@@ -97,42 +106,39 @@ MAX_K = 2**31 - 64  # the copies compare positions along K as 32-bit numbers
 
 def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stages=3,
                      group_m=8, rounded=False):
-    """The kernel for a configuration: kernel(a, b, c), a (M x 2K) and b (K x
-    2N) the uint16 views of float32 A and B, c float32 M x N; K and N
-    multiples of 4. rounded (one pass only): A and B hold TF32 values already
-    (round_to_tf32_kernel's), read without rounding them again. Attributes
+    """The kernel for a configuration: kernel(a, bt, c), a (M x 2K) and bt (at
+    least N x 2K) the uint16 views of float32 A and of B transposed (B^T, N x
+    K: TRANSPOSE_KERNELS's), c float32 M x N; K a multiple of 4. rounded (one
+    pass only): A and B hold TF32 values already (round_to_tf32_kernel's and
+    TRANSPOSE_KERNELS[1]'s), read without rounding them again. Attributes
     threads, shared_bytes and blocks(m, n)."""
     threads = warps_m * warps_n * WARP
     wm, wn = bm // warps_m, bn // warps_n
     tiles_m, tiles_n = wm // 16, wn // 8
-    chunks_a, chunks_b = bk // FLOATS, bn // FLOATS
-    loads_a, loads_b = bm * chunks_a // threads, bk * chunks_b // threads
-    if passes not in PASSES or wm % 16 or wn % 8 or bk % 8 or bk > 32 or chunks_b < 8 \
-            or (bm * chunks_a) % threads or (bk * chunks_b) % threads or stages < 2 \
+    chunks = bk // FLOATS  # 16-byte chunks along K in a row of A's or B^T's tile
+    loads_a, loads_b = bm * chunks // threads, bn * chunks // threads
+    if passes not in PASSES or wm % 16 or wn % 16 or bk % 8 or bk > 32 \
+            or (bm * chunks) % threads or (bn * chunks) % threads or stages < 2 \
             or rounded not in (False, True) or (rounded and passes != 1):
         raise ValueError(f"invalid tf32 configuration: passes {passes}, tiles {bm} x {bn} x "
                          f"{bk}, warps {warps_m} x {warps_n}, stages {stages}, rounded "
                          f"{rounded!r} (rounded inputs take one pass)")
-    shift_a, mod_a = _swizzle(chunks_a)
+    shift, mod = _swizzle(chunks)
     stage_a = bm * bk  # floats
-    stage = stage_a + bk * bn
+    stage = stage_a + bn * bk
     steps = bk // 8
     acc_size, a_size, b_size = tiles_m * tiles_n * 4, tiles_m * 4, tiles_n * 2
     part_size = acc_size if passes == 3 else 1
-    a_tile_bytes = 16 * bk * 4  # 16 rows of A's tile
+    tile_bytes = 16 * bk * 4  # 16 rows of A's or B^T's tile
+    pairs_n = tiles_n // 2  # B's n-tiles are read two at a time
     wait = cp_async_wait(stages - 2)
     block_tile = make_block_order(bm, bn, group_m)
 
     @cuda.jit(device=True, inline=True)
-    def a_place(row, col):
-        """A's tile (floats): chunk swizzled as the HGEMM's."""
-        return row * bk + (((col // FLOATS) ^ ((row // shift_a) % mod_a)) * FLOATS) \
-            + col % FLOATS
-
-    @cuda.jit(device=True, inline=True)
-    def b_place(row, col):
-        """B's tile (floats), after A's: chunk c of row r at c ^ 2 (r % 4)."""
-        return stage_a + row * bn + (((col // FLOATS) ^ (2 * (row % 4))) * FLOATS) \
+    def place(row, col):
+        """A row of A's or B^T's tile (floats): chunk swizzled as the HGEMM's.
+        B^T's tile lies after A's (stage_a floats further)."""
+        return row * bk + (((col // FLOATS) ^ ((row // shift) % mod)) * FLOATS) \
             + col % FLOATS
 
     @cuda.jit(device=True, inline=True)
@@ -150,22 +156,19 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
     @cuda.jit(device=True, inline=True)
     def one_step(ks, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
         """acc += the warp's product for the 8 of K at ks * 8 in the stage at
-        `read` (floats): A's fragments by ldmatrix, B's by 32-bit loads, each
-        rounded (and split, with 3 passes) to TF32. B's value at row
-        ks * 8 + t + 4 j is at b_reads[tn] (row t's address in the stage)
-        plus a constant: the swizzle depends on the row mod 4 alone, which
-        is t's. A constant offset costs the load nothing ([R + offset]),
-        where an index into a float32 view of shared memory cost four to six
-        integer instructions a load (Nsight Compute found two thirds of the loop's
-        instructions integer ones)."""
+        `read` (floats): A's and B's fragments by ldmatrix, one for 16 rows
+        of A, one for two n-tiles of B^T, each value rounded (and split, with
+        3 passes) to TF32. The four matrices of B's read are ordered so that
+        each n-tile's pair of registers (its rows t and t + 4 of K) comes out
+        side by side, as the mma takes them."""
         for tm in range(tiles_m):
-            x = ldmatrix_x4(a_reads[ks] + uint32(4 * read + tm * a_tile_bytes))
+            x = ldmatrix_x4(a_reads[ks] + uint32(4 * read + tm * tile_bytes))
             for j in range(4):
                 tf32_parts(as_float32(x[j]), a_big, a_small, tm * 4 + j)
-        for tn in range(tiles_n):
-            for j in range(2):
-                word = shared_word(b_reads[tn] + uint32(4 * read), 4 * (ks * 8 + 4 * j) * bn)
-                tf32_parts(as_float32(word), b_big, b_small, tn * 2 + j)
+        for p in range(pairs_n):
+            x = ldmatrix_x4(b_reads[ks] + uint32(4 * read + p * tile_bytes))
+            for j in range(4):  # n-tile 2p + j // 2, its value j % 2
+                tf32_parts(as_float32(x[j]), b_big, b_small, p * 4 + j)
         for tm in range(tiles_m):
             for tn in range(tiles_n):
                 n0, a0, b0 = (tm * tiles_n + tn) * 4, tm * 4, tn * 2
@@ -187,9 +190,9 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
                     acc[n0 + e] = d[e]
 
     @cuda.jit
-    def kernel(a, b, c):
+    def kernel(a, bt, c):
         m = a.shape[0]
-        k, n = b.shape[0], c.shape[1]
+        k, n = a.shape[1] // 2, c.shape[1]
         smem = cuda.shared.array(0, uint16)
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
@@ -207,25 +210,27 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         b_limit = cuda.local.array(loads_b, int32)
         for i in range(loads_a):
             index = i * threads + thread
-            row, col = index // chunks_a, (index % chunks_a) * FLOATS
-            a_to[i] = shared_address(smem, 2 * a_place(row, col))
+            row, col = index // chunks, (index % chunks) * FLOATS
+            a_to[i] = shared_address(smem, 2 * place(row, col))
             a_from[i] = global_address(a, min(row0 + row, m - 1), 2 * col)
             a_limit[i] = k - col if row0 + row < m else 0
-        for i in range(loads_b):
+        for i in range(loads_b):  # B^T's rows are B's columns, read as A's rows are
             index = i * threads + thread
-            row, col = index // chunks_b, (index % chunks_b) * FLOATS
-            b_to[i] = shared_address(smem, 2 * b_place(row, col))
-            b_from[i] = global_address(b, row, 2 * min(col0 + col, n - FLOATS))
-            b_limit[i] = k - row if col0 + col < n else 0
-        # A's ldmatrix addresses per step of 8 along K (m-tiles 16 rows apart).
+            row, col = index // chunks, (index % chunks) * FLOATS
+            b_to[i] = shared_address(smem, 2 * (stage_a + place(row, col)))
+            b_from[i] = global_address(bt, min(col0 + row, bt.shape[0] - 1), 2 * col)
+            b_limit[i] = k - col if col0 + row < n else 0
+        # The ldmatrix addresses per step of 8 along K (m-tiles and pairs of
+        # n-tiles 16 rows apart). A's four matrices: rows 0-7 and 8-15 at K
+        # 0-3, then at 4-7 (a0-a3 of the fragment); B^T's: rows 0-7 at K 0-3
+        # and 4-7, then rows 8-15 (b0, b1 of one n-tile, then of the next).
         a_reads = cuda.local.array(steps, uint32)
+        b_reads = cuda.local.array(steps, uint32)
         for ks in range(steps):
-            a_reads[ks] = shared_address(smem, 2 * a_place(warp_row + lane % 16,
-                                                           ks * 8 + (lane // 16) * FLOATS))
-        # B's reads per n-tile: the address of row t's value in stage 0 (see one_step).
-        b_reads = cuda.local.array(tiles_n, uint32)
-        for tn in range(tiles_n):
-            b_reads[tn] = shared_address(smem, 2 * b_place(t, warp_col + tn * 8 + g))
+            a_reads[ks] = shared_address(smem, 2 * place(warp_row + lane % 16,
+                                                         ks * 8 + (lane // 16) * FLOATS))
+            b_reads[ks] = shared_address(smem, 2 * (stage_a + place(
+                warp_col + lane % 8 + 8 * (lane // 16), ks * 8 + (lane // 8) % 2 * FLOATS)))
         acc = cuda.local.array(acc_size, float32)
         a_big = cuda.local.array(a_size, float32)
         a_small = cuda.local.array(a_size, float32)
@@ -234,7 +239,7 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         part = cuda.local.array(part_size, float32)
         for i in range(acc_size):
             acc[i] = float32(0.0)
-        a_advance, b_advance = uint64(4 * bk), uint64(4 * bk) * uint64(n)
+        a_advance = b_advance = uint64(4 * bk)
         k_tiles = (k + bk - 1) // bk
         a_step, b_step = uint64(0), uint64(0)
         for s in range(stages - 1):
@@ -317,9 +322,42 @@ def round_to_tf32_kernel(x, out):
         out[i] = cvt_rna_tf32(x[i])
 
 
+TRANSPOSE_TILE = 32  # transpose_kernel's tiles, TRANSPOSE_TILE^2 floats a block
+_TRANSPOSE_SHARED = (TRANSPOSE_TILE, TRANSPOSE_TILE + 1)  # a column more: no bank conflicts
+
+
+def _make_transpose_kernel(rounded: bool):
+    @cuda.jit
+    def kernel(x, out):
+        """out = x^T (x K x N, out N x K, float32), through shared memory
+        a 32 x 32 tile a block so that both the reads and the writes are
+        rows; with rounded, each value rounded to TF32 on the way."""
+        tile = cuda.shared.array(_TRANSPOSE_SHARED, float32)
+        k, n = x.shape
+        tiles_n = (n + TRANSPOSE_TILE - 1) // TRANSPOSE_TILE
+        row0 = (cuda.blockIdx.x // tiles_n) * TRANSPOSE_TILE
+        col0 = (cuda.blockIdx.x % tiles_n) * TRANSPOSE_TILE
+        lane, step = cuda.threadIdx.x % TRANSPOSE_TILE, cuda.threadIdx.x // TRANSPOSE_TILE
+        rows_a_pass = cuda.blockDim.x // TRANSPOSE_TILE
+        for r in range(step, TRANSPOSE_TILE, rows_a_pass):
+            if row0 + r < k and col0 + lane < n:
+                value = x[row0 + r, col0 + lane]
+                tile[r, lane] = cvt_rna_tf32(value) if rounded else value
+        cuda.syncthreads()
+        for r in range(step, TRANSPOSE_TILE, rows_a_pass):
+            if col0 + r < n and row0 + lane < k:
+                out[col0 + r, row0 + lane] = tile[lane, r]
+
+    return kernel
+
+
+# B^T for tf32_matmul: one pass rounds it to TF32 as it goes, three do not.
+TRANSPOSE_KERNELS = {1: _make_transpose_kernel(True), 3: _make_transpose_kernel(False)}
+
 _KERNELS: dict = {}
 _SIGNATURE = (uint16[:, ::1], uint16[:, ::1], float32[:, ::1])  # A's and B's bits, C
 _ROUND_SIGNATURE = (float32[::1], float32[::1])
+_TRANSPOSE_SIGNATURE = (float32[:, ::1], float32[:, ::1])
 
 
 def _kernel(passes: int, config: dict):
@@ -343,6 +381,37 @@ def _rounded_torch(x):
     core_launch()(stream, launch_config(-(-x.numel() // ROUND_THREADS), ROUND_THREADS), function,
                   *flat_argument(x.data_ptr(), x.numel(), 4),
                   *flat_argument(out.data_ptr(), out.numel(), 4))
+    return out
+
+
+def _transposed_torch(x, passes: int):
+    """B^T of a CUDA float32 tensor (K x N) into a new N x K tensor, rounded to
+    TF32 with one pass."""
+    import torch
+
+    from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
+                                          launch_config, matrix_argument)
+
+    k, n = x.shape
+    out = torch.empty((n, k), dtype=torch.float32, device=x.device)
+    function, stream = compiled_launchable(TRANSPOSE_KERNELS[passes], _TRANSPOSE_SIGNATURE, 0,
+                                           current_gpu())
+    blocks = -(-k // TRANSPOSE_TILE) * -(-n // TRANSPOSE_TILE)
+    core_launch()(stream, launch_config(blocks, ROUND_THREADS), function,
+                  *matrix_argument(x.data_ptr(), k, n), *matrix_argument(out.data_ptr(), n, k))
+    return out
+
+
+def _transposed_array(x, passes: int):
+    """B^T of a float32 numpy array (K x N), rounded to TF32 with one pass: by
+    the same kernel on the simulator; on a GPU, where the array is still on
+    the host, by numpy (round_to_tf32 rounds as cvt.rna.tf32 does)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if on_gpu():
+        return np.ascontiguousarray((round_to_tf32(x) if passes == 1 else x).T)
+    out = np.empty(x.shape[::-1], np.float32)
+    blocks = -(-x.shape[0] // TRANSPOSE_TILE) * -(-x.shape[1] // TRANSPOSE_TILE)
+    TRANSPOSE_KERNELS[passes][blocks, ROUND_THREADS](x, out)
     return out
 
 
@@ -389,8 +458,10 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
     kernel = _kernel(passes, config)
     kp, np_ = -(-k // FLOATS) * FLOATS, -(-n // FLOATS) * FLOATS
     torch_in = is_torch_tensor(a)
-    # One pass: A and B rounded to TF32 once, here, not by each block that reads
-    # them (the kernel was built with rounded=True).
+    # B goes in transposed (B^T, N x K), so that its fragments come by ldmatrix
+    # as A's do. One pass: A and B rounded to TF32 once, here, not by each block
+    # that reads them (the kernel was built with rounded=True); B in the same
+    # pass as its transpose.
     if torch_in:
         import torch
 
@@ -399,8 +470,8 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
         c = torch.empty((m, np_), dtype=torch.float32, device=a.device)
         if a.is_cuda:
             if passes == 1:
-                a, b = _rounded_torch(a), _rounded_torch(b)
-            _launch_torch(kernel, a, b, c)
+                a = _rounded_torch(a)
+            _launch_torch(kernel, a, _transposed_torch(b, passes), c)
             return c[:, :n] if np_ != n else c
         a_pad, b_pad, c_out = a.numpy(), b.numpy(), c.numpy()
     else:
@@ -410,8 +481,8 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
         b_pad[:k, :n] = b
         c = c_out = np.zeros((m, np_), np.float32)
     if passes == 1:
-        a_pad, b_pad = _rounded_array(a_pad), _rounded_array(b_pad)
-    a_bits, b_bits = a_pad.view(np.uint16), b_pad.view(np.uint16)
+        a_pad = _rounded_array(a_pad)
+    a_bits, b_bits = a_pad.view(np.uint16), _transposed_array(b_pad, passes).view(np.uint16)
     from gpucourse.kernels.launch import launch_with_shared
 
     shape = (kernel.blocks(m, np_), kernel.threads, kernel.shared_bytes)
@@ -436,9 +507,9 @@ def _launch_torch(kernel, a, b, c):
     function, stream = compiled_launchable(kernel, _SIGNATURE, kernel.shared_bytes,
                                            current_gpu())
     m, kp = a.shape
-    np_ = b.shape[1]
+    np_ = c.shape[1]
     core_launch()(stream, launch_config(kernel.blocks(m, np_), kernel.threads,
                                         kernel.shared_bytes),
                   function, *matrix_argument(a.data_ptr(), m, 2 * kp, 2),
-                  *matrix_argument(b.data_ptr(), kp, 2 * np_, 2),
+                  *matrix_argument(b.data_ptr(), np_, 2 * kp, 2),
                   *matrix_argument(c.data_ptr(), m, np_, 4))
