@@ -15,6 +15,7 @@ from ptx_helpers import compile_without_a_gpu, ptxas_report
 from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels import tensor_cores as TC
 from gpucourse.kernels.tensor_cores import cvt_rna_tf32
+from gpucourse.kernels.tensor_cores.intrinsics import tf32_big_part
 
 
 def assert_each_covers_its_matrix_once(fragments):
@@ -274,6 +275,35 @@ def test_cvt_rna_tf32_in_a_kernel_equals_round_to_tf32():
     finite = ~np.isnan(x)
     np.testing.assert_array_equal(out[finite].view(np.uint32), expected[finite].view(np.uint32))
     assert np.isnan(out[~finite]).all()
+
+
+@cuda.jit
+def _split_each(x, big, small):
+    i = cuda.grid(1)
+    if i < x.size:
+        big[i] = tf32_big_part(x[i])
+        small[i] = x[i] - big[i]
+
+
+def test_tf32_big_part_rounds_as_cvt_rna_does_and_keeps_a_nan():
+    # The 3xTF32 split's rounding on the bits (an add and a mask, two integer
+    # instructions where cvt.rna.tf32.f32 takes four on sm_90): the same bits
+    # as round_to_tf32 for every finite value (ties, the largest float32 to
+    # infinity, subnormals) and for the infinities. A NaN's big part may not
+    # be a NaN (the GPU's canonical 0x7FFFFFFF carries into the sign bit), so
+    # the split must keep it in the small part: x - big is NaN, and the
+    # small products bring it to the sums.
+    rng = np.random.default_rng(9)
+    x = rng.integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    nans = np.array([0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00000, 0x7F800001], dtype=np.uint32)
+    x = np.concatenate([EDGE_CASES, np.array([np.inf, -np.inf], dtype=np.float32),
+                        x[np.isfinite(x)], nans.view(np.float32)])
+    big, small = np.full_like(x, 7.0), np.full_like(x, 7.0)
+    _split_each[-(-x.size // 128), 128](x, big, small)
+    kept = ~np.isnan(x)
+    np.testing.assert_array_equal(big[kept].view(np.uint32),
+                                  TC.round_to_tf32(x[kept]).view(np.uint32))
+    assert np.isnan(small[~kept]).all()
 
 
 def _normwise(c, reference):

@@ -75,7 +75,8 @@ from gpucourse.kernels.attention.half_backward import query_stat
 from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
 from gpucourse.kernels.attention.tf32_backward_atomic import atomic_dq_floats, make_atomic_dq
 from gpucourse.kernels.tensor_cores.fragments import WARP
-from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, mma_m16n8k8_tf32
+from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
+                                                      tf32_big_part)
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
                                                  global_address_flat, shared_address)
 
@@ -232,13 +233,13 @@ def make_3xtf32(round_small: bool):
     """(split4, mma3) for fragments: ``split4`` four values as (big parts,
     small parts); ``mma3(a_big, a_small, b0_big, b1_big, b0_small, b1_small,
     c)``, c + A B in 3xTF32 from split parts, the small products first and
-    the big one last. Every big part is rounded to
-    TF32 (cvt.rna.tf32.f32, several instructions on sm_90: a test that the
-    value is finite, an add, a mask). The small part x - big is exact in fp32;
-    with round_small it is rounded too, else it goes to the tensor cores as it
-    is, and they read its top 19 bits: its error is then at most 2^-21 of x
-    instead of 2^-22, and a split costs one conversion and a subtraction
-    instead of two and a subtraction (CUTLASS's fast fp32 mode, which rounds
+    the big one last. Every big part is rounded to TF32 on its bits
+    (``tf32_big_part``: an add and a mask, where cvt.rna.tf32.f32 takes four
+    instructions on sm_90; the same for finite values and infinities, and a
+    NaN's small part is NaN). The small part x - big is exact in fp32; with
+    round_small it is rounded too, else the tensor cores read its top 19
+    bits: its error is then at most 2^-21 of x instead of 2^-22, for one
+    rounding a split instead of two (CUTLASS's fast fp32 mode, which rounds
     its small parts toward zero, leaves them to the tensor cores in the same
     way; the ISA calls what they do with the low 13 bits
     implementation-defined: the simulator's stand-in reads the top 19 bits,
@@ -246,7 +247,7 @@ def make_3xtf32(round_small: bool):
 
     @device
     def split(x):
-        big = cvt_rna_tf32(x)
+        big = tf32_big_part(x)
         small = x - big
         return big, (cvt_rna_tf32(small) if round_small else small)
 
@@ -431,7 +432,7 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool):
             return unsigned(0)
         for i in range(thread, stage_floats, threads):
             x = smemf[at + unsigned(i)]
-            big = cvt_rna_tf32(x)
+            big = tf32_big_part(x)
             smemf[at + unsigned(i)] = big
             rest = x - big
             smemf[small_at + unsigned(i)] = cvt_rna_tf32(rest) if round_small else rest

@@ -13,6 +13,13 @@ module does that for three instructions:
 * ``cvt_rna_tf32``: ``cvt.rna.tf32.f32``, a float32 rounded to TF32, and
   ``round_to_tf32``, the same rule in numpy. The notes above
   ``round_to_tf32`` say where the rounding rule comes from.
+* ``tf32_big_part``: the same rounding done on the bits, for a value about
+  to be split into big and small parts (3xTF32): add half a TF32 unit and
+  keep the top 19 bits, two integer instructions where the conversion takes
+  four on sm_90 (it also tests that the value is finite and selects). It
+  equals ``cvt_rna_tf32`` on every finite float32 and on the infinities; a
+  NaN's big part may come out 0 or another NaN, and its small part x - big
+  is then NaN, so the NaN still reaches the sums through the small products.
 
 Each lane passes its fragments, at the places ``fragments`` lists. Under
 Numba's simulator, ``mma_m16n8k16`` is a stand-in that gathers the warp's
@@ -187,6 +194,21 @@ if on_gpu():
         return types.float32(types.float32), codegen
 
     @intrinsic
+    def tf32_big_part(typingctx, x):
+        """x (float32) rounded to TF32 on its bits: (bits + half a unit) with
+        the low 13 bits cleared, as a float32 (see the module's docstring)."""
+        if x != types.float32:
+            raise NumbaTypeError(f"tf32_big_part takes a float32, got {x}")
+
+        def codegen(context, builder, sig, args):
+            i32 = ir.IntType(32)
+            bits = builder.add(builder.bitcast(args[0], i32), ir.Constant(i32, _TF32_HALF))
+            kept = builder.and_(bits, ir.Constant(i32, TF32_MASK))
+            return builder.bitcast(kept, ir.FloatType())
+
+        return types.float32(types.float32), codegen
+
+    @intrinsic
     def mma_m16n8k8_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         """D = A B + C for this lane's fragments: a0..a3 and b0..b1 TF32 values
         held as float32 (cvt_rna_tf32's results), c0..c3 float32; returns (d0,
@@ -243,6 +265,13 @@ else:
         b[_B32_ROWS, _B32_COLS] = operands[:, 4:]
         c[_C_ROWS, _C_COLS] = parts[:, 6:]
         return (a @ b + c).astype(np.float32)[_C_ROWS, _C_COLS]  # [lane, i]
+
+    @cuda.jit(device=True)
+    def tf32_big_part(x):
+        """x rounded to TF32 on its bits (add half a unit, wrapping at 32 bits;
+        keep the top 19), as the GPU's tf32_big_part does."""
+        bits = np.array([x], dtype=np.float32).view(np.uint32)
+        return ((bits + np.uint32(_TF32_HALF)) & np.uint32(TF32_MASK)).view(np.float32)[0]
 
     @cuda.jit(device=True)
     def cvt_rna_tf32(x):
