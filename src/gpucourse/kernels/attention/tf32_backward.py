@@ -1,14 +1,13 @@
 """The fp32 attention backward on the tensor cores in 3xTF32: ``flash_attention_backward``'s version 6.
 
-Version 4 computes the backward's five tile products on the CUDA cores, one
-fp32 FMA per multiply-add, and took 1.01-1.46 times the time of PyTorch's
-memory-efficient backward on an H100, whose products run on the tensor cores
-in 3xTF32. This module is ``half_backward``'s structure (FlashAttention-2's
-backward: a pre-pass, then one kernel or two) with float32 operands split into a big
-TF32 part and a small rest, each product three ``mma.sync.m16n8k8`` TF32
-instructions, a_small b_big + a_big b_small + a_big b_big, as the forward
-(``attention.tensor_cores``) computes its two (``make_3xtf32`` says how the
-small part is left to the tensor cores):
+Version 4 computes the backward's five tile products on the CUDA cores and
+took 1.01-1.46 times the time of PyTorch's memory-efficient backward on an
+H100, whose products run on the tensor cores in 3xTF32. This module is
+``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
+one kernel or two) with float32 operands split into a big TF32 part and a
+small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
+b_big + a_big b_small + a_big b_big, as the forward (``attention.tensor_cores``)
+computes its two (``make_3xtf32`` says how the parts are made):
 
 * a pre-pass, ``D_i = sum_c dO_ic O_ic`` in float32 (``backward``'s
   ``_row_dot_kernel``, one thread per row);
@@ -41,21 +40,19 @@ Three choices make the fragments cheap, the first two the forward's:
   lists them; tests/test_attention_backward_tf32.py checks it).
 
 **Long sums.** The tensor cores truncate the sums they make, so one chain of
-mma sums along the whole walk drifts (``tf32_fast`` measured 25x cuBLAS fp32's
-error for a chain of 1,536 along K at 4096^3). dK, dV and dQ are such chains:
-at seq 4096, 512 query steps of 8, three instructions each. So each tile's
-share is summed from zero, four output tiles at a time (16 registers), and
-added to the sums with float32 adds, which round: a chain of 3 x block_cols / 8
-instructions, then one rounded add per tile. The scores' chains, 3 x head_dim / 8
-long and restarted for every tile, are the forward's.
+mma sums along a whole walk drifts (``tf32_fast`` measured 25x cuBLAS fp32's
+error for a chain of 1,536 at 4096^3). So each tile's share of dK, dV and dQ
+is summed from zero, four output tiles at a time (16 registers), and added to
+the sums with float32 adds, which round: chains of 3 x block_cols / 8
+instructions. The scores' chains, 3 x head_dim / 8 long, are the forward's.
 
 Inputs: float32, C-contiguous, (batch, heads, seq, head_dim) and (batch,
 heads, key_seq, head_dim), head_dim in TF32_BACKWARD_HEAD_DIMS (multiples of
 32: the output groups); torch CUDA tensors on a GPU with tensor cores, numpy
 arrays or CPU torch tensors on Numba's simulator (where the instructions are
 ``tensor_cores``' stand-ins and every thread of a block must reach every
-instruction: no warp skips a tile). Timed on an H200: benchmarks/NOTES.md;
-``tf32_backward_atomic`` is the one kernel (``atomic_dq=True``): the default at head dim 64.
+instruction: no warp skips a tile). Timed on an H200: benchmarks/NOTES.md.
+``tf32_backward_atomic``: the one kernel (``atomic_dq=True``, default at 64).
 """
 
 from __future__ import annotations
@@ -459,6 +456,7 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
     kv_floats = 2 * BK * D  # K and V, before the stages
     stats_base = kv_floats + 2 * stage_floats  # then two stages of L (times log2 e) and D
     stats_stage = 2 * BQ
+    branch_free = D <= 64 and not causal  # P and dS without a branch (else: spills)
     scores, split_c, add_product = make_tile_functions(config)
     copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
     wait_all = cp_async_wait(0)
@@ -525,11 +523,13 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
                 for e in range(4):
                     query = q_start + 8 * n + 2 * t + e % 2
                     key = k_start + warp * 16 + g + 8 * (e // 2)
+                    kept = query < seq and not (causal and query < key)
                     p = float32(0.0)
                     ds = float32(0.0)
-                    if query < seq and not (causal and query < key):
-                        at = stats_base + stat + query - q_start
-                        p = math.exp2(s[4 * n + e] * scale2 - smemf[at])
+                    if branch_free or kept:  # branch-free: a masked exponent is -1e30
+                        at = stats_base + stat + query - q_start  # (L, D: 0 past seq)
+                        power = s[4 * n + e] * scale2 - smemf[at]
+                        p = math.exp2(power if kept or not branch_free else float32(-1e30))
                         ds = p * (dp[4 * n + e] - smemf[at + BQ])
                     s[4 * n + e] = p
                     dp[4 * n + e] = ds
