@@ -88,7 +88,7 @@ from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
 from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
-                                                      round_to_tf32)
+                                                      round_to_tf32, tf32_big_part)
 from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_async_commit,
                                                  cp_async_wait, forget_earlier_moves,
                                                  global_address, ldmatrix_x4, shared_address)
@@ -147,11 +147,12 @@ def make_tf32_kernel(passes=3, bm=128, bn=128, bk=32, warps_m=2, warps_n=2, stag
         rounded before the launch); with 3 passes its remainder into small[i]."""
         if rounded:
             big[i] = x
-        else:
-            high = cvt_rna_tf32(x)
+        elif passes == 3:  # rounded on the bits: a NaN is kept by the small part
+            high = tf32_big_part(x)
             big[i] = high
-            if passes == 3:
-                small[i] = cvt_rna_tf32(x - high)
+            small[i] = cvt_rna_tf32(x - high)
+        else:
+            big[i] = cvt_rna_tf32(x)
 
     @cuda.jit(device=True, inline=True)
     def one_step(ks, read, a_reads, b_reads, acc, a_big, a_small, b_big, b_small):
