@@ -63,8 +63,10 @@ What differs from the HGEMM is the element, 4 bytes instead of 2:
   read brings the fragments of two n-tiles, its four matrices ordered so
   that each tile's two registers come out side by side, as the mma takes
   them. B^T's rows are swizzled as A's.
-* Each value is rounded to TF32 (``cvt.rna.tf32.f32``) as it is read; with
-  passes=3 (3xTF32) it is split into big = tf32(x) and small = tf32(x - big),
+* Each value is rounded to TF32 (``cvt.rna.tf32.f32``) before the GEMM, by
+  the pass over A and B (one pass), or as it is read; with passes=3 (3xTF32)
+  it is split into big = tf32(x) (``tf32_big_part``: on the bits, two
+  instructions where the conversion takes four) and small = tf32(x - big),
   and each product is a_small b_big + a_big b_small + a_big b_big, three
   instructions (small ones first, as CUTLASS's OpMultiplyAddFastF32 does),
   for about fp32's accuracy. Those sums start from zero at each tile of K
@@ -73,9 +75,9 @@ What differs from the HGEMM is the element, 4 bytes instead of 2:
   step of 8) drifted to 25 times cuBLAS fp32's error at 4096^3 on an H200.
 
 A and B^T travel as uint16 views of their float32 bits (the copies move bits;
-``moves``). K must be a multiple of 4 (16 bytes); ``tf32_matmul`` pads
-other shapes (and N to a multiple of 4, for C's rows). Runs on Numba's simulator with the instructions' stand-ins, at
-small tiles.
+``moves``). K must be a multiple of 4 (16 bytes); ``tf32_matmul`` pads other
+shapes (and N to a multiple of 4, for C's rows). Runs on Numba's simulator
+with the instructions' stand-ins, at small tiles.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ from gpucourse.kernels.tensor_cores.moves import (as_float32, cp_async_16, cp_as
 
 FLOATS = 4  # float32s in 16 bytes
 DEFAULT = dict(bm=128, bn=128, bk=16, warps_m=2, warps_n=4, stages=4, group_m=8)
-# One pass's tiles, 128 x 64 x 32 with 4 warps: two blocks an SM (the module's
+# One pass's tiles, 128 x 64 x 32 with 4 warps: three blocks an SM (the module's
 # docstring says why; results/hgemm-h200-2026-11-28.json, rows tf32_matmul1
 # and the other tiles' tf32_matmul1_<name>).
 ONE_PASS_DEFAULT = dict(bm=128, bn=64, bk=32, warps_m=2, warps_n=2, stages=3, group_m=8)
@@ -323,7 +325,7 @@ def round_to_tf32_kernel(x, out):
         out[i] = cvt_rna_tf32(x[i])
 
 
-TRANSPOSE_TILE = 32  # transpose_kernel's tiles, TRANSPOSE_TILE^2 floats a block
+TRANSPOSE_TILE = 32  # the transposing kernels' tiles, TRANSPOSE_TILE^2 floats a block
 _TRANSPOSE_SHARED = (TRANSPOSE_TILE, TRANSPOSE_TILE + 1)  # a column more: no bank conflicts
 
 
