@@ -49,8 +49,10 @@ run the grid.
 the menu, level 6's kernel (CUDA events, benchmarks/sgemm.py's time_ms) on
 products of exactly q blocks an SM (q x SMs tiles, no edges, K whole) for q
 = 1 to RATE_BLOCKS, at two depths RATE_KS, so that each (tile, q) gives a
-time per column of K (the slope) and a fixed time (the intercept: launch,
-the blocks' start and their stores). Writes DIR/sgemm_rates-<gpu-slug>-<date>.json.
+time per column of K (shape_model.rates_from_record). Writes
+DIR/sgemm_rates-<gpu-slug>-<date>.json and the rates, with their source, into
+src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, where auto
+prices each tile by them (commit both).
 
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
 the committed sgemm_shapes results (their rows of auto and level 6, and the
@@ -282,8 +284,28 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> 
     record["results"] = rows
     record["sms"] = sms
     path = write_record(record, out_dir)
-    print(f"wrote {path}; worst error {max(r['max_rel_err'] for r in rows):.1e}")
-    return 1 if any(r["max_rel_err"] > WRONG_ABOVE for r in rows) else 0
+    wrong = any(r["max_rel_err"] > WRONG_ABOVE for r in rows)
+    if not wrong:
+        save_rates(sgemm, record, f"benchmarks/results/{path.name} (--rates)")
+    print(f"wrote {path}" + ("" if wrong else " and the rates into the model's JSON")
+          + f"; worst error {max(r['max_rel_err'] for r in rows):.1e}")
+    return 1 if wrong else 0
+
+
+def save_rates(sgemm, record: dict, source: str) -> None:
+    """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
+    into the model's JSON for its GPU, with their source."""
+    from gpucourse.kernels.sgemm import shape_model
+
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    gpu = record["gpu"]
+    entry = data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]]))
+    rates = shape_model.rates_from_record(record, {"name": gpu, **entry})
+    entry["rates"] = {"source": source, "us_per_column": {
+        key: [round(v, 7) for v in values] for key, values in rates["us_per_column"].items()}}
+    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    shape_model._read_model.cache_clear()
+    shape_model.planned.cache_clear()
 
 
 def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:

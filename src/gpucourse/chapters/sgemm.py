@@ -425,6 +425,47 @@ def format_model_rows(rows) -> str:
     return "\n".join(lines)
 
 
+def measured_rates(path=None) -> dict | None:
+    """What the newest sgemm_rates run (benchmarks/sgemm_grid.py --rates) says
+    that the register estimate did not, for the chapter. A tile's rate falls
+    (by a tenth or more) at the first count of blocks an SM that no longer
+    fits at once: that count less one is what fits. Returns, for the tile
+    whose count differs most from the model's estimate, {"gpu", "tile",
+    "fits", "model_blocks", "rate_fits", "rate_over"} (TFLOP/s at the count
+    that fits and at the next), or None while no run is committed or no
+    rate falls."""
+    from gpucourse.kernels import sgemm
+    from gpucourse.kernels.sgemm import shape_model
+
+    if path is None and not results.find_results("sgemm_rates"):
+        return None
+    record = results.load_results("sgemm_rates", path)
+    deepest = max(r["k"] for r in record["results"])
+    curves = {}
+    for r in record["results"]:
+        if r["k"] == deepest:
+            config = sgemm.TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+            curves.setdefault(config, {})[r["blocks_per_sm"]] = r["tflops"]
+    entry = sgemm.gpu_entry(record["gpu"])
+    found = []
+    for config, curve in curves.items():
+        best = 0.0
+        for q in sorted(curve):
+            if curve[q] < 0.9 * best:
+                model = shape_model.resident_blocks(*shape_model.kernel_resources(config),
+                                                    config.threads, entry)[0]
+                found.append((model - (q - 1), best - curve[q], config, q - 1, model,
+                              curve[q - 1], curve[q]))
+                break
+            best = max(best, curve[q])
+    if not found:
+        return None
+    _, _, config, fits, model, rate_fits, rate_over = max(found, key=lambda f: f[:2])
+    return {"gpu": record["gpu"], "tile": f"{config.bm} x {config.bn} x {config.bk} "
+            f"({config.tm} x {config.tn} a thread)", "fits": fits, "model_blocks": model,
+            "rate_fits": rate_fits, "rate_over": rate_over}
+
+
 def load_grid_results(path=None) -> dict | None:
     """The newest benchmarks/sgemm_grid.py record (or the one at `path`), or
     None while none is committed."""

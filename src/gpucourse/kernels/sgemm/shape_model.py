@@ -20,13 +20,22 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   blocks, and the product ends when it does: tail efficiency = blocks / (S *
   ceil(blocks / S)) is the share of the SMs' time that does work. 128 tiles on
   132 SMs is one wave at 97%; 140 tiles is two rounds on 8 SMs while 124 wait.
-* **the rate of a block.** An SM's arithmetic rate with w resident warps is
-  peak * efficiency * (1 - exp(-w / warps_to_hide)): few warps leave its
-  pipelines waiting for memory. The efficiency of a tile grows with the
-  work a thread does per value it loads from shared memory (tm*tn outputs for
-  tm + tn loads) and a block per value it loads from global memory:
-  eff = eff_max / (1 + thread_loads * (1/tm + 1/tn) + block_loads * (1/bm + 1/bn)).
-* **fixed costs.** Every block pays block_us to start and store; tiles that
+* **the rate of a block.** Measured where the GPU's entry has rates
+  (``sgemm_grid.py --rates``: each tile of the menu on products of exactly q
+  blocks an SM, q = 1 to 8, at two depths of K): the busiest SM's q blocks
+  take q block_us plus the measured time per column of K at q, times the
+  columns (beyond 8, in groups of 8). The measurement sees what a formula
+  guesses: how many blocks really fit an SM (a tile that holds two where
+  the register estimate says three runs q = 3 as two rounds), and how well
+  a few warps hide latency. Elsewhere, a formula: an SM's arithmetic rate
+  with w resident warps is peak * efficiency * (1 - exp(-w / warps_to_hide)):
+  few warps leave its pipelines waiting for memory. The efficiency of a tile
+  grows with the work a thread does per value it loads from shared memory
+  (tm*tn outputs for tm + tn loads) and a block per value it loads from
+  global memory: eff = eff_max / (1 + thread_loads * (1/tm + 1/tn) +
+  block_loads * (1/bm + 1/bn)).
+* **fixed costs.** Every block pays block_us to start and store (with the
+  formula, every round of resident blocks); tiles that
   hang over an edge test every load (edge_share more time); a call costs
   call_us of Python and launch; split-K adds a launch that zeroes C and
   m*n*slices atomic additions (atomics_per_us).
@@ -174,6 +183,56 @@ def tail_efficiency(blocks: int, sms: int) -> float:
     return blocks / (sms * -(-blocks // sms))
 
 
+def tile_key(config: TileConfig) -> str:
+    """How the model's JSON names a tile configuration in its measured rates."""
+    return f"{config.bm}x{config.bn}x{config.bk} {config.tm}x{config.tn}"
+
+
+def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int):
+    """The busiest SM's microseconds for `busiest` blocks of `config`, each
+    padded_k columns of K deep, from the entry's measured rates; None where
+    the entry has none for this tile. Beyond the measured counts of blocks,
+    in groups of the largest (a group of 8 is whole rounds for tiles that fit
+    1, 2, 4 or 8 an SM)."""
+    per_column = (entry.get("rates") or {}).get("us_per_column", {}).get(tile_key(config))
+    if not per_column:
+        return None
+    most, block_us = len(per_column), entry["constants"]["block_us"]
+    full, rest = divmod(busiest, most)
+    sm_us = full * (most * block_us + per_column[most - 1] * padded_k)
+    if rest:
+        sm_us += rest * block_us + per_column[rest - 1] * padded_k
+    return sm_us
+
+
+def rates_from_record(record: dict, entry: dict) -> dict:
+    """The measured rates of an sgemm_rates results file (benchmarks/sgemm_grid.py
+    --rates) as the model's JSON keeps them: {"us_per_column": {tile: [us a
+    column of K with q blocks an SM, q = 1, 2, ...]}}. Each is a least-squares
+    slope through the timings at several depths, with the fixed time taken as
+    the model's (gpu_launch_us + q block_us): two depths alone leave the fixed
+    time to noise (intercepts from -166 to +525 us on the H200's run). Raises
+    ValueError unless every tile has every q from 1 up, each at two depths or more."""
+    c = entry["constants"]
+    timings: dict = {}
+    for row in record.get("results", []):
+        config = TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        q, k, us = row["blocks_per_sm"], row["k"], row["ms"] * 1e3
+        timings.setdefault(tile_key(config), {}).setdefault(q, []).append((k, us))
+    rates = {}
+    for key, by_q in timings.items():
+        if sorted(by_q) != list(range(1, len(by_q) + 1)) or any(
+                len({k for k, _ in rows}) < 2 for rows in by_q.values()):
+            raise ValueError(f"{key}: the rates need q = 1, 2, ... blocks an SM, each at two "
+                             f"depths of K or more; got {sorted(by_q)}")
+        rates[key] = [
+            sum((us - c["gpu_launch_us"] - q * c["block_us"]) * k for k, us in by_q[q])
+            / sum(k * k for k, _ in by_q[q]) for q in sorted(by_q)]
+    if not rates:
+        raise ValueError("the record holds no rates (results of sgemm_grid.py --rates)")
+    return {"us_per_column": rates}
+
+
 def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None) -> dict:
     """The model's reasoning and predicted time for level 6's kernel with
     `config` and `splits` slices of K on an (m, n, k) product, on the GPU of
@@ -181,7 +240,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
 
     Returns a dict: tiles, slices, blocks, blocks_per_sm (and its limiter),
     waves, busiest_sm_blocks, tail_efficiency, padding_efficiency,
-    tile_efficiency, warps_per_sm, sm_us (the busiest SM's time), host_us,
+    tile_efficiency, rate ("measured" where the entry's rates hold the tile,
+    else "formula"), warps_per_sm, sm_us (the busiest SM's time), host_us,
     gpu_us and predicted_us = max(host_us, gpu_us), and the useful TFLOP/s
     that predicts.
     """
@@ -204,12 +264,17 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
                                + c["block_loads"] * (1 / config.bm + 1 / config.bn))
     peak_per_us = entry["peak_tflops"] * 1e6 / sms  # FLOP per microsecond per SM
     edges = bool(m % config.bm or n % config.bn or k % config.bk or slices > 1)
-    sm_us, left = 0.0, busiest
-    while left > 0:  # the busiest SM's blocks, `resident` at a time
-        together = min(left, resident)
-        occupancy = 1 - math.exp(-together * warps / c["warps_to_hide"])
-        sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
-        left -= together
+    sm_us = measured_sm_us(entry, config, busiest, padded_k)
+    measured = sm_us is not None
+    if measured:  # the tile's share of peak that its measured rate says
+        tile_eff = busiest * block_flops / (sm_us * peak_per_us)
+    else:
+        sm_us, left = 0.0, busiest
+        while left > 0:  # the busiest SM's blocks, `resident` at a time
+            together = min(left, resident)
+            occupancy = 1 - math.exp(-together * warps / c["warps_to_hide"])
+            sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
+            left -= together
     sm_us *= 1 + c["edge_share"] * edges
     split = slices > 1
     gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
@@ -223,7 +288,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "tail_efficiency": tail_efficiency(blocks, sms),
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
         if m and n and k else 0.0,
-        "tile_efficiency": tile_eff, "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
+        "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
+        "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
     }
 
