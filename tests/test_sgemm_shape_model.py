@@ -157,6 +157,10 @@ def test_measured_rates_predict_the_grid_they_were_not_measured_on():
     # The spread seen: median 0.04 in log, the worst 0.12 (8192 x 50257 x 768).
     entry = sgemm.gpu_entry("NVIDIA H200")
     assert "sgemm_rates-h200" in entry["rates"]["source"]
+    # Every tile of the menu is priced by its rates (none by the formula
+    # beside them: mixed, the two would be compared with each other's errors).
+    rates = entry["rates"]["us_per_column"]
+    assert {shape_model.tile_key(c) for c in shape_model.menu(entry)} == set(rates)
     grid = results.load_results("sgemm_grid", results.find_results("sgemm_grid")[0].parent
                                 / "sgemm_grid-h200-2026-11-28.json")
     errors = []
