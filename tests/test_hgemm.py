@@ -327,6 +327,26 @@ def test_one_pass_rounds_the_inputs_once_and_gives_the_same_bits():
         make_tf32_kernel(3, **SIMULATOR, rounded=True)
 
 
+def test_torch_tensors_are_multiplied_as_numpy_arrays_and_left_as_they_were():
+    # tf32_matmul on CPU torch tensors (the simulator's kind): the same bits as
+    # on numpy arrays, ragged (padded) or aligned (used as they are, no copy:
+    # the passes over A and B write new tensors, and the inputs keep theirs).
+    import torch
+
+    from gpucourse.kernels.tensor_cores.tf32_fast import tf32_matmul
+
+    for m, k, n in ((24, 32, 36), (17, 30, 21)):
+        a = RNG.standard_normal((m, k)).astype(np.float32)
+        b = RNG.standard_normal((k, n)).astype(np.float32)
+        ta, tb = torch.from_numpy(a.copy()), torch.from_numpy(b.copy())
+        for passes in (1, 3):
+            got = tf32_matmul(ta, tb, passes=passes)
+            assert isinstance(got, torch.Tensor) and tuple(got.shape) == (m, n)
+            np.testing.assert_array_equal(got.numpy(), tf32_matmul(a, b, passes=passes))
+        np.testing.assert_array_equal(ta.numpy(), a)
+        np.testing.assert_array_equal(tb.numpy(), b)
+
+
 def test_b_goes_in_transposed_and_rounded_in_one_pass():
     # tf32_matmul's pass over B: B^T, rounded to TF32 with one pass and as it
     # is with three, on a ragged shape of several 32 x 32 tiles each way

@@ -88,6 +88,7 @@ from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.tensor_cores.block_tiles import make_block_order
 from gpucourse.kernels.tensor_cores.fragments import WARP
+from gpucourse.kernels.tensor_cores.half_matmul import _padded_to
 from gpucourse.kernels.tensor_cores.hgemm_ladder import _swizzle
 from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
                                                       round_to_tf32, tf32_big_part)
@@ -468,8 +469,9 @@ def tf32_matmul(a, b, passes: int = 3, config: dict | None = None):
     if torch_in:
         import torch
 
-        a = torch.nn.functional.pad(a, (0, kp - k)).contiguous()
-        b = torch.nn.functional.pad(b, (0, np_ - n, 0, kp - k)).contiguous()
+        # Padded only where a side is ragged: torch's pad copies even when it
+        # adds nothing (two more passes over A and B a call).
+        a, b = _padded_to(a, m, kp), _padded_to(b, kp, np_)
         c = torch.empty((m, np_), dtype=torch.float32, device=a.device)
         if a.is_cuda:
             if passes == 1:
