@@ -384,6 +384,13 @@ def test_the_chapter_reads_what_the_rates_show_that_the_estimate_did_not(tmp_pat
 
     found = ladder.measured_rates()
     assert found["fits"] < found["model_blocks"] and found["rate_over"] < 0.9 * found["rate_fits"]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = ladder.plot_rates()  # a line a tile of the menu, the example's thick
+    widths = sorted(line.get_linewidth() for line in ax.get_lines())
+    assert len(widths) == len(shape_model.menu(sgemm.gpu_entry("NVIDIA H200")))
+    assert widths[-1] > widths[-2]
     record = results.load_results("sgemm_rates")
     flat = {**record, "results": [{**r, "tflops": 40.0} for r in record["results"]]}
     (tmp_path / "sgemm_rates-h200-2026-11-28.json").write_text(json.dumps(flat))

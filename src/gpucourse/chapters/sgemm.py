@@ -425,6 +425,45 @@ def format_model_rows(rows) -> str:
     return "\n".join(lines)
 
 
+def rate_curves(record: dict) -> dict:
+    """{tile label: {blocks an SM: TFLOP/s}} of an sgemm_rates record, at its
+    deepest K (where a call's fixed costs weigh least)."""
+    from gpucourse.kernels import sgemm
+
+    deepest = max(r["k"] for r in record["results"])
+    curves = {}
+    for r in record["results"]:
+        if r["k"] == deepest:
+            config = sgemm.TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+            curves.setdefault(config, {})[r["blocks_per_sm"]] = r["tflops"]
+    return curves
+
+
+def plot_rates(path=None, ax=None):
+    """Each menu tile's TFLOP/s against the blocks on every SM (sgemm_grid.py
+    --rates), the chapter's example tile (``measured_rates``) drawn thick;
+    None while no run is committed."""
+    if path is None and not results.find_results("sgemm_rates"):
+        return None
+    import matplotlib.pyplot as plt
+
+    record = results.load_results("sgemm_rates", path)
+    example = measured_rates(path)
+    ax = ax or plt.subplots(figsize=(9, 3.5))[1]
+    for config, curve in rate_curves(record).items():
+        label = f"{config.bm}x{config.bn}x{config.bk} ({config.tm}x{config.tn})"
+        thick = example is not None and example["tile"].startswith(
+            f"{config.bm} x {config.bn} x {config.bk} ({config.tm} x {config.tn} ")
+        qs = sorted(curve)
+        ax.plot(qs, [curve[q] for q in qs], marker="o", lw=2.5 if thick else 1,
+                alpha=1 if thick else 0.6, label=label)
+    ax.set_xlabel("blocks on every SM")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Level 6's tiles by blocks an SM, {record['gpu']}, {record['date']}")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
+
+
 def measured_rates(path=None) -> dict | None:
     """What the newest sgemm_rates run (benchmarks/sgemm_grid.py --rates) says
     that the register estimate did not, for the chapter. A tile's rate falls
@@ -440,12 +479,7 @@ def measured_rates(path=None) -> dict | None:
     if path is None and not results.find_results("sgemm_rates"):
         return None
     record = results.load_results("sgemm_rates", path)
-    deepest = max(r["k"] for r in record["results"])
-    curves = {}
-    for r in record["results"]:
-        if r["k"] == deepest:
-            config = sgemm.TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
-            curves.setdefault(config, {})[r["blocks_per_sm"]] = r["tflops"]
+    curves = rate_curves(record)
     entry = sgemm.gpu_entry(record["gpu"])
     found = []
     for config, curve in curves.items():
