@@ -295,31 +295,33 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> 
 def save_rates(sgemm, record: dict, source: str) -> None:
     """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
     into the model's JSON for its GPU, with their source."""
-    from gpucourse.kernels.sgemm import shape_model
+    def update(entry):
+        rates = sgemm.shape_model.rates_from_record(record, {"name": record["gpu"], **entry})
+        entry["rates"] = {"source": source, "us_per_column": {
+            key: [round(v, 7) for v in values] for key, values in rates["us_per_column"].items()}}
 
-    data = json.loads(sgemm.MODEL_PATH.read_text())
-    gpu = record["gpu"]
-    entry = data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]]))
-    rates = shape_model.rates_from_record(record, {"name": gpu, **entry})
-    entry["rates"] = {"source": source, "us_per_column": {
-        key: [round(v, 7) for v in values] for key, values in rates["us_per_column"].items()}}
-    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
-    shape_model._read_model.cache_clear()
-    shape_model.planned.cache_clear()
+    update_entry(sgemm, record["gpu"], update)
 
 
 def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
     """Write fitted constants for `gpu` into the model's JSON, with their source."""
-    data = json.loads(sgemm.MODEL_PATH.read_text())
-    entry = data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]]))
-    entry["constants"] = {name: round(value, 6) for name, value in fit["constants"].items()}
-    entry["calibrated"] = (f"{source}: {fit['rows']} timings, {fit.get('bounds', 0)} lower bounds, "
-                           f"rms log error {fit['rms_log_error']:.4f}")
-    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
-    from gpucourse.kernels.sgemm import shape_model
+    def update(entry):
+        entry["constants"] = {name: round(value, 6) for name, value in fit["constants"].items()}
+        entry["calibrated"] = (f"{source}: {fit['rows']} timings, {fit.get('bounds', 0)} lower "
+                               f"bounds, rms log error {fit['rms_log_error']:.4f}")
 
-    shape_model._read_model.cache_clear()
-    shape_model.planned.cache_clear()
+    update_entry(sgemm, gpu, update)
+
+
+def update_entry(sgemm, gpu: str, update) -> None:
+    """Change `gpu`'s entry of the model's JSON in place by update(entry) (a new
+    entry starts as a copy of the default GPU's), write the file, and forget
+    what the model read and planned from the old one."""
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    update(data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]])))
+    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    sgemm.shape_model._read_model.cache_clear()
+    sgemm.shape_model.planned.cache_clear()
 
 
 def fit_committed() -> int:

@@ -426,7 +426,7 @@ def format_model_rows(rows) -> str:
 
 
 def rate_curves(record: dict) -> dict:
-    """{tile label: {blocks an SM: TFLOP/s}} of an sgemm_rates record, at its
+    """{TileConfig: {blocks an SM: TFLOP/s}} of an sgemm_rates record, at its
     deepest K (where a call's fixed costs weigh least)."""
     from gpucourse.kernels import sgemm
 
@@ -448,12 +448,11 @@ def plot_rates(path=None, ax=None):
     import matplotlib.pyplot as plt
 
     record = results.load_results("sgemm_rates", path)
-    example = measured_rates(path)
+    example = _rates_example(record)
     ax = ax or plt.subplots(figsize=(9, 3.5))[1]
     for config, curve in rate_curves(record).items():
         label = f"{config.bm}x{config.bn}x{config.bk} ({config.tm}x{config.tn})"
-        thick = example is not None and example["tile"].startswith(
-            f"{config.bm} x {config.bn} x {config.bk} ({config.tm} x {config.tn} ")
+        thick = example is not None and config == example["config"]
         qs = sorted(curve)
         ax.plot(qs, [curve[q] for q in qs], marker="o", lw=2.5 if thick else 1,
                 alpha=1 if thick else 0.6, label=label)
@@ -469,16 +468,20 @@ def measured_rates(path=None) -> dict | None:
     that the register estimate did not, for the chapter. A tile's rate falls
     (by a tenth or more) at the first count of blocks an SM that no longer
     fits at once: that count less one is what fits. Returns, for the tile
-    whose count differs most from the model's estimate, {"gpu", "tile",
-    "fits", "model_blocks", "rate_fits", "rate_over"} (TFLOP/s at the count
-    that fits and at the next), or None while no run is committed or no
-    rate falls."""
+    whose count differs most from the model's estimate, {"gpu", "config",
+    "tile" (in words), "fits", "model_blocks", "rate_fits", "rate_over"}
+    (TFLOP/s at the count that fits and at the next), or None while no run
+    is committed or no rate falls."""
+    if path is None and not results.find_results("sgemm_rates"):
+        return None
+    return _rates_example(results.load_results("sgemm_rates", path))
+
+
+def _rates_example(record: dict) -> dict | None:
+    """measured_rates' answer for an sgemm_rates record."""
     from gpucourse.kernels import sgemm
     from gpucourse.kernels.sgemm import shape_model
 
-    if path is None and not results.find_results("sgemm_rates"):
-        return None
-    record = results.load_results("sgemm_rates", path)
     curves = rate_curves(record)
     entry = sgemm.gpu_entry(record["gpu"])
     found = []
@@ -495,7 +498,8 @@ def measured_rates(path=None) -> dict | None:
     if not found:
         return None
     _, _, config, fits, model, rate_fits, rate_over = max(found, key=lambda f: f[:2])
-    return {"gpu": record["gpu"], "tile": f"{config.bm} x {config.bn} x {config.bk} "
+    return {"gpu": record["gpu"], "config": config,
+            "tile": f"{config.bm} x {config.bn} x {config.bk} "
             f"({config.tm} x {config.tn} a thread)", "fits": fits, "model_blocks": model,
             "rate_fits": rate_fits, "rate_over": rate_over}
 
