@@ -22,6 +22,8 @@
 #              too: copy it back with the results);
 #   sgemm_rates benchmarks/sgemm_grid.py --rates (issue 33: each menu tile's time
 #              at 1-8 blocks an SM and two depths of K);
+#   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
+#              plans timed at the grid's shapes under their target);
 #   sgemm_grid benchmarks/sgemm_grid.py (auto and level 7 on the grid, beside cuBLAS);
 #   grad_check benchmarks/tinygpt_grad_check.py (the tiny GPT's gradients in each
 #              precision and kernel mix against float64);
@@ -76,6 +78,8 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_rates)
         timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+    sgemm_explore)
+        timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_grid)
         timeout 560 python3 benchmarks/sgemm_grid.py --out "$OUT" 2>&1 | grep -v Warning | tail -50 ;;
     grad_check)

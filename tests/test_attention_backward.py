@@ -581,3 +581,51 @@ def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(
         ladder_record(tmp_path)
     with pytest.raises(ValueError, match="must time versions 4 and 6"):
         version6_ratios({"results": [row("flash_bwd", 2.0), row("sdpa_efficient_bwd", 1.0)][:0]})
+
+
+@pytest.mark.parametrize("heavy_last", [False, True])
+def test_causal_blocks_take_every_tile_once_heaviest_first(heavy_last):
+    """Under a causal mask the blocks take the tiles heaviest first, every
+    head's (limits.heaviest_first): each (head, tile) exactly once, and a
+    block never starts on a tile lighter than one a later block takes."""
+    from gpucourse.kernels.attention.limits import heaviest_first
+
+    tiles, heads = 7, 5
+    placed = [heaviest_first(start, tiles, heads, heavy_last) for start in range(tiles * heads)]
+    assert sorted(placed) == [(h, t) for h in range(heads) for t in range(tiles)]
+    # Key tile t walks the queries from t on (work tiles - t); query tile t the
+    # keys up to t (work t + 1).
+    work = [(t + 1) if heavy_last else (tiles - t) for _, t in placed]
+    assert work == sorted(work, reverse=True), "a lighter tile started before a heavier one"
+    assert {h for h, _ in placed[:heads]} == set(range(heads)), "every head's heaviest tile first"
+
+
+@pytest.mark.skipif(A.on_gpu(), reason="the simulator: the same sums in the same order")
+@pytest.mark.parametrize("kernel", ["half forward", "version 5", "version 6"])
+def test_under_a_causal_mask_each_head_gets_its_own_tiles(kernel):
+    # Under a causal mask the blocks take the tiles heaviest first, every
+    # head's: each head's results must be what that head alone gives, with
+    # two or more tiles of keys and of queries (the last ragged), three heads.
+    from gpucourse.kernels.attention.half import half_attention
+    from gpucourse.kernels.attention.half_backward import half_attention_backward
+    from gpucourse.kernels.attention.tf32_backward import tf32_attention_backward
+
+    gen = torch.Generator().manual_seed(3)
+    dtype, head_dim = (torch.float32, 32) if kernel == "version 6" else (torch.float16, 16)
+    q, k, v, dout = (torch.randn(1, 3, 40, head_dim, generator=gen).to(dtype) for _ in range(4))
+
+    def run(q, k, v, dout):
+        if kernel == "half forward":
+            return half_attention(q, k, v, causal=True)
+        out, lse = A.reference_attention(*(x.float().numpy() for x in (q, k, v)), causal=True,
+                                         return_lse=True)
+        out, lse = torch.from_numpy(out).to(dtype), torch.from_numpy(lse.astype(np.float32))
+        backward = tf32_attention_backward if kernel == "version 6" else half_attention_backward
+        return backward(q, k, v, out, lse, dout, causal=True)
+
+    together = run(q, k, v, dout)
+    for h in (0, 2):
+        alone = run(*(x[:, h:h + 1].contiguous() for x in (q, k, v, dout)))
+        for name, got, want in zip(("first", "second", "third"), together, alone):
+            assert torch.equal(torch.as_tensor(got)[:, h:h + 1], torch.as_tensor(want)), \
+                (kernel, name, h)

@@ -29,7 +29,7 @@ from gpucourse.device import cuda, on_gpu
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.forward import _IO_CONVERSIONS
 from gpucourse.kernels.attention.limits import (DYNAMIC_SHARED_LIMIT_BYTES, WARP_SIZE, _INLINE,
-                                                unsigned)
+                                                block_place, unsigned)
 from gpucourse.kernels.attention.shared_tiles import float4_run_loader
 from numba import float32  # noqa: E402 (after gpucourse.device, which configures Numba)
 from numba.types import float16  # noqa: E402
@@ -452,8 +452,8 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         def run(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
             # The block's keys and values stay in shared memory (tiles X and Y);
             # query tiles stream through U (Q) and W (dO).
-            bh = cuda.blockIdx.y
-            key0 = cuda.blockIdx.x * B
+            bh, key_tile = block_place(causal, False)  # under a mask the heaviest tiles first
+            key0 = key_tile * B
             t = cuda.threadIdx.x
             smem = cuda.shared.array(0, float32, alignment=ALIGN)
             k_s, v_s, q_s, do_s = four_tiles(smem)
@@ -473,7 +473,7 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
                     dk_acc[x, y] = np.float32(0.0)
                     dv_acc[x, y] = np.float32(0.0)
             # Under the mask, query tiles before this key tile see none of its keys.
-            first = cuda.blockIdx.x if causal else 0
+            first = key_tile if causal else 0
             for tile in range(first, (seq + B - 1) // B):
                 row0 = tile * B
                 cuda.syncthreads()  # the last tile's readers are done with Q, dO, P, dS

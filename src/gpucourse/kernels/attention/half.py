@@ -41,6 +41,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.attention.limits import block_place
 from gpucourse.kernels.launch import compiled_launchable
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
@@ -187,8 +188,8 @@ def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuf
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
-        q_start = cuda.blockIdx.x * BR
+        bh, tile = block_place(causal, True)  # under a mask the heaviest (last) tiles first
+        q_start = tile * BR
         q_base = bh * seq * D
         kv_base = bh * key_seq * D
         # The copies, planned once: where each of this thread's 16-byte pieces

@@ -40,6 +40,7 @@ from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, uint16, uint32, uint64  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels.attention.half import HalfConfig, check_half_config, make_row_store
 from gpucourse.kernels.attention.half_backward_atomic import atomic_dq_shared_halves, make_atomic_dq
+from gpucourse.kernels.attention.limits import block_place
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.hgemm_ladder import CHUNK, _swizzle
 from gpucourse.kernels.tensor_cores.moves import (as_float32, bf16_to_float, cp_async_16,
@@ -197,8 +198,8 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
-        k_start = cuda.blockIdx.x * BK
+        bh, tile = block_place(causal, False)  # under a mask the heaviest tiles first
+        k_start = tile * BK
         kv_base, row_base = bh * key_seq * D, bh * seq
         # K and V of the block's keys, once; then the copies of Q and dO,
         # planned once and advanced a tile at a time.
@@ -411,8 +412,8 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
-        q_start = cuda.blockIdx.x * BR
+        bh, tile = block_place(causal, True)  # under a mask the heaviest (last) tiles first
+        q_start = tile * BR
         q_base, row_base = bh * seq * D, bh * seq
         # Q and dO of the block's queries, once; then the copies of K and V,
         # planned once and advanced a tile at a time.

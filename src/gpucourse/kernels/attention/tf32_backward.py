@@ -69,7 +69,7 @@ from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
 from gpucourse.kernels.attention.backward import _row_dot_kernel
 from gpucourse.kernels.attention.half import WarpTiles
 from gpucourse.kernels.attention.half_backward import query_stat
-from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, unsigned
+from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, block_place, unsigned
 from gpucourse.kernels.attention.tf32_backward_atomic import atomic_dq_floats, make_atomic_dq
 from gpucourse.kernels.tensor_cores.fragments import WARP
 from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
@@ -472,8 +472,8 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
-        k_start = cuda.blockIdx.x * BK
+        bh, tile = block_place(causal, False)  # under a mask the heaviest tiles first
+        k_start = tile * BK
         row_base = bh * seq
         # K and V of the block's keys, once; the first tile of Q and dO.
         copy_keys(smem, 0, k, v, bh * key_seq, k_start, key_seq, thread)
@@ -590,10 +590,9 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh = cuda.blockIdx.z * heads + cuda.blockIdx.y
-        # Under a causal mask the last query tiles walk the most keys: they
-        # start first, and the light ones fill the gaps at the end.
-        tile = cuda.gridDim.x - 1 - cuda.blockIdx.x if causal else cuda.blockIdx.x
+        # Under a causal mask the last query tiles walk the most keys: every
+        # head's start first, and the light ones fill the gaps at the end.
+        bh, tile = block_place(causal, True)
         q_start = tile * BR
         row_base = bh * seq
         copy_queries(smem, 0, q, dout, row_base, q_start, seq, thread)
