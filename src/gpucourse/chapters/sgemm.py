@@ -590,3 +590,68 @@ def plot_grid(record: dict | None = None, ax=None):
     ax.set_title(f"SGEMM grid, {record['gpu']}, {record['date']}")
     ax.legend(fontsize=8)
     return ax
+
+
+def load_explore_results(path=None) -> dict | None:
+    """The newest benchmarks/sgemm_grid.py --explore record (or the one at
+    `path`), or None while none is committed."""
+    if path is None and not results.find_results("sgemm_explore"):
+        return None
+    return results.load_results("sgemm_explore", path)
+
+
+def shape_target(m: int, n: int) -> float | None:
+    """Issue 33's target for auto at an m x n product (GRID_TARGETS): M and N
+    both 512 or more, or the smaller 64 to 511; None below 64."""
+    smaller = min(m, n)
+    return GRID_TARGETS["auto_large"] if smaller >= 512 else \
+        GRID_TARGETS["auto_mid"] if smaller >= 64 else None
+
+
+def explore_rows(record: dict) -> list[dict]:
+    """Per shape of an explore record, in its order: auto's pick's share of
+    cuBLAS ("pick"), the best timed plan's ("best", and its "config"), the
+    shape's target, and what kept it under the target: "met", "pick" (a plan
+    of the menu reaches it, auto's pick does not) or "kernel" (no plan does).
+    Raises ValueError for a record without rows."""
+    rows = record.get("results") if isinstance(record, dict) else None
+    if not rows:
+        raise ValueError("record must be an sgemm_explore results record with rows")
+    found = []
+    for shape in dict.fromkeys((r["m"], r["n"], r["k"]) for r in rows):
+        timed = [r for r in rows if (r["m"], r["n"], r["k"]) == shape]
+        best = max(timed, key=lambda r: r["vs_cublas"])
+        pick = next((r["vs_cublas"] for r in timed if r["chosen"]), None)
+        target = shape_target(*shape[:2])
+        verdict = ("met" if target is None or (pick or 0) >= target else
+                   "pick" if best["vs_cublas"] >= target else "kernel")
+        found.append({"shape": shape, "pick": pick, "best": best["vs_cublas"],
+                      "config": best["config"], "target": target, "verdict": verdict})
+    return found
+
+
+def plot_explore(record: dict | None = None, ax=None):
+    """Per shape of the newest explore run: auto's pick and the best plan of the
+    menu as shares of cuBLAS, the shape's target as a tick; None while no
+    explore run is committed."""
+    record = load_explore_results() if record is None else record
+    if record is None:
+        return None
+    import matplotlib.pyplot as plt
+
+    rows = explore_rows(record)
+    ax = ax or plt.subplots(figsize=(8, 4))[1]
+    ys = range(len(rows))
+    for y, r in zip(ys, rows):
+        ax.plot([r["pick"], r["best"]], [y, y], color="lightgray", zorder=1)
+    ax.scatter([r["pick"] for r in rows], ys, label="auto's pick", zorder=2)
+    ax.scatter([r["best"] for r in rows], ys, marker="x", color="black",
+               label="best plan of the menu", zorder=3)
+    ax.scatter([r["target"] for r in rows], ys, marker="|", s=200, color="red",
+               label="target", zorder=2)
+    ax.set_yticks(list(ys), [" x ".join(str(x) for x in r["shape"]) for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of cuBLAS")
+    ax.set_title(f"Pick or kernel? {record['gpu']}, {record['date']}")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
