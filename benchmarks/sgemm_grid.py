@@ -48,8 +48,11 @@ run the grid.
 **--rates** measures what the model's rate formula guesses: for each tile of
 the menu, level 6's kernel (CUDA events, benchmarks/sgemm.py's time_ms) on
 products of exactly q blocks an SM (q x SMs tiles, no edges, K whole) for q
-= 1 to RATE_BLOCKS, at two depths RATE_KS, so that each (tile, q) gives a
-time per column of K (shape_model.rates_from_record). Writes
+= 1 to RATE_BLOCKS, at the depths RATE_KS, so that each (tile, q) gives a
+time per column of K and a fixed time (shape_model.rates_from_record: a
+line through the timings; the shallow depths are there for the fixed time,
+which the model guessed 20-50% too long at K up to 1000 in the explore of
+2026-11-29). Writes
 DIR/sgemm_rates-<gpu-slug>-<date>.json and the rates, with their source, into
 src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, where auto
 prices each tile by them (commit both).
@@ -96,9 +99,9 @@ CALIBRATION_SHAPES = [(400, 400, 400), (768, 768, 768), (1536, 1536, 1536), (307
 # (candidate_wins); it joins a GPU's menu in the model's JSON only on that
 # evidence.
 CANDIDATE_TILES = [(32, 64, 16, 4, 4), (64, 32, 16, 4, 4)]
-# --rates: blocks an SM (each a product of q x SMs tiles) and the two depths.
+# --rates: blocks an SM (each a product of q x SMs tiles) and the depths.
 RATE_BLOCKS = tuple(range(1, 9))
-RATE_KS = (4096, 12288)
+RATE_KS = (512, 1024, 4096, 12288)
 ROUNDS = 3
 # --explore: the grid's shapes under their target on the H200 (2026-11-29), and
 # how many of the model's cheapest plans to time at each.
@@ -330,7 +333,7 @@ def tile_grid(count: int) -> tuple[int, int]:
 
 
 def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
-    """--rates: each menu tile at q blocks an SM and two depths (see the docstring)."""
+    """--rates: each menu tile at q blocks an SM and RATE_KS's depths (see the docstring)."""
     record["benchmark"] = "sgemm_rates"
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows = entry["sms"], []
@@ -366,8 +369,9 @@ def save_rates(sgemm, record: dict, source: str) -> None:
     into the model's JSON for its GPU, with their source."""
     def update(entry):
         rates = sgemm.shape_model.rates_from_record(record, {"name": record["gpu"], **entry})
-        entry["rates"] = {"source": source, "us_per_column": {
-            key: [round(v, 7) for v in values] for key, values in rates["us_per_column"].items()}}
+        entry["rates"] = {"source": source, **{
+            name: {key: [round(v, 7) for v in values] for key, values in by_tile.items()}
+            for name, by_tile in rates.items()}}
 
     update_entry(sgemm, record["gpu"], update)
 
@@ -425,7 +429,7 @@ def main(argv=None) -> int:
     parser.add_argument("--calibrate", action="store_true",
                         help="time the model's menu at CALIBRATION_SHAPES and fit its constants")
     parser.add_argument("--rates", action="store_true",
-                        help="time each menu tile at 1-8 blocks an SM and two depths")
+                        help="time each menu tile at 1-8 blocks an SM and four depths")
     parser.add_argument("--explore", action="store_true",
                         help="time the model's cheapest plans at the shapes under their target")
     parser.add_argument("--fit-committed", action="store_true",

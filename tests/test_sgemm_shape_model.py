@@ -374,6 +374,32 @@ def test_rates_are_recovered_from_timings_and_priced_in_groups_of_the_largest_co
     assert first["rate"] == "measured" and shape_model.tile_key(again["config"]) != key
 
 
+def test_three_depths_or_more_measure_the_fixed_time_too():
+    # With timings at three depths of K or more, each (tile, q) is a line:
+    # its slope the time a column, its intercept (less the launch) the fixed
+    # time of q blocks, which then prices plans in place of q block_us. A
+    # short K is where it shows: the explore of 2026-11-29 found every plan at
+    # K <= 1000 priced 20-50% slow with the fixed time guessed.
+    entry = sgemm.gpu_entry("NVIDIA H200")
+    c = entry["constants"]
+    tile = TileConfig(64, 64, 16, 8, 4)
+    slope, fixed = [0.04, 0.07], [1.5, 2.0]
+    rows = [{"config": {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4}, "blocks_per_sm": q,
+             "k": k, "ms": (c["gpu_launch_us"] + fixed[q - 1] + slope[q - 1] * k) / 1e3}
+            for q in (1, 2) for k in (512, 1024, 4096, 12288)]
+    rates = shape_model.rates_from_record({"results": rows}, entry)
+    key = shape_model.tile_key(tile)
+    assert rates["us_per_column"][key] == pytest.approx(slope)
+    assert rates["us_fixed"][key] == pytest.approx(fixed)
+    priced = {**entry, "rates": rates}
+    # 3 blocks on the busiest SM: a group of 2, then 1.
+    assert shape_model.measured_sm_us(priced, tile, 3, 512) == pytest.approx(
+        fixed[1] + slope[1] * 512 + fixed[0] + slope[0] * 512)
+    # An intercept below the launch (noise) is no fixed time, not a negative one.
+    early = [{**r, "ms": r["ms"] - (c["gpu_launch_us"] + 5.0) / 1e3} for r in rows]
+    assert min(shape_model.rates_from_record({"results": early}, entry)["us_fixed"][key]) == 0.0
+
+
 def test_the_chapter_reads_what_the_rates_show_that_the_estimate_did_not(tmp_path):
     # Chapter 8's example: the committed rates' tile whose rate falls at a
     # count of blocks an SM the register estimate says fits. On a record

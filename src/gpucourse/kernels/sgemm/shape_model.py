@@ -22,9 +22,11 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   132 SMs is one wave at 97%; 140 tiles is two rounds on 8 SMs while 124 wait.
 * **the rate of a block.** Measured where the GPU's entry has rates
   (``sgemm_grid.py --rates``: each tile of the menu on products of exactly q
-  blocks an SM, q = 1 to 8, at two depths of K): the busiest SM's q blocks
-  take q block_us plus the measured time per column of K at q, times the
-  columns (beyond 8, in groups of 8). The measurement sees what a formula
+  blocks an SM, q = 1 to 8, at several depths of K): the busiest SM's q
+  blocks take their fixed time plus the measured time per column of K at q,
+  times the columns (beyond 8, in groups of 8). The fixed time is measured
+  too where the run timed three depths or more (the intercept of a line
+  through the timings), else q block_us. The measurement sees what a formula
   guesses: how many blocks really fit an SM (a tile that holds two where
   the register estimate says three runs q = 3 as two rounds), and how well
   a few warps hide latency. Elsewhere, a formula: an SM's arithmetic rate
@@ -193,44 +195,75 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     padded_k columns of K deep, from the entry's measured rates; None where
     the entry has none for this tile. Beyond the measured counts of blocks,
     in groups of the largest (a group of 8 is whole rounds for tiles that fit
-    1, 2, 4 or 8 an SM)."""
-    per_column = (entry.get("rates") or {}).get("us_per_column", {}).get(tile_key(config))
+    1, 2, 4 or 8 an SM). The fixed time of q blocks is the measured one where
+    the rates hold it ("us_fixed", from timings at three depths or more),
+    else q block_us."""
+    rates = entry.get("rates") or {}
+    per_column = rates.get("us_per_column", {}).get(tile_key(config))
     if not per_column:
         return None
-    most, block_us = len(per_column), entry["constants"]["block_us"]
+    block_us = entry["constants"]["block_us"]
+    fixed = rates.get("us_fixed", {}).get(tile_key(config)) or [
+        q * block_us for q in range(1, len(per_column) + 1)]
+    most = len(per_column)
     full, rest = divmod(busiest, most)
-    sm_us = full * (most * block_us + per_column[most - 1] * padded_k)
+    sm_us = full * (fixed[most - 1] + per_column[most - 1] * padded_k)
     if rest:
-        sm_us += rest * block_us + per_column[rest - 1] * padded_k
+        sm_us += fixed[rest - 1] + per_column[rest - 1] * padded_k
     return sm_us
 
 
 def rates_from_record(record: dict, entry: dict) -> dict:
     """The measured rates of an sgemm_rates results file (benchmarks/sgemm_grid.py
     --rates) as the model's JSON keeps them: {"us_per_column": {tile: [us a
-    column of K with q blocks an SM, q = 1, 2, ...]}}. Each is a least-squares
-    slope through the timings at several depths, with the fixed time taken as
-    the model's (gpu_launch_us + q block_us): two depths alone leave the fixed
-    time to noise (intercepts from -166 to +525 us on the H200's run). Raises
-    ValueError unless every tile has every q from 1 up, each at two depths or more."""
+    column of K with q blocks an SM, q = 1, 2, ...]}}, and, where every count
+    was timed at three depths of K or more, "us_fixed": {tile: [the busiest
+    SM's fixed us at q blocks]}. With three depths or more, each (tile, q) is
+    a straight line through its timings, fitted on relative errors (each
+    timing weighs 1/us^2), whose intercept less gpu_launch_us is the fixed
+    time (at least 0). With two, the fixed time is the model's (gpu_launch_us
+    + q block_us) and the rate the least-squares slope: two depths alone leave
+    the fixed time to noise (intercepts from -166 to +525 us on the H200's
+    run of 2026-11-28, at K = 4096 and 12288). Raises ValueError unless every
+    tile has every q from 1 up, each at two depths or more."""
     c = entry["constants"]
     timings: dict = {}
     for row in record.get("results", []):
         config = TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
         q, k, us = row["blocks_per_sm"], row["k"], row["ms"] * 1e3
         timings.setdefault(tile_key(config), {}).setdefault(q, []).append((k, us))
-    rates = {}
+    if not timings:
+        raise ValueError("the record holds no rates (results of sgemm_grid.py --rates)")
     for key, by_q in timings.items():
         if sorted(by_q) != list(range(1, len(by_q) + 1)) or any(
                 len({k for k, _ in rows}) < 2 for rows in by_q.values()):
             raise ValueError(f"{key}: the rates need q = 1, 2, ... blocks an SM, each at two "
                              f"depths of K or more; got {sorted(by_q)}")
-        rates[key] = [
-            sum((us - c["gpu_launch_us"] - q * c["block_us"]) * k for k, us in by_q[q])
-            / sum(k * k for k, _ in by_q[q]) for q in sorted(by_q)]
-    if not rates:
-        raise ValueError("the record holds no rates (results of sgemm_grid.py --rates)")
-    return {"us_per_column": rates}
+    lines = all(len({k for k, _ in rows}) >= 3 for by_q in timings.values()
+                for rows in by_q.values())
+    rates, fixed = {}, {}
+    for key, by_q in timings.items():
+        if lines:
+            fits = [_weighted_line(by_q[q]) for q in sorted(by_q)]
+            rates[key] = [slope for slope, _ in fits]
+            fixed[key] = [max(0.0, intercept - c["gpu_launch_us"]) for _, intercept in fits]
+        else:
+            rates[key] = [
+                sum((us - c["gpu_launch_us"] - q * c["block_us"]) * k for k, us in by_q[q])
+                / sum(k * k for k, _ in by_q[q]) for q in sorted(by_q)]
+    return {"us_per_column": rates, **({"us_fixed": fixed} if lines else {})}
+
+
+def _weighted_line(points) -> tuple[float, float]:
+    """(slope, intercept) of us = intercept + slope k through (k, us) points,
+    least squares on relative errors (weights 1/us^2)."""
+    w = [1.0 / us ** 2 for _, us in points]
+    sw = sum(w)
+    mk = sum(wi * k for wi, (k, _) in zip(w, points)) / sw
+    mu = sum(wi * us for wi, (_, us) in zip(w, points)) / sw
+    slope = (sum(wi * (k - mk) * (us - mu) for wi, (k, us) in zip(w, points))
+             / sum(wi * (k - mk) ** 2 for wi, (k, _) in zip(w, points)))
+    return slope, mu - slope * mk
 
 
 def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None) -> dict:
