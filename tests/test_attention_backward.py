@@ -629,3 +629,20 @@ def test_under_a_causal_mask_each_head_gets_its_own_tiles(kernel):
         for name, got, want in zip(("first", "second", "third"), together, alone):
             assert torch.equal(torch.as_tensor(got)[:, h:h + 1], torch.as_tensor(want)), \
                 (kernel, name, h)
+
+
+def test_heaviest_first_shortens_a_causal_launchs_tail():
+    # chapters.attention.causal_launch_tail, the chapter's numbers: blocks
+    # started in order on the first place to come free. By hand, 2 tiles of 2
+    # heads on 2 places: lightest first per head (costs 1, 2, 1, 2) ends at 4,
+    # heaviest first (2, 2, 1, 1) at 3, the perfect share of 6 steps.
+    from gpucourse.chapters.attention import causal_launch_tail
+
+    assert causal_launch_tail(2, 2, 2, False) == pytest.approx(4 / 3)
+    assert causal_launch_tail(2, 2, 2, True) == pytest.approx(1.0)
+    for first in (False, True):  # one place: any order is the whole work
+        assert causal_launch_tail(5, 3, 1, first) == pytest.approx(1.0)
+    assert causal_launch_tail(64, 64, 264, False) > 1.05 > 1.01 > causal_launch_tail(64, 64, 264,
+                                                                                     True)
+    with pytest.raises(ValueError, match="slots must be a whole number"):
+        causal_launch_tail(2, 2, 0, True)

@@ -530,3 +530,26 @@ def backward_markdown(record) -> str:
               + ["SDPA memory-efficient (ms)", "fastest of ours / SDPA"])
     return ("| " + " | ".join(header) + " |\n|" + "---|" * len(header) + "\n"
             + "\n".join(lines))
+
+
+def causal_launch_tail(tiles: int, heads: int, slots: int, heaviest_first: bool) -> float:
+    """How long a causal launch takes against a perfect share of its work,
+    when its blocks start in order, each on the first of `slots` places (the
+    blocks the GPU runs at once) to come free: tiles x heads blocks, the
+    block of tile t (0 first) costing t + 1 steps (query tile t walks the key
+    tiles up to it). heaviest_first False: each head's tiles in turn, lightest
+    first (blockIdx's order); True: every head's heaviest tile first
+    (``attention.limits.heaviest_first``). 1.0 is no tail."""
+    import heapq
+
+    for name, value in (("tiles", tiles), ("heads", heads), ("slots", slots)):
+        _count(name, value)
+    order = ([tiles - 1 - o for o in range(tiles) for _ in range(heads)] if heaviest_first
+             else [t for _ in range(heads) for t in range(tiles)])
+    free = [0] * slots
+    end = 0
+    for t in order:
+        start = heapq.heappop(free)
+        end = max(end, start + t + 1)
+        heapq.heappush(free, start + t + 1)
+    return end / (heads * tiles * (tiles + 1) / 2 / slots)
