@@ -76,8 +76,9 @@ for part in "$@"; do
         timeout 560 python3 benchmarks/sgemm_grid.py --calibrate --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
-    sgemm_rates)
-        timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+    sgemm_rates)  # writes the model's JSON in src/ too: copy it back with the results
+        timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_explore)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_grid)
