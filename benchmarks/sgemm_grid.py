@@ -102,6 +102,13 @@ CANDIDATE_TILES = [(32, 64, 16, 4, 4), (64, 32, 16, 4, 4)]
 # --rates: blocks an SM (each a product of q x SMs tiles) and the depths.
 RATE_BLOCKS = tuple(range(1, 9))
 RATE_KS = (512, 1024, 4096, 12288)
+# Tiles not in the model's menu that --rates and --explore time too, a thread's
+# 12 x 8 outputs: in scratch timings of 2026-11-29 (NOTES) 96 x 128 reached 96%
+# of cuBLAS at 8192 x 768 x 3072 (the menu's best 96%, auto's pick 85%) and 192 x
+# 128 84% at 3001 x 2999 x 1009 (the menu's best 84%); both compile for sm_90
+# without spills, scalar loads too (ptxas 13.5). They join a GPU's menu in the
+# model's JSON only on the evidence of a grid run.
+RATE_CANDIDATES = [(96, 128, 16, 12, 8), (192, 128, 16, 12, 8)]
 ROUNDS = 3
 # --explore: the grid's shapes under their target on the H200 (2026-11-29), and
 # how many of the model's cheapest plans to time at each.
@@ -292,6 +299,10 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -
             for plan in priced:
                 if all(p["config"] != plan["config"] for p in plans):
                     plans.append(plan)
+            entry = sgemm.gpu_entry(gpu)
+            for tile in (sgemm.TileConfig(*t) for t in RATE_CANDIDATES):  # not in the menu
+                for splits in [1] + sgemm.shape_model.wave_filling_splits(shape, tile, entry):
+                    plans.append({**sgemm.plan_cost(shape, tile, splits, entry), "candidate": True})
             cublas = lambda: torch.mm(a, b)  # noqa: E731
             calls = int(min(1000, max(5, 30.0 / max(time_ms(cublas)[0], 1e-3))))
             cublas_ms = []
@@ -309,10 +320,11 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -
                                                                 "splits": plan["splits"]},
                              "ms": ms, "cublas_ms": base, "vs_cublas": base / ms,
                              "predicted_ms": plan["predicted_us"] / 1e3,
+                             "candidate": bool(plan.get("candidate")),
                              "chosen": plan["config"] == chosen["config"]
                              and plan["splits"] == chosen["splits"]})
             here = rows[-len(plans):]
-            best = max(here, key=lambda r: r["vs_cublas"])
+            best = max((r for r in here if not r["candidate"]), key=lambda r: r["vs_cublas"])
             pick = next((r for r in here if r["chosen"]), None)
             print(f"explore {m}x{n}x{k}: cuBLAS {base * 1e3:.1f} us; auto's pick "
                   f"{pick['vs_cublas'] if pick else float('nan'):.0%}; best of {len(here)} "
@@ -337,7 +349,9 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> 
     record["benchmark"] = "sgemm_rates"
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows = entry["sms"], []
-    for config in sgemm.shape_model.menu(entry):
+    menu = sgemm.shape_model.menu(entry)
+    extra = [sgemm.TileConfig(*t) for t in RATE_CANDIDATES]
+    for config in menu + [t for t in extra if t not in menu]:
         for q in RATE_BLOCKS:
             tiles_m, tiles_n = tile_grid(q * sms)
             m, n = tiles_m * config.bm, tiles_n * config.bn

@@ -415,7 +415,9 @@ def test_the_chapter_reads_what_the_rates_show_that_the_estimate_did_not(tmp_pat
     matplotlib.use("Agg")
     ax = ladder.plot_rates()  # a line a tile of the menu, the example's thick
     widths = sorted(line.get_linewidth() for line in ax.get_lines())
-    assert len(widths) == len(shape_model.menu(sgemm.gpu_entry("NVIDIA H200")))
+    record = results.load_results("sgemm_rates")
+    assert len(widths) == len({json.dumps(r["config"], sort_keys=True) for r in record["results"]})
+    assert len(widths) >= len(shape_model.menu(sgemm.gpu_entry("NVIDIA H200")))
     assert widths[-1] > widths[-2]
     record = results.load_results("sgemm_rates")
     flat = {**record, "results": [{**r, "tflops": 40.0} for r in record["results"]]}
@@ -436,6 +438,7 @@ def test_the_explore_tells_a_wrong_pick_from_a_slow_kernel():
                                              "splits": 1 + (share > 0.85)}}
 
     record = {"results": [row((1000, 1000, 1000), 0.80, True), row((1000, 1000, 1000), 0.78),
+                          {**row((1000, 1000, 1000), 0.95), "candidate": True},  # not the menu's
                           row((512, 512, 32768), 0.82, True), row((512, 512, 32768), 0.87),
                           row((300, 200, 400), 0.76, True), row((32, 32, 32), 0.5, True)]}
     found = {r["shape"]: r for r in ladder.explore_rows(record)}

@@ -610,7 +610,8 @@ def shape_target(m: int, n: int) -> float | None:
 
 def explore_rows(record: dict) -> list[dict]:
     """Per shape of an explore record, in its order: auto's pick's share of
-    cuBLAS ("pick"), the best timed plan's ("best", and its "config"), the
+    cuBLAS ("pick"), the best timed plan of the menu's ("best", and its
+    "config"; tiles outside the menu, timed as candidates, left out), the
     shape's target, and what kept it under the target: "met", "pick" (a plan
     of the menu reaches it, auto's pick does not) or "kernel" (no plan does).
     Raises ValueError for a record without rows."""
@@ -620,7 +621,7 @@ def explore_rows(record: dict) -> list[dict]:
     found = []
     for shape in dict.fromkeys((r["m"], r["n"], r["k"]) for r in rows):
         timed = [r for r in rows if (r["m"], r["n"], r["k"]) == shape]
-        best = max(timed, key=lambda r: r["vs_cublas"])
+        best = max((r for r in timed if not r.get("candidate")), key=lambda r: r["vs_cublas"])
         pick = next((r["vs_cublas"] for r in timed if r["chosen"]), None)
         target = shape_target(*shape[:2])
         verdict = ("met" if target is None or (pick or 0) >= target else
