@@ -70,10 +70,15 @@ MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
 SPLITS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
 # A slice shorter than this is never worth its atomic additions.
 MIN_SLICE = 256
-# Split-K's atomic additions make C's last bits vary from call to call, so it
-# must pay clearly: it is chosen only when predicted this much faster than the
-# best plan with K whole.
-SPLIT_MARGIN = 0.05
+# Split-K's atomic additions make C's last bits vary from call to call. A plan
+# with slices was once chosen only when predicted 5% faster than the best with
+# K whole; measured (results/sgemm_calibration-h200-2026-11-28.json off the
+# grid, sgemm_explore-h200-2026-11-29.json on it), at each of the 5 shapes
+# where that margin changed the pick, the plan with slices it turned down was
+# the faster, by 3-27% (200 x 3000 x 1000, 2500 x 1999 x 3001, 8192 x 768 x
+# 3072, 512^3, 511^3). So the cheapest plan is chosen; among plans priced
+# equal, the fewest slices.
+SPLIT_MARGIN = 0.0
 # The cost model's constants (see the module's docstring), each > 0.
 CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
              "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
