@@ -24,6 +24,7 @@
 #              at 1-8 blocks an SM and two depths of K);
 #   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
 #              plans timed at the grid's shapes under their target);
+#              sgemm_explore_off_grid, the same at shapes off the grid;
 #   sgemm_grid benchmarks/sgemm_grid.py (auto and level 7 on the grid, beside cuBLAS);
 #   grad_check benchmarks/tinygpt_grad_check.py (the tiny GPT's gradients in each
 #              precision and kernel mix against float64);
@@ -81,6 +82,9 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_explore)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+    sgemm_explore_off_grid)
+        timeout 500 python3 benchmarks/sgemm_grid.py --explore-off-grid --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -20 ;;
     sgemm_grid)
         timeout 560 python3 benchmarks/sgemm_grid.py --out "$OUT" 2>&1 | grep -v Warning | tail -50 ;;
     grad_check)

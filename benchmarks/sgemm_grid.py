@@ -3,6 +3,7 @@
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py [--quick] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --calibrate [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --explore | --explore-off-grid [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --fit-committed     (no GPU)
 
 The shapes were chosen before any tuning against them and are written here
@@ -56,6 +57,12 @@ which the model guessed 20-50% too long at K up to 1000 in the explore of
 DIR/sgemm_rates-<gpu-slug>-<date>.json and the rates, with their source, into
 src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, where auto
 prices each tile by them (commit both).
+
+**--explore** times, at each grid shape under its target (EXPLORE_SHAPES),
+cuBLAS and the model's cheapest plans as auto runs them, and tiles outside
+the menu (RATE_CANDIDATES): whether a miss is the pick's or the kernel's
+(chapter 8). **--explore-off-grid** does the same at OFF_GRID_SHAPES, for
+evidence the grid does not judge.
 
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
 the committed sgemm_shapes results (their rows of auto and level 6, and the
@@ -116,6 +123,9 @@ EXPLORE_SHAPES = [(1000, 1000, 1000), (1537, 1023, 771), (2500, 1999, 3001), (77
                   (3001, 2999, 1009), (1024, 1024, 16384), (512, 512, 32768), (768, 768, 12288),
                   (8192, 768, 3072), (512, 512, 512), (511, 511, 511), (300, 200, 400)]
 EXPLORE_PLANS = 10
+# --explore-off-grid: the calibration's shapes and four ragged ones, none in GRID.
+OFF_GRID_SHAPES = CALIBRATION_SHAPES + [(1200, 900, 700), (2100, 1500, 2500), (700, 3100, 1900),
+                                        (5000, 1000, 3000)]
 BUDGET_S = 420.0  # shapes still waiting after this long are skipped
 WRONG_ABOVE = 1e-5  # max |C - C_ref| / max |C_ref| against float64, or 4 x cuBLAS's own,
 # or 2 sqrt(K) units of float32 rounding (validate says why)
@@ -275,20 +285,23 @@ def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float)
     return 0
 
 
-def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
+def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
+                 off_grid: bool = False) -> int:
     """--explore: at EXPLORE_SHAPES, the grid's shapes under their target, time
     cuBLAS and the model's cheapest plans (EXPLORE_PLANS of them, and each menu
     tile's cheapest) as auto runs them, to tell a wrong pick from a menu whose
-    best is short of the target."""
+    best is short of the target. With off_grid (--explore-off-grid), the same
+    at OFF_GRID_SHAPES instead, written as sgemm_explore_off_grid: evidence for
+    a change of the model from shapes the grid does not judge it on."""
     import numpy as np
 
     from gpucourse.kernels.sgemm import entry_point
 
-    record["benchmark"] = "sgemm_explore"
+    record["benchmark"] = "sgemm_explore_off_grid" if off_grid else "sgemm_explore"
     gpu, rows = record["gpu"], []
     real_plan = entry_point.auto_plan
     try:
-        for shape in EXPLORE_SHAPES:
+        for shape in OFF_GRID_SHAPES if off_grid else EXPLORE_SHAPES:
             if time.perf_counter() - started > BUDGET_S:
                 break
             m, n, k = shape
@@ -446,6 +459,8 @@ def main(argv=None) -> int:
                         help="time each menu tile at 1-8 blocks an SM and four depths")
     parser.add_argument("--explore", action="store_true",
                         help="time the model's cheapest plans at the shapes under their target")
+    parser.add_argument("--explore-off-grid", action="store_true",
+                        help="the same as --explore, at shapes off the grid")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
     if "--fit-committed" in (sys.argv[1:] if argv is None else argv):
@@ -469,8 +484,9 @@ def main(argv=None) -> int:
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
     if args.rates:
         return rates_main(sgemm, torch, time_ms, record, out_dir, started)
-    if args.explore:
-        return explore_main(sgemm, torch, time_ms, record, out_dir, started)
+    if args.explore or args.explore_off_grid:
+        return explore_main(sgemm, torch, time_ms, record, out_dir, started,
+                            off_grid=args.explore_off_grid)
     if args.calibrate:
         return calibrate_main(sgemm, torch, time_ms, record, out_dir, started)
     record["validation"] = validate(sgemm, torch)
