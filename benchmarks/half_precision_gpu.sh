@@ -21,7 +21,8 @@
 #              the shape model's menu off the grid; writes the model's JSON in src/
 #              too: copy it back with the results);
 #   sgemm_rates benchmarks/sgemm_grid.py --rates (issue 33: each menu tile's time
-#              at 1-8 blocks an SM and two depths of K);
+#              at 1-8 blocks an SM and four depths of K; writes the model's JSON
+#              in src/ too: copy it back with the results);
 #   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
 #              plans timed at the grid's shapes under their target);
 #              sgemm_explore_off_grid, the same at shapes off the grid;

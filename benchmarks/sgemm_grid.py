@@ -298,7 +298,13 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
     from gpucourse.kernels.sgemm import entry_point
 
     record["benchmark"] = "sgemm_explore_off_grid" if off_grid else "sgemm_explore"
+    record["method"] = ("at each shape, cuBLAS (torch.mm) and each plan (tiles, slices of K) "
+                        "run as matmul(a, b) runs auto's, on CUDA torch tensors; ms: the "
+                        "faster of two wall-clock loops of about 30 ms ending in "
+                        "torch.cuda.synchronize; cublas_ms: the median of cuBLAS's loops "
+                        "timed before each plan's; TF32 off; N(0,1) inputs")
     gpu, rows = record["gpu"], []
+    entry = sgemm.gpu_entry(gpu)
     real_plan = entry_point.auto_plan
     try:
         for shape in OFF_GRID_SHAPES if off_grid else EXPLORE_SHAPES:
@@ -306,13 +312,11 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
                 break
             m, n, k = shape
             a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
-            priced = sgemm.choose_plan(shape, gpu)["candidates"]
             chosen = sgemm.choose_plan(shape, gpu)
-            plans = priced[:EXPLORE_PLANS]
-            for plan in priced:
+            plans = chosen["candidates"][:EXPLORE_PLANS]
+            for plan in chosen["candidates"]:
                 if all(p["config"] != plan["config"] for p in plans):
                     plans.append(plan)
-            entry = sgemm.gpu_entry(gpu)
             for tile in (sgemm.TileConfig(*t) for t in RATE_CANDIDATES):  # not in the menu
                 for splits in [1] + sgemm.shape_model.wave_filling_splits(shape, tile, entry):
                     plans.append({**sgemm.plan_cost(shape, tile, splits, entry), "candidate": True})

@@ -419,7 +419,6 @@ def test_the_chapter_reads_what_the_rates_show_that_the_estimate_did_not(tmp_pat
     assert len(widths) == len({json.dumps(r["config"], sort_keys=True) for r in record["results"]})
     assert len(widths) >= len(shape_model.menu(sgemm.gpu_entry("NVIDIA H200")))
     assert widths[-1] > widths[-2]
-    record = results.load_results("sgemm_rates")
     flat = {**record, "results": [{**r, "tflops": 40.0} for r in record["results"]]}
     (tmp_path / "sgemm_rates-h200-2026-11-28.json").write_text(json.dumps(flat))
     assert ladder.measured_rates(tmp_path / "sgemm_rates-h200-2026-11-28.json") is None
@@ -456,3 +455,19 @@ def test_the_explore_tells_a_wrong_pick_from_a_slow_kernel():
 
     matplotlib.use("Agg")
     assert ladder.plot_explore(committed) is not None
+
+
+def test_the_chapter_says_which_misses_the_explore_found_and_why():
+    # chapters.sgemm.explore_summary, the text chapter 8 glues: counts and
+    # shapes per verdict, and with the rates the slow tile's one-block rate.
+    from gpucourse.chapters import sgemm as ladder
+
+    explore = ladder.load_explore_results()
+    rows = ladder.explore_rows(explore)
+    said = ladder.explore_summary(explore, results.load_results("sgemm_rates"))
+    assert said["shapes"] == str(len(rows))
+    for verdict in ("pick", "kernel"):
+        assert said[verdict] == str(sum(r["verdict"] == verdict for r in rows))
+    assert said["slow_shape"] in said["kernel_shapes"]
+    assert float(said["slow_rate"]) < float(said["top_rate"])
+    assert "slow_rate" not in ladder.explore_summary(explore)

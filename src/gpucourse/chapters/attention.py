@@ -538,14 +538,16 @@ def causal_launch_tail(tiles: int, heads: int, slots: int, heaviest_first: bool)
     blocks the GPU runs at once) to come free: tiles x heads blocks, the
     block of tile t (0 first) costing t + 1 steps (query tile t walks the key
     tiles up to it). heaviest_first False: each head's tiles in turn, lightest
-    first (blockIdx's order); True: every head's heaviest tile first
-    (``attention.limits.heaviest_first``). 1.0 is no tail."""
+    first (blockIdx's order); True: the kernels' order under a causal mask,
+    ``attention.limits.heaviest_first``. 1.0 is no tail."""
     import heapq
+
+    from gpucourse.kernels.attention.limits import heaviest_first as placed
 
     for name, value in (("tiles", tiles), ("heads", heads), ("slots", slots)):
         _count(name, value)
-    order = ([tiles - 1 - o for o in range(tiles) for _ in range(heads)] if heaviest_first
-             else [t for _ in range(heads) for t in range(tiles)])
+    order = [placed(start, tiles, heads, True)[1] if heaviest_first else start % tiles
+             for start in range(tiles * heads)]
     free = [0] * slots
     end = 0
     for t in order:

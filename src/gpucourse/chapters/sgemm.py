@@ -547,11 +547,10 @@ def grid_targets(record: dict) -> dict:
     if not rows:
         raise ValueError("record must be an sgemm_grid results record with rows")
     found = {}
-    for name, inside in (("large", lambda r: min(r["m"], r["n"]) >= 512),
-                         ("mid", lambda r: 64 <= min(r["m"], r["n"]) < 512)):
+    for name in ("large", "mid"):
         target = GRID_TARGETS[f"auto_{name}"]
-        picked = sorted((r for r in rows if r["variant"] == "auto" and inside(r)),
-                        key=lambda r: r["vs_cublas"])
+        picked = sorted((r for r in rows if r["variant"] == "auto"
+                         and shape_class(r["m"], r["n"]) == name), key=lambda r: r["vs_cublas"])
         found[name] = {
             "target": target, "shapes": len(picked),
             "met": sum(r["vs_cublas"] >= target for r in picked),
@@ -600,12 +599,18 @@ def load_explore_results(path=None) -> dict | None:
     return results.load_results("sgemm_explore", path)
 
 
-def shape_target(m: int, n: int) -> float | None:
-    """Issue 33's target for auto at an m x n product (GRID_TARGETS): M and N
-    both 512 or more, or the smaller 64 to 511; None below 64."""
+def shape_class(m: int, n: int) -> str | None:
+    """Which of issue 33's targets an m x n product is held to: "large" (M and
+    N both 512 or more), "mid" (the smaller 64 to 511), or None (below 64)."""
     smaller = min(m, n)
-    return GRID_TARGETS["auto_large"] if smaller >= 512 else \
-        GRID_TARGETS["auto_mid"] if smaller >= 64 else None
+    return "large" if smaller >= 512 else "mid" if smaller >= 64 else None
+
+
+def shape_target(m: int, n: int) -> float | None:
+    """Issue 33's target for auto at an m x n product (GRID_TARGETS, by
+    ``shape_class``); None below 64."""
+    name = shape_class(m, n)
+    return None if name is None else GRID_TARGETS[f"auto_{name}"]
 
 
 def explore_rows(record: dict) -> list[dict]:
@@ -656,3 +661,34 @@ def plot_explore(record: dict | None = None, ax=None):
     ax.set_title(f"Pick or kernel? {record['gpu']}, {record['date']}")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
+
+
+def explore_summary(record: dict, rates: dict | None = None) -> dict:
+    """What chapter 8 says of an explore record (``explore_rows``), as text:
+    "shapes" (how many), and for each verdict "pick" and "kernel" its count
+    and its shapes ("pick_shapes", "kernel_shapes"; "none" where there are
+    none). With an sgemm_rates record, for the first shape no plan of the
+    menu brought to its target: "slow_shape", the best plan's tile
+    ("slow_tile") and its TFLOP/s with one block on every SM ("slow_rate"),
+    beside the tile of the highest measured rate ("top_tile", "top_rate")."""
+    from gpucourse.kernels.sgemm import TileConfig
+
+    rows = explore_rows(record)
+
+    def shape(r):
+        return " x ".join(f"{x:,}" for x in r["shape"])
+
+    found = {"shapes": str(len(rows))}
+    for verdict in ("pick", "kernel"):
+        picked = [r for r in rows if r["verdict"] == verdict]
+        found[verdict] = str(len(picked))
+        found[f"{verdict}_shapes"] = ", ".join(map(shape, picked)) or "none"
+    slow = next((r for r in rows if r["verdict"] == "kernel"), None)
+    if slow is not None and rates is not None:
+        curves = rate_curves(rates)
+        tile = TileConfig(*(slow["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        top = max(curves, key=lambda c: max(curves[c].values()))
+        found.update(slow_shape=shape(slow), slow_tile=f"{tile.bm} x {tile.bn}",
+                     slow_rate=f"{curves[tile][1]:.0f}", top_tile=f"{top.bm} x {top.bn}",
+                     top_rate=f"{max(curves[top].values()):.0f}")
+    return found
