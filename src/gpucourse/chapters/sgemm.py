@@ -601,8 +601,9 @@ def load_explore_results(path=None) -> dict | None:
 
 def shape_class(m: int, n: int) -> str | None:
     """Which of issue 33's targets an m x n product is held to: "large" (M and
-    N both 512 or more), "mid" (the smaller 64 to 511), or None (below 64)."""
-    smaller = min(m, n)
+    N both 512 or more), "mid" (the smaller 64 to 511), or None (below 64).
+    Raises ValueError unless m and n are whole numbers >= 1."""
+    smaller = min(_whole("m", m), _whole("n", n))
     return "large" if smaller >= 512 else "mid" if smaller >= 64 else None
 
 
