@@ -13,6 +13,8 @@
 #   attention  benchmarks/attention_half.py (forward and backward against SDPA flash);
 #   attention_sweep benchmarks/attention_half_sweep.py (version 5's tiles at head
 #              dim 64 other than its default, against SDPA flash's backward);
+#   causal_order benchmarks/causal_order.py (under a causal mask, the heads in groups
+#              against all heads at once: the same kernels, two processes);
 #   attention_fp32  benchmarks/attention_backward.py --versions 6 (the fp32 backward
 #              on 3xTF32 beside version 4 and SDPA memory-efficient);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0); tinygpt_full, the same
@@ -65,6 +67,9 @@ for part in "$@"; do
     attention_sweep)
         (cd benchmarks && timeout 500 python3 attention_half_sweep.py --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20) ;;
+    causal_order)
+        (cd benchmarks && timeout 400 python3 causal_order.py --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -30) ;;
     attention_fp32)  # the fp32 backward: version 6 (3xTF32 tensor cores) beside version 4
         (cd benchmarks && timeout 550 python3 attention_backward.py --versions 6 --out "$OUT" 2>&1 \
             | grep -v Warning | tail -40) ;;

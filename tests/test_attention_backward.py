@@ -584,28 +584,59 @@ def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(
 
 
 @pytest.mark.parametrize("heavy_last", [False, True])
-def test_causal_blocks_take_every_tile_once_heaviest_first(heavy_last):
-    """Under a causal mask the blocks take the tiles heaviest first, every
-    head's (limits.heaviest_first): each (head, tile) exactly once, and a
-    block never starts on a tile lighter than one a later block takes."""
+@pytest.mark.parametrize("group", [1, 2, 5])
+def test_causal_blocks_take_every_tile_once_heaviest_first(heavy_last, group):
+    """Under a causal mask the blocks take the tiles heaviest first, the heads
+    in groups (limits.heaviest_first): each (head, tile) exactly once; a group
+    of heads, the last one smaller (5 heads in 2s), before the next; inside a
+    group a block never starts on a tile lighter than one a later block takes."""
     from gpucourse.kernels.attention.limits import heaviest_first
 
     tiles, heads = 7, 5
-    placed = [heaviest_first(start, tiles, heads, heavy_last) for start in range(tiles * heads)]
+    placed = [heaviest_first(start, tiles, heads, heavy_last, group)
+              for start in range(tiles * heads)]
     assert sorted(placed) == [(h, t) for h in range(heads) for t in range(tiles)]
-    # Key tile t walks the queries from t on (work tiles - t); query tile t the
-    # keys up to t (work t + 1).
-    work = [(t + 1) if heavy_last else (tiles - t) for _, t in placed]
-    assert work == sorted(work, reverse=True), "a lighter tile started before a heavier one"
-    assert {h for h, _ in placed[:heads]} == set(range(heads)), "every head's heaviest tile first"
+    groups = [list(range(first, min(first + group, heads))) for first in range(0, heads, group)]
+    start = 0
+    for members in groups:
+        mine = placed[start:start + tiles * len(members)]
+        start += tiles * len(members)
+        assert {h for h, _ in mine} == set(members), "a group's blocks are its heads'"
+        # Key tile t walks the queries from t on (work tiles - t); query tile t
+        # the keys up to t (work t + 1).
+        work = [(t + 1) if heavy_last else (tiles - t) for _, t in mine]
+        assert work == sorted(work, reverse=True), "a lighter tile started before a heavier one"
+        assert {h for h, _ in mine[:len(members)]} == set(members), "each head's heaviest first"
+
+
+def test_heads_are_grouped_by_what_they_stream_and_by_the_tail():
+    # limits.head_group by hand: L2_SHARE_BYTES 24 MiB; a head streams tiles x
+    # tile_bytes. The fp32 backward's key tiles at d 128, N 4096 (64 tiles of
+    # 64 rows, Q, dO and dq: 64 x 128 x 12 bytes a tile) stream 6 MiB a head:
+    # 4 heads fit, 256 blocks. At d 64 in half precision the forward streams
+    # 64 x 64 x 4 bytes a tile, 1 MiB a head: 24 heads.
+    from gpucourse.kernels.attention import limits
+
+    assert limits.L2_SHARE_BYTES == 24 * 2**20 and limits.GROUP_MIN_BLOCKS == 256
+    assert limits.head_group(64, 64, 64 * 128 * 12) == 4
+    assert limits.head_group(64, 64, 64 * 64 * 4) == 24
+    assert limits.head_group(256, 64, 64 * 128 * 12) == 1  # N 16384: 24 MiB a head
+    assert limits.head_group(8, 64, 64 * 128 * 12) == 32  # N 512: 32 heads for 256 blocks
+    assert limits.head_group(64, 3, 64 * 64 * 4) == 3  # never more than there are
+    assert limits.head_group(4096, 8, 2**20) == 1  # a head alone past the whole share
 
 
 @pytest.mark.skipif(A.on_gpu(), reason="the simulator: the same sums in the same order")
 @pytest.mark.parametrize("kernel", ["half forward", "version 5", "version 6"])
-def test_under_a_causal_mask_each_head_gets_its_own_tiles(kernel):
-    # Under a causal mask the blocks take the tiles heaviest first, every
-    # head's: each head's results must be what that head alone gives, with
-    # two or more tiles of keys and of queries (the last ragged), three heads.
+@pytest.mark.parametrize("group", [None, 2])
+def test_under_a_causal_mask_each_head_gets_its_own_tiles(kernel, group, monkeypatch):
+    # Under a causal mask the blocks take the tiles heaviest first, the heads
+    # in groups: each head's results must be what that head alone gives, with
+    # two or more tiles of keys and of queries (the last ragged), three heads:
+    # in one group (head_group's choice at this size) and in groups of 2, the
+    # last of one head (the simulator runs block_place as Python, so the
+    # group function can be replaced).
+    from gpucourse.kernels.attention import limits
     from gpucourse.kernels.attention.half import half_attention
     from gpucourse.kernels.attention.half_backward import half_attention_backward
     from gpucourse.kernels.attention.tf32_backward import tf32_attention_backward
@@ -623,6 +654,8 @@ def test_under_a_causal_mask_each_head_gets_its_own_tiles(kernel):
         backward = tf32_attention_backward if kernel == "version 6" else half_attention_backward
         return backward(q, k, v, out, lse, dout, causal=True)
 
+    if group is not None:
+        monkeypatch.setattr(limits, "_head_group", lambda tiles, heads, tile_bytes: group)
     together = run(q, k, v, dout)
     for h in (0, 2):
         alone = run(*(x[:, h:h + 1].contiguous() for x in (q, k, v, dout)))
@@ -644,5 +677,21 @@ def test_heaviest_first_shortens_a_causal_launchs_tail():
         assert causal_launch_tail(5, 3, 1, first) == pytest.approx(1.0)
     assert causal_launch_tail(64, 64, 264, False) > 1.05 > 1.01 > causal_launch_tail(64, 64, 264,
                                                                                      True)
+    # In the kernels' groups of heads (4 heads of 64 tiles: limits.head_group
+    # for the fp32 backward at d 128) the tail stays short.
+    assert causal_launch_tail(64, 64, 264, True, 64 * 128 * 12) < 1.01
+
+
+def test_a_causal_launch_in_groups_of_heads_by_hand(monkeypatch):
+    # 2 tiles of 3 heads on 2 places, a head a group (12 MiB a tile, 24 MiB
+    # a head; no minimum of blocks): costs 2 1 2 1 2 1 start on the place
+    # that comes free first and end at 5, against the perfect share 9 / 2.
+    from gpucourse.chapters.attention import causal_launch_tail
+    from gpucourse.kernels.attention import limits
+
+    monkeypatch.setattr(limits, "GROUP_MIN_BLOCKS", 1)
+    assert limits.head_group(2, 3, 12 * 2**20) == 1
+    assert causal_launch_tail(2, 3, 2, True, 12 * 2**20) == pytest.approx(5 / 4.5)
+    assert causal_launch_tail(2, 3, 2, True) == pytest.approx(5 / 4.5)  # 2 2 2 1 1 1: 5 too
     with pytest.raises(ValueError, match="slots must be a whole number"):
         causal_launch_tail(2, 2, 0, True)

@@ -532,21 +532,27 @@ def backward_markdown(record) -> str:
             + "\n".join(lines))
 
 
-def causal_launch_tail(tiles: int, heads: int, slots: int, heaviest_first: bool) -> float:
+def causal_launch_tail(tiles: int, heads: int, slots: int, heaviest_first: bool,
+                       tile_bytes: int | None = None) -> float:
     """How long a causal launch takes against a perfect share of its work,
     when its blocks start in order, each on the first of `slots` places (the
     blocks the GPU runs at once) to come free: tiles x heads blocks, the
     block of tile t (0 first) costing t + 1 steps (query tile t walks the key
     tiles up to it). heaviest_first False: each head's tiles in turn, lightest
     first (blockIdx's order); True: the kernels' order under a causal mask,
-    ``attention.limits.heaviest_first``. 1.0 is no tail."""
+    ``attention.limits.heaviest_first``, over all heads at once, or, given
+    tile_bytes, in the kernels' groups of ``limits.head_group`` heads. 1.0 is
+    no tail."""
     import heapq
 
+    from gpucourse.kernels.attention.limits import head_group
     from gpucourse.kernels.attention.limits import heaviest_first as placed
 
     for name, value in (("tiles", tiles), ("heads", heads), ("slots", slots)):
         _count(name, value)
-    order = [placed(start, tiles, heads, True)[1] if heaviest_first else start % tiles
+    group = heads if tile_bytes is None else head_group(tiles, heads, _count("tile_bytes",
+                                                                           tile_bytes))
+    order = [placed(start, tiles, heads, True, group)[1] if heaviest_first else start % tiles
              for start in range(tiles * heads)]
     free = [0] * slots
     end = 0

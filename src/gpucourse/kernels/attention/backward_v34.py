@@ -452,7 +452,9 @@ def _tiled_functions(head_dim: int, causal: bool, config: tuple, io: str):
         def run(q, k, v, dout, lse, delta, dq, dk, dv, seq, key_seq, scale):
             # The block's keys and values stay in shared memory (tiles X and Y);
             # query tiles stream through U (Q) and W (dO).
-            bh, key_tile = block_place(causal, False)  # under a mask the heaviest tiles first
+            # Under a mask the heaviest tiles first; each streams Q and dO (and adds
+            # into dq, version 4), float32.
+            bh, key_tile = block_place(causal, False, B * D * (12 if with_dq else 8))
             key0 = key_tile * B
             t = cuda.threadIdx.x
             smem = cuda.shared.array(0, float32, alignment=ALIGN)

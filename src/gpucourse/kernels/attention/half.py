@@ -188,7 +188,8 @@ def make_flash_half_kernel(config: HalfConfig, causal: bool, kind: str, use_shuf
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh, tile = block_place(causal, True)  # under a mask the heaviest (last) tiles first
+        # Under a mask the heaviest (last) tiles first; each streams K and V (half).
+        bh, tile = block_place(causal, True, BR * D * 4)
         q_start = tile * BR
         q_base = bh * seq * D
         kv_base = bh * key_seq * D

@@ -198,7 +198,9 @@ def make_dkdv_kernel(config: HalfConfig, causal: bool, kind: str, atomic_dq: boo
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh, tile = block_place(causal, False)  # under a mask the heaviest tiles first
+        # Under a mask the heaviest tiles first; each streams Q and dO (half) and
+        # adds into dq_accum (float32).
+        bh, tile = block_place(causal, False, BK * D * 8)
         k_start = tile * BK
         kv_base, row_base = bh * key_seq * D, bh * seq
         # K and V of the block's keys, once; then the copies of Q and dO,
@@ -412,7 +414,8 @@ def make_dq_kernel(config: HalfConfig, causal: bool, kind: str):
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh, tile = block_place(causal, True)  # under a mask the heaviest (last) tiles first
+        # Under a mask the heaviest (last) tiles first; each streams K and V (half).
+        bh, tile = block_place(causal, True, BR * D * 4)
         q_start = tile * BR
         q_base, row_base = bh * seq * D, bh * seq
         # Q and dO of the block's queries, once; then the copies of K and V,

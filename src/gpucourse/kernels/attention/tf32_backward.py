@@ -472,7 +472,7 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
         thread = cuda.threadIdx.x
         warp, lane = thread // WARP, thread % WARP
         g, t = lane // 4, lane % 4
-        bh, tile = block_place(causal, False)  # under a mask the heaviest tiles first
+        bh, tile = block_place(causal, False, BK * D * 12)  # heaviest first; Q, dO, dq
         k_start = tile * BK
         row_base = bh * seq
         # K and V of the block's keys, once; the first tile of Q and dO.
@@ -592,7 +592,7 @@ def make_dq_kernel(config: Tf32BackwardConfig, causal: bool):
         g, t = lane // 4, lane % 4
         # Under a causal mask the last query tiles walk the most keys: every
         # head's start first, and the light ones fill the gaps at the end.
-        bh, tile = block_place(causal, True)
+        bh, tile = block_place(causal, True, BR * D * 8)  # K and V, float32
         q_start = tile * BR
         row_base = bh * seq
         copy_queries(smem, 0, q, dout, row_base, q_start, seq, thread)
