@@ -148,33 +148,53 @@ def test_predictions_match_the_committed_timings(committed):
                 assert abs(math.log(predicted / us)) < 0.1, (gpu, shape, config, splits, us, predicted)
 
 
+def _rate_candidates() -> set:
+    """The tile keys of benchmarks/sgemm_grid.py's RATE_CANDIDATES (read from
+    its source, not imported: it needs the benchmarks' own modules)."""
+    import ast
+
+    source = (results.find_results("sgemm_grid")[0].parents[1] / "sgemm_grid.py").read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.Assign)
+                and getattr(n.targets[0], "id", None) == "RATE_CANDIDATES")
+    return {shape_model.tile_key(TileConfig(*t)) for t in ast.literal_eval(node.value)}
+
+
 def test_measured_rates_predict_the_grid_they_were_not_measured_on():
     # The H200's rates (sgemm_grid.py --rates: each menu tile at 1-8 blocks an
-    # SM, no edges, two depths) price the committed grid run of the same day,
+    # SM, no edges, four depths) price the committed grid run of the same day,
     # whose shapes (ragged, skinny, split-K, transformer) they never timed: its
     # rows of auto, their kernel time (CUDA events) against the model's GPU
     # time, where that is 50 us or more (below, the call's host time decides).
-    # The spread seen: median 0.04 in log, the worst 0.12 (8192 x 50257 x 768).
+    # The grid of 2026-11-29 ran auto's picks by these rates; its rows were
+    # not used to fit scalar_share either (the explores were). The spread
+    # seen: median 0.023 in log, the worst 0.078 (1024 x 1024 x 16384); without
+    # scalar_share median 0.057, the worst 0.126 (the ragged 2500 x 1999 x 3001
+    # and 8192 x 50257 x 768).
     entry = sgemm.gpu_entry("NVIDIA H200")
-    assert "sgemm_rates-h200" in entry["rates"]["source"]
+    assert "sgemm_rates-h200-2026-11-29" in entry["rates"]["source"]
     # Every tile of the menu is priced by its rates (none by the formula
-    # beside them: mixed, the two would be compared with each other's errors).
+    # beside them: mixed, the two would be compared with each other's
+    # errors). The rates also hold the tiles --rates times outside the menu
+    # (RATE_CANDIDATES, for evidence), exactly those, and auto never runs one.
     rates = entry["rates"]["us_per_column"]
-    assert {shape_model.tile_key(c) for c in shape_model.menu(entry)} == set(rates)
+    menu_keys = {shape_model.tile_key(c) for c in shape_model.menu(entry)}
+    candidates = _rate_candidates()
+    assert menu_keys <= set(rates) and set(rates) - menu_keys == candidates and candidates
     grid = results.load_results("sgemm_grid", results.find_results("sgemm_grid")[0].parent
-                                / "sgemm_grid-h200-2026-11-28.json")
+                                / "sgemm_grid-h200-2026-11-29.json")
     errors = []
     for row in grid["results"]:
         if row["variant"] != "auto" or row.get("failed"):
             continue
+        shape = (row["m"], row["n"], row["k"])
         config = sgemm.TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
-        plan = sgemm.plan_cost((row["m"], row["n"], row["k"]), config, row["config"]["splits"],
-                               entry)
+        plan = sgemm.plan_cost(shape, config, row["config"]["splits"], entry)
         assert plan["rate"] == "measured"
+        assert shape_model.tile_key(sgemm.choose_plan(shape, "NVIDIA H200")["config"]) in menu_keys
         if plan["gpu_us"] >= 50:
             errors.append(abs(math.log(plan["gpu_us"] / (row["kernel_ms"] * 1e3))))
     assert len(errors) >= 20
-    assert max(errors) < 0.15 and sorted(errors)[len(errors) // 2] < 0.06, sorted(errors)[-3:]
+    assert max(errors) < 0.1 and sorted(errors)[len(errors) // 2] < 0.04, sorted(errors)[-3:]
 
 
 def test_the_pick_is_as_good_as_the_measured_best_and_orders_as_measured(committed):
@@ -336,9 +356,23 @@ def test_auto_also_prices_the_slices_that_fill_a_wave_exactly():
                 assert plan["blocks"] <= 2 * per_wave and plan["slices"] == s
                 assert plan["slice_k"] >= SM.MIN_SLICE and 2 <= s <= max(SM.SPLITS)
     assert SM.wave_filling_splits((64, 64, 100), big, entry) == []  # K too short to cut
+    # The pick cuts K into the 7 slices that fill one wave of its tiles, not
+    # SPLITS's 8, and 8 would leave more of the SMs idle at the end. Which
+    # tile: the rates of 2026-11-29 make it 128 x 128 (36 tiles x 7 = 252
+    # blocks, two an SM); the explore of that day timed 64 x 256 x 7 at 0.859
+    # of cuBLAS, 128 x 256 (16 x 8) x 7 at 0.840 and 128 x 128 x 7 at 0.811
+    # (the split kernel of 128 x 128 took a median 6.4% more of the busiest
+    # SM's time than its rates price, over the two explores' 35 aligned split
+    # plans of it; 64 x 256's 39 took 1% less),
+    # so the tile is the
+    # model's open error and this test asserts the slices, not the tile.
     plan = SM.choose_plan((768, 768, 12288), "NVIDIA H200")
-    assert (plan["config"].bm, plan["config"].bn, plan["slices"]) == (128, 256, 7)
-    assert plan["tail_efficiency"] > SM.plan_cost((768, 768, 12288), big, 8, entry)["tail_efficiency"]
+    per_wave = entry["sms"] * plan["blocks_per_sm"]
+    assert plan["slices"] == 7 and 7 in SM.wave_filling_splits((768, 768, 12288), plan["config"], entry)
+    assert plan["blocks"] <= per_wave < plan["blocks"] + plan["tiles"]  # one wave; 8 slices overflow it
+    eight = SM.plan_cost((768, 768, 12288), plan["config"], 8, entry)
+    assert plan["tail_efficiency"] > eight["tail_efficiency"] and eight["blocks"] > per_wave
+    assert plan["predicted_us"] < eight["predicted_us"]
 
 
 def test_rates_are_recovered_from_timings_and_priced_in_groups_of_the_largest_count():
@@ -471,3 +505,52 @@ def test_the_chapter_says_which_misses_the_explore_found_and_why():
     assert said["slow_shape"] in said["kernel_shapes"]
     assert float(said["slow_rate"]) < float(said["top_rate"])
     assert "slow_rate" not in ladder.explore_summary(explore)
+
+
+def test_scalar_loads_cost_their_measured_share_and_predict_ragged_shapes_left_out():
+    # Where n or k is not a multiple of 4, matmul runs the kernel with scalar
+    # loads, which the rates (128-bit loads only) never timed. By hand: 4000 x
+    # 4001 x 4000 and 4000 x 4000 x 4000 have the same 32 x 32 tiles of 128 x
+    # 128 and both hang over an edge, so the busiest SM's times differ by
+    # exactly (1 + edge_share + scalar_share) / (1 + edge_share).
+    entry = sgemm.gpu_entry(H200)
+    share = shape_model.scalar_load_share(entry)
+    assert 0.05 < share < 0.2 and "sgemm_explore" in entry["scalar_loads"]["source"]
+    tile = TileConfig(128, 128, 16, 8, 8)
+    ragged = shape_model.plan_cost((4000, 4001, 4000), tile, 1, entry)
+    aligned = shape_model.plan_cost((4000, 4000, 4000), tile, 1, entry)
+    edge = entry["constants"]["edge_share"]
+    assert ragged["scalar_loads"] and not aligned["scalar_loads"]
+    assert math.isclose(ragged["sm_us"] / aligned["sm_us"], (1 + edge + share) / (1 + edge))
+    assert shape_model.scalar_load_share({"name": "x"}) == 0.0
+    _fails(shape_model.fit_scalar_load_share, [((64, 64, 64), tile, 1, 10.0)], entry,
+           naming="no row has scalar loads")
+    # Out of sample: each ragged shape of the committed explores, priced with
+    # the share fitted on every other shape's timings (fit_scalar_load_share,
+    # as the JSON's was), against the same shape priced without it. Measured
+    # (2026-11-29): median |log(predicted / measured)| over the ragged shapes'
+    # plans 0.101 without, 0.030 with; better at 777 x 1313 x 2047 (0.076 ->
+    # 0.030), 1537 x 1023 x 771 (0.089 -> 0.022), 2500 x 1999 x 3001 (0.121 ->
+    # 0.025) and 3001 x 2999 x 1009 (0.119 -> 0.030), worse at 511^3 (0.049 ->
+    # 0.087: plans of 25-40 us, where the scalar kernel measured no slower);
+    # fitted without any one shape the share stays within 0.10-0.12.
+    folder = results.find_results("sgemm_explore")[0].parent
+    rows = [row for name in ("sgemm_explore-h200-2026-11-29.json",
+                             "sgemm_explore_off_grid-h200-2026-11-29.json")
+            for row in shape_model.explore_rows(json.loads((folder / name).read_text()))]
+    bare = {**entry, "scalar_loads": None}
+    ragged_shapes = sorted({r[0] for r in rows if r[0][1] % 4 or r[0][2] % 4})
+    assert len(ragged_shapes) >= 5
+    before, after = [], []
+    for shape in ragged_shapes:
+        held_out = shape_model.fit_scalar_load_share([r for r in rows if r[0] != shape], bare)
+        assert abs(held_out - share) < 0.02
+        fitted = {**entry, "scalar_loads": {"share": held_out}}
+        here = [r for r in rows if r[0] == shape]
+        errors = [[abs(math.log(shape_model.plan_cost(s, c, k, e)["predicted_us"] / us))
+                   for s, c, k, us in here] for e in (bare, fitted)]
+        if shape != (511, 511, 511):
+            assert np.median(errors[1]) < 0.5 * np.median(errors[0]), shape
+        before += errors[0]
+        after += errors[1]
+    assert np.median(after) < 0.4 * np.median(before), (np.median(before), np.median(after))

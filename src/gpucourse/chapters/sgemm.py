@@ -693,3 +693,33 @@ def explore_summary(record: dict, rates: dict | None = None) -> dict:
                      slow_rate=f"{curves[tile][1]:.0f}", top_tile=f"{top.bm} x {top.bn}",
                      top_rate=f"{max(curves[top].values()):.0f}")
     return found
+
+
+def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200") -> dict | None:
+    """What the shape model's scalar-load share does, for the chapter's prose:
+    {"gpu", "share": the GPU's scalar_share as a percentage, "ragged_shapes":
+    how many of the explore's shapes have n or k not a multiple of 4,
+    "error_without", "error_with": the median |log(predicted / measured)| of
+    their timed plans, priced without and with the share}. None while no
+    explore run is committed or the GPU's entry has no share. `record`: an
+    sgemm_explore record (default the newest)."""
+    from gpucourse.kernels.sgemm import shape_model
+
+    record = load_explore_results() if record is None else record
+    entry = shape_model.gpu_entry(gpu)
+    share = shape_model.scalar_load_share(entry)
+    if record is None or not share:
+        return None
+    rows = [row for row in shape_model.explore_rows(record) if row[0][1] % 4 or row[0][2] % 4]
+    if not rows:
+        return None
+    bare = {**entry, "scalar_loads": None}
+
+    def median_error(trial):
+        errors = sorted(abs(math.log(shape_model.plan_cost(shape, config, splits, trial)
+                                     ["predicted_us"] / us)) for shape, config, splits, us in rows)
+        middle = len(errors) // 2
+        return errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2
+
+    return {"gpu": gpu, "share": f"{share:.0%}", "ragged_shapes": str(len({r[0] for r in rows})),
+            "error_without": f"{median_error(bare):.3f}", "error_with": f"{median_error(entry):.3f}"}

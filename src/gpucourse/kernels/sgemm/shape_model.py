@@ -38,7 +38,12 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   block_loads * (1/bm + 1/bn)).
 * **fixed costs.** Every block pays block_us to start and store (with the
   formula, every round of resident blocks); tiles that
-  hang over an edge test every load (edge_share more time); a call costs
+  hang over an edge test every load (edge_share more time); rows whose
+  length is not a multiple of 4 (n or k) cannot use 128-bit loads, and
+  matmul then moves each tile four times as many loads of one float:
+  scalar_share more time (``scalar_load_share``; the rates time only the
+  128-bit kernel, so without it every ragged product is priced as aligned
+  one); a call costs
   call_us of Python and launch; split-K adds a launch that zeroes C and
   m*n*slices atomic additions (atomics_per_us).
 
@@ -313,7 +318,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             occupancy = 1 - math.exp(-together * warps / c["warps_to_hide"])
             sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
             left -= together
-    sm_us *= 1 + c["edge_share"] * edges
+    scalar = bool(k % 4 or n % 4)  # matmul's test: no 128-bit loads along a row
+    sm_us *= 1 + c["edge_share"] * edges + scalar_load_share(entry) * scalar
     split = slices > 1
     gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
     host_us = c["call_us"] + split * c["split_call_us"]
@@ -327,9 +333,57 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
+        "scalar_loads": scalar,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
     }
+
+
+def scalar_load_share(entry: dict) -> float:
+    """How much longer the busiest SM works where matmul falls back to scalar
+    loads (n or k not a multiple of 4) than the measured 128-bit kernel: the
+    entry's "scalar_loads"["share"] (``fit_scalar_load_share``), 0 where the
+    entry has none."""
+    return float((entry.get("scalar_loads") or {}).get("share", 0.0))
+
+
+def explore_rows(record: dict) -> list:
+    """(shape, TileConfig, splits, microseconds) of every plan a
+    benchmarks/sgemm_grid.py --explore (or --explore-off-grid) record timed as
+    auto runs it, tiles outside the menu included (their rates are measured
+    too); or, of a grid record, its rows of auto."""
+    if record.get("benchmark", "").startswith("sgemm_explore"):
+        return [((r["m"], r["n"], r["k"]),
+                 TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn"))),
+                 r["config"]["splits"], r["ms"] * 1e3) for r in record.get("results", [])]
+    return measured_rows(record, variants=("auto",))
+
+
+def fit_scalar_load_share(rows, entry: dict, low: float = 0.0, high: float = 0.5) -> float:
+    """The scalar_share that makes plan_cost's times closest to measured ones
+    (least squares of log ratios, a golden-section search over [low, high]),
+    the entry's other constants and rates kept. rows: (shape, TileConfig,
+    splits, microseconds) as ``explore_rows`` gives them; only rows of
+    products with scalar loads say anything about it. Raises ValueError when
+    none of the rows has scalar loads."""
+    rows = _rows(rows, "rows")
+    ragged = [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+    if not ragged:
+        raise ValueError("no row has scalar loads (n or k not a multiple of 4): nothing to fit")
+
+    def error(share):
+        trial = {**entry, "scalar_loads": {"share": share}}
+        return sum(math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / us) ** 2
+                   for shape, config, splits, us in ragged)
+
+    golden = (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        a, b = high - golden * (high - low), low + golden * (high - low)
+        if error(a) < error(b):
+            high = b
+        else:
+            low = a
+    return (low + high) / 2
 
 
 def _splits_worth_pricing(k: int) -> list[int]:
