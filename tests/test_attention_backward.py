@@ -695,3 +695,29 @@ def test_a_causal_launch_in_groups_of_heads_by_hand(monkeypatch):
     assert causal_launch_tail(2, 3, 2, True) == pytest.approx(5 / 4.5)  # 2 2 2 1 1 1: 5 too
     with pytest.raises(ValueError, match="slots must be a whole number"):
         causal_launch_tail(2, 2, 0, True)
+
+
+def test_the_measured_block_orders_are_compared_kernel_by_kernel():
+    # chapters.attention.causal_order_times and _summary on a record made by
+    # hand: ours in three orders (groups 9 ms, index 10, all heads 12 at one
+    # shape; 11, 10, 11 at another), the peers left out of the comparison.
+    from gpucourse.chapters.attention import causal_order_summary, causal_order_times
+
+    def row(order, variant, seq, ms):
+        return dict(order=order, variant=variant, seq=seq, head_dim=128, ms=ms)
+
+    record = {"benchmark": "causal_order", "gpu": "G", "date": "D", "results": [
+        row("groups", "flash_bwd", 1024, 9.0), row("index", "flash_bwd", 1024, 10.0),
+        row("all_heads", "flash_bwd", 1024, 12.0), row("groups", "flash_fp16", 4096, 11.0),
+        row("index", "flash_fp16", 4096, 10.0), row("all_heads", "flash_fp16", 4096, 11.0),
+        row("groups", "sdpa_flash_fp16", 4096, 1.0)]}
+    assert causal_order_times(record) == [("flash_bwd", 1024, 128, 0.9, 0.75),
+                                          ("flash_fp16", 4096, 128, 1.1, 1.0)]
+    summary = causal_order_summary(record)
+    assert (summary["pairs"], summary["faster"], summary["faster_range"]) == ("2", "1", "0.90-0.90")
+    assert summary["slower"] == "the fp16 forward at d = 128, N = 4096 (1.10x)"
+    assert summary["all_heads_range"] == "0.75-1.00"
+    with pytest.raises(ValueError, match="lacks the \\['index'\\] order of flash_bwd"):
+        causal_order_times({**record, "results": record["results"][:1] + record["results"][2:]})
+    with pytest.raises(ValueError, match="causal_order results record"):
+        causal_order_times({"benchmark": "attention_half"})

@@ -561,3 +561,47 @@ def causal_launch_tail(tiles: int, heads: int, slots: int, heaviest_first: bool,
         end = max(end, start + t + 1)
         heapq.heappush(free, start + t + 1)
     return end / (heads * tiles * (tiles + 1) / 2 / slots)
+
+
+def causal_order_times(record: dict) -> list:
+    """From a benchmarks/causal_order.py record: per kernel and shape (ours
+    alone, not the peers), the time of the library's order (heads in groups,
+    heaviest first) over blockIdx's order and over every head at once, as
+    rows (variant, seq, head_dim, groups/index, groups/all heads), largest
+    gain first. Raises ValueError naming what the record lacks."""
+    if not isinstance(record, dict) or record.get("benchmark") != "causal_order":
+        raise ValueError("record must be a causal_order results record "
+                         "(benchmarks/causal_order.py writes one)")
+    ms = {(r["order"], r["variant"], r["seq"], r["head_dim"]): r["ms"]
+          for r in record.get("results", [])}
+    rows = []
+    for (order, variant, seq, d), t in ms.items():
+        if order != "groups" or variant.startswith("sdpa"):
+            continue
+        missing = [o for o in ("index", "all_heads") if (o, variant, seq, d) not in ms]
+        if missing:
+            raise ValueError(f"record lacks the {missing} order of {variant} at N {seq}, d {d}")
+        rows.append((variant, seq, d, t / ms["index", variant, seq, d],
+                     t / ms["all_heads", variant, seq, d]))
+    if not rows:
+        raise ValueError("record holds no timing of the library's order (groups)")
+    return sorted(rows, key=lambda row: row[3])
+
+
+def causal_order_summary(record: dict) -> dict:
+    """Chapter 9's sentence on the measured block orders, from
+    ``causal_order_times``: how many kernel-shape pairs the grouped order
+    made faster than blockIdx's, the range of those ratios, the slower ones
+    named, and the range against every head at once (text, to glue)."""
+    rows = causal_order_times(record)
+    names = {"flash_bwd": "the fp32 backward", "flash_fp16": "the fp16 forward",
+             "flash_bwd_fp16": "the fp16 backward"}
+    faster = [row for row in rows if row[3] < 1]
+    slower = [f"{names.get(v, v)} at d = {d}, N = {n} ({ratio:.2f}x)"
+              for v, n, d, ratio, _ in rows if ratio >= 1]
+    return {"gpu": record.get("gpu", "GPU"), "date": record.get("date", ""),
+            "pairs": str(len(rows)), "faster": str(len(faster)),
+            "faster_range": f"{min(r[3] for r in faster):.2f}-{max(r[3] for r in faster):.2f}"
+            if faster else "none",
+            "slower": "; ".join(slower) if slower else "none",
+            "all_heads_range": f"{min(r[4] for r in rows):.2f}-{max(r[4] for r in rows):.2f}"}
