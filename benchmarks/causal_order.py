@@ -7,12 +7,14 @@ Under a causal mask the attention kernels take their tiles heaviest first
 late and runs alone at the end. Over all heads at once (the order of
 2026-11-29's first runs) the blocks that run together come from every head,
 and each streams its head's other side, too much for L2 at long sequences:
-the fp32 backward (version 4) at head dim 128, N 4096 ran 8% slower in that
-order than in blockIdx's. Since then the heads go in groups that fit a share
-of L2 (limits.head_group). This script times both orders of the same kernels
-side by side: each order in a process of its own (Numba fixes
-limits.L2_SHARE_BYTES when it compiles a kernel), the default's groups, then
-L2_SHARE_BYTES made huge, so that one group holds every head. Timed: the
+the fp32 backward (version 4) at head dim 128, N 4096 took 8% longer in that
+order than in blockIdx's the day before. Since then the heads go in groups
+that fit a share of L2 (limits.head_group). This script times three orders
+of the same kernels side by side, each in a process of its own (Numba fixes
+limits' constants when it compiles a kernel): the library's groups; every
+head at once (L2_SHARE_BYTES made huge, so that one group holds every head);
+blockIdx's order (limits._heaviest_first replaced before the first
+compilation). Timed: the
 fp32 backward's default version at head dims 64 and 128 and the
 half-precision forward and backward (float16, head dim 128), causal, B4 H16,
 N 4096 and 1024, each beside its SDPA peer in the same process

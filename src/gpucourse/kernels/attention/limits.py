@@ -51,14 +51,17 @@ FLOAT32_BYTES = 4
 #
 # Heaviest first over every head at once, though, the blocks that run
 # together come from every head, and each streams its head's other side (a
-# key tile all the head's queries, a query tile all its keys): the fp32
-# backward at head dimension 128, N 4096, 64 heads, streams 384 MiB that way
-# where the index order kept a few heads' in L2, and it ran 8% slower
-# (H200, 2026-11-29). So the heads go in groups, each group's streamed data
-# within a share of L2, heaviest first inside a group. A group of at least
-# GROUP_MIN_BLOCKS blocks still ends with a short tail: its light tiles fill
-# the gaps while the next group's heavy ones start, and the last group's
-# light ones end the launch.
+# key tile all the head's queries, a query tile all its keys): 64 heads of
+# the fp32 backward at head dimension 128, N 4096, stream 384 MiB that way,
+# where blockIdx's order kept a few heads' in L2. So the heads go in groups,
+# each group's streamed data within a share of L2, heaviest first inside a
+# group. A group of at least GROUP_MIN_BLOCKS blocks still ends with a short
+# tail: its light tiles fill the gaps while the next group's heavy ones
+# start, and the last group's light ones end the launch. Measured on an H200
+# (benchmarks/causal_order.py, 2026-11-29): the groups took 0.93-0.98 of the
+# time of blockIdx's order at 6 of 7 kernels and shapes, 0.70-1.0 of every
+# head at once; version 4 at head dim 128, N 4096 took 1.03, in groups or
+# not (so not L2; not understood).
 L2_SHARE_BYTES = 24 * 1024 * 1024  # half the L2 of an H100 or H200 (50 MiB)
 GROUP_MIN_BLOCKS = 256  # about a round of 2 blocks an SM on 132 SMs
 
