@@ -25,6 +25,11 @@
 #   sgemm_rates benchmarks/sgemm_grid.py --rates (issue 33: each menu tile's time
 #              at 1-8 blocks an SM and four depths of K; writes the model's JSON
 #              in src/ too: copy it back with the results);
+#   sgemm_rates_variants benchmarks/sgemm_grid.py --rates-variants (issue 33: each
+#              tile of the rates at K 4096 in two slices of K beside K whole, and
+#              with its grid of tiles turned; about 2 minutes; writes each tile's
+#              split share into the model's JSON in src/ too: copy it back with
+#              the results, keep it only if a grid run with it is no worse);
 #   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
 #              plans timed at the grid's shapes under their target);
 #              sgemm_explore_off_grid, the same at shapes off the grid;
@@ -85,6 +90,10 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_rates)  # writes the model's JSON in src/ too: copy it back with the results
         timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_rates_variants)  # writes the model's JSON in src/ too: copy it back with the results
+        timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_explore)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;

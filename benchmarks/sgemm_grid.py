@@ -3,6 +3,7 @@
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py [--quick] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --calibrate [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates-variants [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --explore | --explore-off-grid [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --fit-committed     (no GPU)
 
@@ -57,6 +58,31 @@ which the model guessed 20-50% too long at K up to 1000 in the explore of
 DIR/sgemm_rates-<gpu-slug>-<date>.json and the rates, with their source, into
 src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, where auto
 prices each tile by them (commit both).
+
+**--rates-variants** times what the rates leave out, for each tile of
+--rates (the menu and RATE_CANDIDATES) at K = VARIANT_K and q = 2, 8 and the
+tile's residency limit (the model's count) blocks an SM, each product as
+auto runs it (matmul with the plan's tile and slices: the same launches),
+CUDA events as --rates: "whole", the rates' product (q x SMs tiles in
+tile_grid's near-square grid of tiles, K whole); "split", the same product
+in VARIANT_SPLITS slices of K (split_k.py's edge-checked kernel, C zeroed,
+atomic sums), timed beside it so that their ratio is side by side;
+"transposed", as many tiles in the transposed grid of tiles (rows and
+columns of tiles swapped), K whole; "square", as many tiles in the grid
+whose matrix is nearest square, where that is neither of the two (the
+hypothesis that 128 x 256 runs ~4.5% faster in square matrices than in the
+rates' wide ones). Each checked against float64. Writes
+DIR/sgemm_rates_variants-<gpu-slug>-<date>.json and, where every result is
+right and the entry has rates for every tile, each tile's split share
+(shape_model.split_shares_from_record) into the model's JSON as
+"split_kernel", which plan_cost charges split plans from then on (commit
+both only if a grid run with it is no worse). Time: 117 timings (12 tiles at
+2-3 counts, 3-4 products each; 7.7 TFLOP once through) and 24 compilations
+(each tile's kernel with K whole and split_k's): the rates of 2026-11-28
+took 75 s for 160 timings and 10 compilations, about 0.27 s a timing (time_ms:
+13 batches of >= 20 ms) and 3 s a compilation, so about 32 + 72 s and the
+start: about 2 minutes on an H100 or H200. Tiles still waiting after
+VARIANT_BUDGET_S are skipped (listed), so that it stays under 3.
 
 **--explore** times, at each grid shape under its target (EXPLORE_SHAPES),
 cuBLAS and the model's cheapest plans as auto runs them, and tiles outside
@@ -116,6 +142,12 @@ RATE_KS = (512, 1024, 4096, 12288)
 # without spills, scalar loads too (ptxas 13.5). They join a GPU's menu in the
 # model's JSON only on the evidence of a grid run.
 RATE_CANDIDATES = [(96, 128, 16, 12, 8), (192, 128, 16, 12, 8)]
+# --rates-variants: the depth, the counts of blocks an SM (besides the tile's
+# residency limit), the slices of K, and how long before tiles are skipped.
+VARIANT_K = 4096
+VARIANT_BLOCKS = (2, 8)
+VARIANT_SPLITS = 2
+VARIANT_BUDGET_S = 150.0
 ROUNDS = 3
 # --explore: the grid's shapes under their target on the H200 (2026-11-29), and
 # how many of the model's cheapest plans to time at each.
@@ -395,6 +427,125 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> 
     return 1 if wrong else 0
 
 
+def square_grid(count: int, config) -> tuple[int, int]:
+    """(rows, columns) of tiles, rows x columns = count, whose matrix (rows bm
+    by columns bn) is nearest square."""
+    import math
+
+    rows = min((r for r in range(1, count + 1) if count % r == 0),
+               key=lambda r: abs(math.log(r * config.bm / (count // r * config.bn))))
+    return rows, count // rows
+
+
+def variant_products(config, q: int, sms: int, k: int = VARIANT_K) -> list[tuple]:
+    """(variant, m, n, k, splits) of the products --rates-variants times for
+    `config` at q blocks an SM: whole (the rates' product), split (the same in
+    VARIANT_SPLITS slices), transposed (the grid of tiles turned), and square
+    (the grid whose matrix is nearest square), the last only where it is
+    neither of the first two grids."""
+    rows, cols = tile_grid(q * sms)
+    found = [("whole", rows * config.bm, cols * config.bn, k, 1),
+             ("split", rows * config.bm, cols * config.bn, k, VARIANT_SPLITS),
+             ("transposed", cols * config.bm, rows * config.bn, k, 1)]
+    square = square_grid(q * sms, config)
+    if square not in ((rows, cols), (cols, rows)):
+        found.append(("square", square[0] * config.bm, square[1] * config.bn, k, 1))
+    return found
+
+
+def variant_blocks(resident: int) -> list[int]:
+    """The counts of blocks an SM --rates-variants times: VARIANT_BLOCKS and
+    the tile's residency limit (at most 8)."""
+    return sorted({*VARIANT_BLOCKS, min(8, resident)})
+
+
+def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
+    """--rates-variants: see the docstring."""
+    import numpy as np
+
+    record["benchmark"] = "sgemm_rates_variants"
+    record["method"] = (
+        "each tile of --rates at K = %d and q blocks an SM, level 6's kernel as matmul(a, b) "
+        "runs auto's plan (matmul(a, b, 6, config=tile, splits=s): the same launches; with "
+        "slices C zeroed, then split_k's kernel with atomic sums); ms: the median of CUDA "
+        "events around back-to-back calls (benchmarks/sgemm.py's time_ms); whole: the rates' "
+        "product (q x SMs tiles, tile_grid), split: the same in %d slices of K, transposed: "
+        "the grid of tiles turned, square: the grid whose matrix is nearest square; "
+        "max_rel_err against torch.mm in float64; TF32 off; N(0,1) inputs"
+        % (VARIANT_K, VARIANT_SPLITS))
+    entry = sgemm.gpu_entry(record["gpu"])
+    sms, rows, skipped = entry["sms"], [], []
+    menu = sgemm.shape_model.menu(entry)
+    extra = [sgemm.TileConfig(*t) for t in RATE_CANDIDATES]
+    for config in menu + [t for t in extra if t not in menu]:
+        key = sgemm.shape_model.tile_key(config)
+        if time.perf_counter() - started > VARIANT_BUDGET_S:
+            skipped.append(key)
+            continue
+        resident = sgemm.shape_model.resident_blocks(
+            *sgemm.shape_model.kernel_resources(config), config.threads, entry)[0]
+        for q in variant_blocks(resident):
+            reference = None
+            for variant, m, n, k, splits in variant_products(config, q, sms):
+                if variant != "split":  # split: the same product as whole
+                    a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+                    reference = torch.mm(a.double(), b.double())
+                call = lambda: sgemm.matmul(a, b, 6, config=config, splits=splits)  # noqa: E731
+                error = relative_error(call(), reference)
+                ms = time_ms(call)[0]
+                rows.append({"variant": variant, "config": asdict(config), "blocks_per_sm": q,
+                             "m": m, "n": n, "k": k, "splits": splits, "ms": ms,
+                             "tflops": 2 * m * n * k / ms / 1e9, "max_rel_err": error})
+        mine = [r for r in rows if r["config"] == asdict(config)]
+        ms = {(r["variant"], r["blocks_per_sm"]): r["ms"] for r in mine}
+        print(f"variants {key}: " + "; ".join(
+            f"{v}/whole " + " ".join(f"q{q} {ms[v, q] / ms['whole', q]:.3f}"
+                                     for q in variant_blocks(resident) if (v, q) in ms)
+            for v in ("split", "transposed", "square") if any(w == v for w, _ in ms)), flush=True)
+    record["results"] = rows
+    record["sms"] = sms
+    record["skipped_tiles"] = skipped
+    record["summary"] = {}
+    for r in rows:
+        if r["variant"] != "whole":
+            whole = next(w["ms"] for w in rows if w["variant"] == "whole"
+                         and w["config"] == r["config"] and w["blocks_per_sm"] == r["blocks_per_sm"])
+            key = sgemm.shape_model.tile_key(sgemm.TileConfig(**r["config"]))
+            record["summary"].setdefault(key, {}).setdefault(f"{r['variant']}_over_whole", {})[
+                r["blocks_per_sm"]] = r["ms"] / whole
+    wrong = any(not r["max_rel_err"] <= WRONG_ABOVE for r in rows)
+    shares = None
+    if rows and not wrong:
+        try:
+            shares = sgemm.shape_model.split_shares_from_record(record, entry)
+        except ValueError as e:  # a GPU whose entry has no rates for a tile
+            print(f"no split shares: {e}", flush=True)
+    record["split_shares"] = shares
+    record["seconds"] = time.perf_counter() - started
+    path = write_record(record, out_dir)
+    if shares:
+        save_split_shares(sgemm, record, f"benchmarks/results/{path.name} (--rates-variants)")
+        print("split shares: " + ", ".join(f"{k} {v:+.1%}" for k, v in shares.items()))
+    worst = max((r["max_rel_err"] for r in rows), default=float("nan"))
+    turned = [v for t in record["summary"].values() for v in t.get("transposed_over_whole", {}).values()]
+    print(f"wrote {path}" + (" and the split shares into the model's JSON" if shares else "")
+          + f" ({record['seconds']:.0f} s; worst error {worst:.1e}; skipped {skipped or 'none'}; "
+          f"median transposed/whole {np.median(turned) if turned else float('nan'):.3f})")
+    return 1 if wrong or not rows else 0
+
+
+def save_split_shares(sgemm, record: dict, source: str) -> None:
+    """Write an sgemm_rates_variants record's split shares
+    (shape_model.split_shares_from_record, priced by the entry's rates) into
+    the model's JSON for its GPU, as "split_kernel", with their source."""
+    def update(entry):
+        shares = sgemm.shape_model.split_shares_from_record(record, {"name": record["gpu"], **entry})
+        entry["split_kernel"] = {"source": source, "share": {
+            key: round(value, 4) for key, value in shares.items()}}
+
+    update_entry(sgemm, record["gpu"], update)
+
+
 def save_rates(sgemm, record: dict, source: str) -> None:
     """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
     into the model's JSON for its GPU, with their source."""
@@ -454,19 +605,28 @@ def fit_committed() -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def build_parser():
+    """The script's command line (its options, each with a line of help)."""
     parser = benchmark_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="two shapes a class, one round")
     parser.add_argument("--calibrate", action="store_true",
                         help="time the model's menu at CALIBRATION_SHAPES and fit its constants")
     parser.add_argument("--rates", action="store_true",
                         help="time each menu tile at 1-8 blocks an SM and four depths")
+    parser.add_argument("--rates-variants", action="store_true",
+                        help="each tile of --rates with split-K and with its grid of tiles "
+                             "turned, beside K whole; writes the split shares")
     parser.add_argument("--explore", action="store_true",
                         help="time the model's cheapest plans at the shapes under their target")
     parser.add_argument("--explore-off-grid", action="store_true",
                         help="the same as --explore, at shapes off the grid")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     if "--fit-committed" in (sys.argv[1:] if argv is None else argv):
         return fit_committed()
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
@@ -486,6 +646,8 @@ def main(argv=None) -> int:
          "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
          "max|C - C_cublas| / max|C_cublas|"),
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+    if args.rates_variants:
+        return rates_variants_main(sgemm, torch, time_ms, record, out_dir, started)
     if args.rates:
         return rates_main(sgemm, torch, time_ms, record, out_dir, started)
     if args.explore or args.explore_off_grid:

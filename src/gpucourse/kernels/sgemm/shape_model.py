@@ -45,7 +45,11 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   128-bit kernel, so without it every ragged product is priced as aligned
   one); a call costs
   call_us of Python and launch; split-K adds a launch that zeroes C and
-  m*n*slices atomic additions (atomics_per_us).
+  m*n*slices atomic additions (atomics_per_us), and runs another kernel
+  (split_k.py's, edge-checked, its slice from blockIdx.z) than the one the
+  rates time: where the entry measured it (``split_kernel_share``,
+  ``sgemm_grid.py --rates-variants``), each tile's split-K plans take
+  1 + its share of the busiest SM's time.
 
 The product takes max(what the host needs to issue the call, what the GPU
 needs to run it). ``choose_plan`` prices every configuration of the GPU's menu
@@ -62,6 +66,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import asdict
 from functools import lru_cache
 from pathlib import Path
@@ -284,7 +289,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     Returns a dict: tiles, slices, blocks, blocks_per_sm (and its limiter),
     waves, busiest_sm_blocks, tail_efficiency, padding_efficiency,
     tile_efficiency, rate ("measured" where the entry's rates hold the tile,
-    else "formula"), warps_per_sm, sm_us (the busiest SM's time), host_us,
+    else "formula"), scalar_loads, split_share (the split kernel's measured
+    share charged, ``split_kernel_share``; 0 with K whole), warps_per_sm,
+    sm_us (the busiest SM's time), host_us,
     gpu_us and predicted_us = max(host_us, gpu_us), and the useful TFLOP/s
     that predicts.
     """
@@ -321,6 +328,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     scalar = bool(k % 4 or n % 4)  # matmul's test: no 128-bit loads along a row
     sm_us *= 1 + c["edge_share"] * edges + scalar_load_share(entry) * scalar
     split = slices > 1
+    split_share = split_kernel_share(entry, config) if split else 0.0
+    if split_share:  # only where measured: without it, the arithmetic of before
+        sm_us *= 1 + split_share
     gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
     host_us = c["call_us"] + split * c["split_call_us"]
     predicted = max(host_us, gpu_us)
@@ -333,7 +343,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
-        "scalar_loads": scalar,
+        "scalar_loads": scalar, "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
     }
@@ -345,6 +355,82 @@ def scalar_load_share(entry: dict) -> float:
     entry's "scalar_loads"["share"] (``fit_scalar_load_share``), 0 where the
     entry has none."""
     return float((entry.get("scalar_loads") or {}).get("share", 0.0))
+
+
+def split_kernel_share(entry: dict, config: TileConfig) -> float:
+    """How much longer than its rates the busiest SM works where `config`'s
+    plan cuts K into slices (split_k.py's kernel, not the rates' interior
+    one), beyond what plan_cost charges every split plan anyway (edge_share,
+    the zeroing launch, the atomics): the entry's
+    "split_kernel"["share"][tile_key(config)] (``split_shares_from_record``),
+    0 where the entry has none for this tile."""
+    shares = (entry.get("split_kernel") or {}).get("share") or {}
+    return float(shares.get(tile_key(config), 0.0))
+
+
+def split_shares_from_record(record: dict, entry: dict) -> dict:
+    """{tile key: split share} from an sgemm_rates_variants record
+    (benchmarks/sgemm_grid.py --rates-variants): for each tile, the median
+    over its counts of blocks an SM (q) of the share x that makes plan_cost
+    give the measured split time from the measured time with K whole. At
+    one q, with T1 and T2 the measured microseconds with K whole and with
+    slices (rows "whole" and "split" of one shape), and plan_cost's sm_us and
+    the rest of its gpu_us (launch; with slices also zero_us and the atomics)
+    for both, priced by the entry without any split shares:
+
+        f = (T1 - rest1) / sm1          (this run's kernel against the rates)
+        x = (T2 - rest2) / (f sm2) - 1
+
+    so that rest2 + f sm2 (1 + x) = T2: the charges plan_cost already makes
+    for splitting are not counted twice, and the rates' drift between runs
+    (f) cancels. Raises ValueError, naming what is wrong, for a record of
+    another benchmark, one without such pairs, a row without its partner or
+    twice, of another shape than its partner, a time that is not > 0, a tile
+    the entry has no measured rates for, or a time below the model's fixed
+    costs."""
+    if not isinstance(record, dict) or record.get("benchmark") != "sgemm_rates_variants":
+        raise ValueError("the record must be an sgemm_rates_variants record (benchmarks/"
+                         "sgemm_grid.py --rates-variants), got "
+                         f"{record.get('benchmark') if isinstance(record, dict) else record!r}")
+    bare = {key: value for key, value in entry.items() if key != "split_kernel"}
+    pairs: dict = {}
+    for row in record.get("results", []):
+        if row.get("variant") not in ("whole", "split"):
+            continue
+        config = TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        key, q = tile_key(config), row["blocks_per_sm"]
+        if not (isinstance(row.get("ms"), (int, float)) and row["ms"] > 0):
+            raise ValueError(f"{key} q {q} {row['variant']}: ms must be > 0, got {row.get('ms')!r}")
+        here = pairs.setdefault(key, {}).setdefault(q, {})
+        if row["variant"] in here:
+            raise ValueError(f"{key} q {q}: two rows of {row['variant']}")
+        here[row["variant"]] = ((row["m"], row["n"], row["k"]), row.get("splits", 1), config,
+                                row["ms"] * 1e3)
+    if not pairs:
+        raise ValueError("the record holds no rows of whole and split (sgemm_grid.py "
+                         "--rates-variants)")
+    shares = {}
+    for key, by_q in pairs.items():
+        found = []
+        for q, here in sorted(by_q.items()):
+            if set(here) != {"whole", "split"}:
+                raise ValueError(f"{key} q {q}: needs a row of whole and one of split, got "
+                                 f"{sorted(here)}")
+            (shape, one, config, t1), (shape2, splits, _, t2) = here["whole"], here["split"]
+            if shape != shape2 or one != 1 or splits < 2:
+                raise ValueError(f"{key} q {q}: whole must be splits 1 and split splits >= 2 "
+                                 f"of the same shape, got {shape} ({one}) and {shape2} ({splits})")
+            p1, p2 = plan_cost(shape, config, 1, bare), plan_cost(shape, config, splits, bare)
+            if p1["rate"] != "measured":
+                raise ValueError(f"{key}: the entry has no measured rates for this tile "
+                                 "(sgemm_grid.py --rates first)")
+            rest1, rest2 = p1["gpu_us"] - p1["sm_us"], p2["gpu_us"] - p2["sm_us"]
+            if t1 <= rest1 or t2 <= rest2:
+                raise ValueError(f"{key} q {q}: measured {t1:.1f} / {t2:.1f} us, below the "
+                                 f"model's fixed costs {rest1:.1f} / {rest2:.1f} us")
+            found.append((t2 - rest2) / ((t1 - rest1) / p1["sm_us"] * p2["sm_us"]) - 1)
+        shares[key] = statistics.median(found)
+    return shares
 
 
 def explore_rows(record: dict) -> list:

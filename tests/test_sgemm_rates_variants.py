@@ -1,0 +1,221 @@
+"""Week 8: the split kernel's measured share (shape_model.split_kernel_share,
+split_shares_from_record) and benchmarks/sgemm_grid.py --rates-variants, which
+measures it.
+
+With slices of K, auto runs split_k.py's edge-checked kernel, not the
+interior kernel the rates time. The share fitted from a variants record
+makes plan_cost give the measured split time from the measured time with K
+whole; it changes split plans only, and only where the model's JSON holds it
+(without it, every pick is the committed grid's). Nothing is timed here: the
+records are made by hand, with their arithmetic in the comments.
+"""
+
+import json
+import math
+
+import pytest
+
+from gpucourse import results
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import TileConfig, shape_model
+
+H200 = "NVIDIA H200"
+TILE = TileConfig(128, 128, 16, 8, 8)
+KEY = "128x128x16 8x8"
+
+
+def _fails(function, *args, naming, **kwargs):
+    with pytest.raises(ValueError, match=naming):
+        function(*args, **kwargs)
+
+
+def _entry(edge_share=0.0):
+    """The H200's limits with rates and constants simple enough to price by
+    hand: for 128 x 128, q blocks an SM take 0.05 q us a column of K and no
+    fixed time; a launch 5 us, zeroing C 10 us, and 432537.6 atomic additions
+    a microsecond (1536 x 2816 x 2 of them: 20 us)."""
+    entry = dict(sgemm.gpu_entry(H200))
+    entry.pop("split_kernel", None)
+    entry["constants"] = {**entry["constants"], "gpu_launch_us": 5.0, "zero_us": 10.0,
+                          "atomics_per_us": 432537.6, "edge_share": edge_share}
+    entry["rates"] = {"us_per_column": {KEY: [0.05 * q for q in range(1, 9)]},
+                      "us_fixed": {KEY: [0.0] * 8}}
+    entry["scalar_loads"] = None
+    return entry
+
+
+def _row(variant, q, m, n, us, splits, k=4096, tile=TILE):
+    return {"variant": variant, "config": {"bm": tile.bm, "bn": tile.bn, "bk": tile.bk,
+                                           "tm": tile.tm, "tn": tile.tn},
+            "blocks_per_sm": q, "m": m, "n": n, "k": k, "splits": splits, "ms": us / 1e3,
+            "max_rel_err": 1e-7}
+
+
+# By hand, K = 4096, the rates' products of 128 x 128 (tile_grid's near-square
+# grids of q x 132 tiles):
+# q = 2: 12 x 22 tiles, 1536 x 2816. K whole: the busiest SM 2 blocks, 0.1 x
+#   4096 = 409.6 us, + 5 launch. Two slices: 4 blocks of 2048 columns, 0.2 x
+#   2048 = 409.6 us, + 5 + 10 + 20 (atomics) = 35. Measured 10% slower than
+#   the rates (f = 1.1) with a share of 0.05: T1 = 5 + 409.6 x 1.1 = 455.56,
+#   T2 = 35 + 409.6 x 1.1 x 1.05 = 508.088.
+# q = 4: 22 x 24 tiles, 2816 x 3072. 0.2 x 4096 = 819.2 whole; 8 blocks of
+#   2048: 0.4 x 2048 = 819.2; atomics 2816 x 3072 x 2 / 432537.6 = 40, so 55
+#   besides. f = 1, share 0.5: T1 = 824.2, T2 = 55 + 819.2 x 1.5 = 1283.8.
+# q = 8: 32 x 33 tiles, 4096 x 4224. 0.4 x 4096 = 1638.4 whole; 16 blocks of
+#   2048, two groups of 8: 2 x 0.4 x 2048 = 1638.4; atomics 80, so 95 besides.
+#   f = 0.9, share 0.07: T1 = 5 + 1474.56 = 1479.56, T2 = 95 + 1638.4 x 0.9 x
+#   1.07 = 1672.7792.
+# The median of 0.05, 0.5, 0.07: 0.07.
+HAND_ROWS = [_row("whole", 2, 1536, 2816, 455.56, 1), _row("split", 2, 1536, 2816, 508.088, 2),
+             _row("transposed", 2, 2816, 1536, 400.0, 1),
+             _row("whole", 4, 2816, 3072, 824.2, 1), _row("split", 4, 2816, 3072, 1283.8, 2),
+             _row("whole", 8, 4096, 4224, 1479.56, 1), _row("split", 8, 4096, 4224, 1672.7792, 2)]
+
+
+def _record(rows=HAND_ROWS, benchmark="sgemm_rates_variants"):
+    return {"benchmark": benchmark, "gpu": H200, "date": "2026-11-29", "results": list(rows)}
+
+
+def test_split_shares_from_a_record_made_by_hand():
+    shares = shape_model.split_shares_from_record(_record(), _entry())
+    assert list(shares) == [KEY] and math.isclose(shares[KEY], 0.07, rel_tol=1e-9)
+    # One q alone gives its own share (0.05 at q = 2, 0.5 at q = 4).
+    for rows, share in ((HAND_ROWS[:2], 0.05), (HAND_ROWS[3:5], 0.5)):
+        found = shape_model.split_shares_from_record(_record(rows), _entry())[KEY]
+        assert math.isclose(found, share, rel_tol=1e-9)
+    # The edge share plan_cost already charges split plans is not counted
+    # twice: with edge_share 0.05, the same q = 2 times say (1 + 0.05) / (1 +
+    # 0.05) - 1 = 0 beyond it.
+    found = shape_model.split_shares_from_record(_record(HAND_ROWS[:2]), _entry(0.05))[KEY]
+    assert abs(found) < 1e-12
+    # Nor a share the entry holds already: it is left out when fitting.
+    held = {**_entry(), "split_kernel": {"share": {KEY: 0.3}}}
+    assert math.isclose(shape_model.split_shares_from_record(_record(), held)[KEY], 0.07)
+
+
+def test_the_share_prices_split_plans_only_and_reproduces_the_measured_time():
+    entry = _entry()
+    with_share = {**entry, "split_kernel": {"source": "by hand", "share": {KEY: 0.5}}}
+    assert shape_model.split_kernel_share(with_share, TILE) == 0.5
+    assert shape_model.split_kernel_share(entry, TILE) == 0.0
+    assert shape_model.split_kernel_share(with_share, TileConfig(64, 256, 16, 8, 8)) == 0.0
+    # q = 4 above (f = 1): with the share, plan_cost gives T2 = 1283.8 us.
+    split = shape_model.plan_cost((2816, 3072, 4096), TILE, 2, with_share)
+    assert math.isclose(split["gpu_us"], 1283.8) and split["split_share"] == 0.5
+    for shape in [(2816, 3072, 4096), (1000, 1000, 1000), (4000, 4001, 4000), (512, 512, 32768)]:
+        for splits in (1, 2, 4, 8):
+            before = shape_model.plan_cost(shape, TILE, splits, entry)
+            after = shape_model.plan_cost(shape, TILE, splits, with_share)
+            if before["slices"] == 1:  # K whole: every number the same
+                assert after == before, (shape, splits)
+            else:  # slices: the busiest SM's time 1.5 times, the rest the same
+                assert math.isclose(after["sm_us"], 1.5 * before["sm_us"])
+                assert math.isclose(after["gpu_us"] - after["sm_us"],
+                                    before["gpu_us"] - before["sm_us"])
+
+
+def test_without_shares_in_the_json_every_pick_is_the_committed_grids():
+    # The H200's grid of 2026-11-29 ran auto's picks of the JSON it was run
+    # with; without a split_kernel block the model picks the same at all 37
+    # shapes (the block, where the JSON has one, is taken out here). A block
+    # of zero shares prices every plan exactly as none.
+    entry = dict(sgemm.gpu_entry(H200))
+    entry.pop("split_kernel", None)
+    grid = results.load_results("sgemm_grid", results.find_results("sgemm_grid")[0].parent
+                                / "sgemm_grid-h200-2026-11-29.json")
+    rows = [r for r in grid["results"] if r["variant"] == "auto"]
+    assert len(rows) == 37
+    zeros = {**entry, "split_kernel": {"share": {shape_model.tile_key(c): 0.0
+                                                 for c in shape_model.menu(entry)}}}
+    for row in rows:
+        shape = (row["m"], row["n"], row["k"])
+        plan = shape_model.choose_plan(shape, entry=entry)
+        config = {f: getattr(plan["config"], f) for f in ("bm", "bn", "bk", "tm", "tn")}
+        assert {**config, "splits": plan["splits"]} == row["config"], shape
+        priced = shape_model.choose_plan(shape, entry=zeros)["candidates"]
+        assert [p["predicted_us"] for p in priced] == [p["predicted_us"] for p in plan["candidates"]]
+    if "split_kernel" not in sgemm.gpu_entry(H200):  # the JSON as committed today
+        for row in rows:
+            plan = sgemm.choose_plan((row["m"], row["n"], row["k"]), H200)
+            assert (plan["config"].bm, plan["config"].bn, plan["splits"]) == (
+                row["config"]["bm"], row["config"]["bn"], row["config"]["splits"])
+
+
+def test_bad_records_are_refused_naming_what_is_wrong():
+    entry = _entry()
+    fit = shape_model.split_shares_from_record
+    _fails(fit, _record(benchmark="sgemm_rates"), entry, naming="sgemm_rates_variants record")
+    _fails(fit, _record([HAND_ROWS[2]]), entry, naming="no rows of whole and split")
+    _fails(fit, _record(HAND_ROWS[1:2]), entry, naming=f"{KEY} q 2: needs a row of whole")
+    _fails(fit, _record(HAND_ROWS[:2] + HAND_ROWS[:1]), entry, naming="two rows of whole")
+    _fails(fit, _record([HAND_ROWS[0], _row("split", 2, 1536, 2560, 500.0, 2)]), entry,
+           naming="of the same shape")
+    _fails(fit, _record([HAND_ROWS[0], _row("split", 2, 1536, 2816, 500.0, 1)]), entry,
+           naming="split splits >= 2")
+    _fails(fit, _record([HAND_ROWS[0], _row("split", 2, 1536, 2816, 0.0, 2)]), entry,
+           naming="ms must be > 0")
+    _fails(fit, _record([HAND_ROWS[0], _row("split", 2, 1536, 2816, 30.0, 2)]), entry,
+           naming="below the model's fixed costs")
+    other = TileConfig(64, 256, 16, 8, 8)  # the hand entry has rates for 128 x 128 only
+    _fails(fit, _record([_row("whole", 2, 768, 5632, 800.0, 1, tile=other),
+                         _row("split", 2, 768, 5632, 850.0, 2, tile=other)]), entry,
+           naming="no measured rates")
+
+
+@pytest.fixture
+def grid(monkeypatch):
+    """benchmarks/sgemm_grid.py as a module (it imports the benchmarks' _common)."""
+    folder = results.find_results("sgemm_grid")[0].parents[1]
+    monkeypatch.syspath_prepend(str(folder))
+    import sgemm_grid
+
+    return sgemm_grid
+
+
+def test_the_command_line_and_the_products_it_times(grid):
+    parser = grid.build_parser()
+    assert parser.parse_args(["--rates-variants", "--out", "x"]).rates_variants
+    assert not parser.parse_args([]).rates_variants
+    # 128 x 128 at q = 2 on 132 SMs: 12 x 22 tiles, and turned 22 x 12; its
+    # tiles are square, so the nearest-square matrix is one of the two.
+    assert grid.variant_products(TILE, 2, 132) == [
+        ("whole", 1536, 2816, 4096, 1), ("split", 1536, 2816, 4096, 2),
+        ("transposed", 2816, 1536, 4096, 1)]
+    # 128 x 256 at q = 8: 1056 tiles as 32 x 33 (4096 x 8448), turned 33 x 32
+    # (4224 x 8192), and nearest square 48 x 22 (6144 x 5632: 6144 / 5632 =
+    # 1.09; the next, 44 x 24, gives 5632 x 6144, 1 / 1.09).
+    wide = grid.variant_products(TileConfig(128, 256, 16, 8, 16), 8, 132)
+    assert [r[:3] for r in wide] == [("whole", 4096, 8448), ("split", 4096, 8448),
+                                     ("transposed", 4224, 8192), ("square", 6144, 5632)]
+    assert grid.variant_blocks(1) == [1, 2, 8] and grid.variant_blocks(2) == [2, 8]
+    assert grid.variant_blocks(12) == [2, 8]
+
+
+def test_the_shares_are_written_into_the_models_json(grid, tmp_path):
+    # The save path --rates-variants takes, into a copy of the model's JSON:
+    # the H200's entry gains "split_kernel" with the shares that
+    # split_shares_from_record finds from that entry, and nothing else changes.
+    import types
+
+    path = tmp_path / "model.json"
+    path.write_text(sgemm.MODEL_PATH.read_text())
+    before = json.loads(path.read_text())
+    entry = {"name": H200, **before["gpus"][H200]}
+    entry.pop("split_kernel", None)
+    # Times the H200's own rates price exactly (f = 1), 4% more with slices.
+    rows = []
+    for q in (2, 8):
+        rows_, cols = grid.tile_grid(q * 132)
+        m, n = rows_ * 128, cols * 128
+        whole = shape_model.plan_cost((m, n, 4096), TILE, 1, entry)
+        split = shape_model.plan_cost((m, n, 4096), TILE, 2, entry)
+        rows += [_row("whole", q, m, n, whole["gpu_us"], 1),
+                 _row("split", q, m, n, split["gpu_us"] + 0.04 * split["sm_us"], 2)]
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    grid.save_split_shares(fake, _record(rows), "benchmarks/results/x.json (--rates-variants)")
+    after = json.loads(path.read_text())
+    block = after["gpus"][H200].pop("split_kernel")
+    before["gpus"][H200].pop("split_kernel", None)
+    assert after == before
+    assert block["source"] == "benchmarks/results/x.json (--rates-variants)"
+    assert block["share"] == {KEY: 0.04}
