@@ -500,24 +500,29 @@ def stand_in_for_versions_5_and_6(monkeypatch, gpu: bool):
     return asked, halves, "numpy", floats
 
 
-def test_atomic_dq_is_asked_for_at_the_head_dims_listed(monkeypatch):
+def test_atomic_dq_is_asked_for_at_the_head_dims_and_masks_listed(monkeypatch):
     # backward.ATOMIC_DQ_HEAD_DIMS: where versions 5 and 6 add dQ atomically by
-    # default (where the H200 timed one kernel faster than two); listed, a call
-    # asks for it, version 6 only with its own tiles. The kernels are stood in
-    # for.
+    # default (where the H200 timed one kernel faster than two), head dim by
+    # head dim, with or without a causal mask; listed, a call asks for it,
+    # version 6 only with its own tiles. The kernels are stood in for.
     from gpucourse.kernels.attention import backward as AB
     from gpucourse.kernels.attention import tf32_backward
 
-    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: (64, 128), 6: (64,)}
+    # Version 5 at head dim 64: two kernels without a mask (0.72-0.88x the one
+    # kernel's time at N 1024 in two runs), one under a causal mask.
+    assert AB.ATOMIC_DQ_HEAD_DIMS == {5: {64: (True,), 128: (False, True)},
+                                      6: {64: (False, True)}}
     asked, halves, kind, floats = stand_in_for_versions_5_and_6(monkeypatch, AB.on_gpu())
-    for listed in ((), (64,)):
+    for listed in ({}, {64: (False,)}, {64: (True,)}, {64: (False, True)}):
         monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
-        AB._half_backward("torch", "float16", *halves, False, 0.125)
-        AB._tf32_backward(kind, *floats, False, 0.125, None)
-        assert asked == {5: bool(listed), 6: bool(listed)}
-        config = tf32_backward.backward_configs(64)
-        AB._tf32_backward(kind, *floats, False, 0.125, config)
-        assert asked[6] is False  # tiles of the caller's: two kernels
+        for causal in (False, True):
+            AB._half_backward("torch", "float16", *halves, causal, 0.125)
+            AB._tf32_backward(kind, *floats, causal, 0.125, None)
+            want = causal in listed.get(64, ())
+            assert asked == {5: want, 6: want}, (listed, causal)
+            config = tf32_backward.backward_configs(64)
+            AB._tf32_backward(kind, *floats, causal, 0.125, config)
+            assert asked[6] is False  # tiles of the caller's: two kernels
 
 
 def test_deterministic_mode_turns_the_atomic_defaults_off(monkeypatch):
@@ -530,7 +535,7 @@ def test_deterministic_mode_turns_the_atomic_defaults_off(monkeypatch):
     from gpucourse.kernels.attention import half_backward
 
     monkeypatch.setattr(half_backward, "atomic_dq_runs_here", lambda: True)
-    monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: (64,), 6: (64,)})
+    monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: {64: (False,)}, 6: {64: (False,)}})
     monkeypatch.setattr(AB, "on_gpu", lambda: False)
     asked, halves, _, floats = stand_in_for_versions_5_and_6(monkeypatch, False)
     before = torch.are_deterministic_algorithms_enabled()

@@ -79,9 +79,10 @@ for head_dim in (128,):
              (h, h, h, h, f, f, h) + scalars + (types.float32,))):
         ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0), fastmath=True)
         open(f"{sys.argv[1]}/{name}{head_dim}.ptx", "w").write(ptx)
-# Version 5 in one kernel (dQ added atomically), its default at head dims 64
-# and 128, at the tiles a GPU gets.
-for head_dim, causal in ((64, False), (128, True)):
+# Version 5 in one kernel (dQ added atomically), its default at head dim 128
+# and, under a causal mask, 64 (backward.ATOMIC_DQ_HEAD_DIMS), at the tiles a
+# GPU gets.
+for head_dim, causal in ((64, True), (128, True)):
     dkdv, _ = half_backward.backward_configs(head_dim, causal, atomic_dq=True)
     atomic = half_backward.make_dkdv_kernel(dkdv, causal, "f16", True)
     ptx, _ = numba.cuda.compile_ptx(atomic.py_func, (h, h, h, h, f, f, h, h, f) + scalars

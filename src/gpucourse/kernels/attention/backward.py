@@ -353,7 +353,15 @@ TF32_DEFAULT_HEAD_DIMS = (64,)
 # shape whose times moved by 20% between two runs, SDPA flash's too. Version 6 at head dim 64:
 # 0.76-1.14x SDPA memory-efficient's backward as a call runs it, at N 1024 and
 # 4096, both masks (results/attention_backward-h200-2026-11-28.json).
-ATOMIC_DQ_HEAD_DIMS = {5: (64, 128), 6: (64,)}
+# Head dim 64 without a mask, version 5, timed again on 2026-11-29
+# (results/attention_half-h200-2026-11-29.json): the two kernels took 0.79x
+# (fp16) and 0.72x (bf16) of the one kernel's time at N 1024, 0.99x at N
+# 4096; the day before 0.78x and 0.88x, and 1.00x. So there, two
+# kernels, which also give the same bits every call. Causal, one kernel
+# stays (the two took 1.07x-1.13x fp16, 0.90x-1.27x bf16 at N 1024, 1.54-1.59x at
+# N 4096). Each head dim maps to the masks (causal True or False) under
+# which one kernel is the default.
+ATOMIC_DQ_HEAD_DIMS = {5: {64: (True,), 128: (False, True)}, 6: {64: (False, True)}}
 
 
 def _deterministic() -> bool:
@@ -364,10 +372,12 @@ def _deterministic() -> bool:
     return torch is not None and torch.are_deterministic_algorithms_enabled()
 
 
-def _atomic_dq(version: int, head_dim: int) -> bool:
-    """Whether version 5 or 6 adds dQ atomically by default at head_dim:
-    listed in ATOMIC_DQ_HEAD_DIMS, and PyTorch's deterministic mode off."""
-    return head_dim in ATOMIC_DQ_HEAD_DIMS[version] and not _deterministic()
+def _atomic_dq(version: int, head_dim: int, causal: bool) -> bool:
+    """Whether version 5 or 6 adds dQ atomically by default at head_dim, with
+    or without a causal mask: listed in ATOMIC_DQ_HEAD_DIMS for that mask,
+    and PyTorch's deterministic mode off."""
+    return bool(causal) in ATOMIC_DQ_HEAD_DIMS[version].get(head_dim, ()) \
+        and not _deterministic()
 
 
 def _default_version(kind: str, io: str, head_dim: int) -> int:
@@ -410,7 +420,8 @@ def _half_backward(kind, io, q, k, v, out, lse, dout, causal, scale):
                              "or later); use version 4")
     return half_attention_backward(*(x.contiguous() for x in tensors), causal=causal,
                                    scale=float(scale),
-                                   atomic_dq=_atomic_dq(5, q.shape[3]) and atomic_dq_runs_here())
+                                   atomic_dq=_atomic_dq(5, q.shape[3], causal)
+                                   and atomic_dq_runs_here())
 
 
 def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
@@ -446,6 +457,6 @@ def _tf32_backward(kind, q, k, v, out, lse, dout, causal, scale, config):
                              "data must start on a 16-byte boundary")
     elif kind != "numpy":
         raise ValueError(f"version 6 takes numpy arrays on the simulator, got {kind} arrays")
-    atomic = config is None and _atomic_dq(6, head_dim)  # with its own tiles
+    atomic = config is None and _atomic_dq(6, head_dim, causal)  # with its own tiles
     return tf32_attention_backward(*tensors, causal=causal, scale=float(scale), configs=config,
                                    atomic_dq=atomic)

@@ -20,7 +20,7 @@ In two kernels, dQ has one of its own rather than FlashAttention-2's atomic
 additions from the dK and dV kernel: it recomputes S and dP (seven products
 per pair of tiles instead of five) but writes each dQ once, deterministically.
 ``half_backward_atomic`` is the other way (``atomic_dq=True``), in one kernel:
-flash_attention_backward's default at head dims 64 and 128
+flash_attention_backward's default at head dim 128 and, under a causal mask, 64
 (backward.ATOMIC_DQ_HEAD_DIMS), unless PyTorch's deterministic mode is on. Every
 operand's fragments come from ``ldmatrix`` with or without ``.trans``, as
 the layout in shared memory asks (the notes in the kernels say which).

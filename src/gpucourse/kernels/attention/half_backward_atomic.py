@@ -29,8 +29,9 @@ never share a bank.
 
 The result is not deterministic to the last bit: float32 additions in the
 order the blocks arrive. It is the default where the H200 timed it faster
-than two kernels (backward.ATOMIC_DQ_HEAD_DIMS[5]: head dims 64 and 128,
-walking 16-query tiles), unless PyTorch's deterministic mode is on.
+than two kernels (backward.ATOMIC_DQ_HEAD_DIMS[5]: head dim 128, and 64
+under a causal mask, walking 16-query tiles), unless PyTorch's deterministic
+mode is on.
 """
 
 from __future__ import annotations
