@@ -5,6 +5,7 @@
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --rates-variants [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --explore | --explore-off-grid [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_grid.py --padding [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_grid.py --fit-committed     (no GPU)
 
 The shapes were chosen before any tuning against them and are written here
@@ -89,6 +90,15 @@ cuBLAS and the model's cheapest plans as auto runs them, and tiles outside
 the menu (RATE_CANDIDATES): whether a miss is the pick's or the kernel's
 (chapter 8). **--explore-off-grid** does the same at OFF_GRID_SHAPES, for
 evidence the grid does not judge.
+
+**--padding** times auto at the grid's ragged shapes (K or N not a multiple
+of 4, 7 of them) as a user calls it, with the ragged operands copied into
+padded buffers first (sgemm.padding; entry_point.PAD_RAGGED True) and with
+scalar loads (False), beside cuBLAS, each checked against it, with the
+model's price of both. Writes DIR/sgemm_padding-<gpu-slug>-<date>.json; the
+GPU's entry gets a "padding" block (auto then pads where the model finds it
+cheaper) only if padding wins where the model says it does. Time: 7 shapes,
+each a few loops of about 30 ms: under a minute and the compilations.
 
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
 the committed sgemm_shapes results (their rows of auto and level 6, and the
@@ -387,6 +397,63 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
     return 0
 
 
+def padding_main(sgemm, torch, record, out_dir: Path, started: float) -> int:
+    """--padding: at the grid's ragged shapes (K or N not a multiple of 4),
+    auto as a user calls it with its operands copied into padded buffers
+    and without (entry_point.PAD_RAGGED True and False), beside cuBLAS, each
+    checked against it; and the model's price of both (shape_model.plan_cost
+    with and without padding, the copy at PAD_COPY_GBPS). Decides whether the
+    GPU's entry gets a "padding" block (see sgemm.padding)."""
+    import numpy as np
+
+    from gpucourse.kernels.sgemm import entry_point, shape_model
+
+    record["benchmark"] = "sgemm_padding"
+    record["method"] = ("auto's plan (tiles, slices) run as matmul(a, b) runs it on CUDA torch "
+                        "tensors, with the ragged operands copied into padded buffers first "
+                        "(padded) and without; ms: the faster of two wall-clock loops of about "
+                        "30 ms ending in torch.cuda.synchronize; cublas_ms: the median of the "
+                        "loops of cuBLAS timed before each; TF32 off; N(0,1) inputs")
+    entry = sgemm.gpu_entry(record["gpu"])
+    allowed = {**entry, "padding": entry.get("padding") or {"copy_gbps": shape_model.PAD_COPY_GBPS}}
+    rows = []
+    try:
+        for group, (m, n, k) in grid_shapes():
+            if not (k % 4 or n % 4) or time.perf_counter() - started > BUDGET_S:
+                continue
+            a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+            reference = torch.mm(a, b).double()
+            cublas = lambda: torch.mm(a, b)  # noqa: E731
+            calls = int(min(1000, max(5, 30.0 / max(wall_ms(cublas, 3), 1e-3))))
+            plan = sgemm.choose_plan((m, n, k), record["gpu"])
+            found, cublas_ms = {}, []
+            for padded in (False, True):
+                entry_point.PAD_RAGGED = padded
+                entry_point._quick_plan.cache_clear()
+                call = lambda: sgemm.matmul(a, b)  # noqa: E731
+                error = relative_error(call(), reference)
+                cublas_ms.append(wall_ms(cublas, calls))
+                found[padded] = (min(wall_ms(call, calls) for _ in range(2)), error)
+            base = float(np.median(cublas_ms))
+            for padded, (ms, error) in found.items():
+                price = shape_model.plan_cost((m, n, k), plan["config"], plan["splits"], allowed,
+                                              padding=padded)
+                rows.append({"class": group, "m": m, "n": n, "k": k, "padded": padded,
+                             "config": {**asdict(plan["config"]), "splits": plan["splits"]},
+                             "ms": ms, "cublas_ms": base, "vs_cublas": base / ms,
+                             "predicted_ms": price["predicted_us"] / 1e3,
+                             "max_rel_err": error, "ok": error < 1e-5})
+            print(f"padding {m}x{n}x{k}: cuBLAS {base * 1e3:.1f} us; scalar loads "
+                  f"{base / found[False][0]:.0%}, padded {base / found[True][0]:.0%} "
+                  f"(errors {found[False][1]:.1e}, {found[True][1]:.1e})", flush=True)
+    finally:
+        entry_point.PAD_RAGGED = None
+        entry_point._quick_plan.cache_clear()
+    record["results"] = rows
+    print(f"wrote {write_record(record, out_dir)}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
 def tile_grid(count: int) -> tuple[int, int]:
     """(rows, columns) of tiles, rows x columns = count, as near square as count allows."""
     rows = max(r for r in range(1, int(count ** 0.5) + 1) if count % r == 0)
@@ -620,6 +687,8 @@ def build_parser():
                         help="time the model's cheapest plans at the shapes under their target")
     parser.add_argument("--explore-off-grid", action="store_true",
                         help="the same as --explore, at shapes off the grid")
+    parser.add_argument("--padding", action="store_true",
+                        help="auto at the grid's ragged shapes with its operands padded and not")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
     return parser
@@ -646,6 +715,8 @@ def main(argv=None) -> int:
          "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
          "max|C - C_cublas| / max|C_cublas|"),
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+    if args.padding:
+        return padding_main(sgemm, torch, record, out_dir, started)
     if args.rates_variants:
         return rates_variants_main(sgemm, torch, time_ms, record, out_dir, started)
     if args.rates:

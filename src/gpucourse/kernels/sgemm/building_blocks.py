@@ -405,7 +405,9 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_block(a, b, c, a_tile, b_tile, k_start, k_end):
-        m, n = uint64(a.shape[0]), uint64(b.shape[1])
+        # C's columns bound the work: B may be wider, padded to a multiple of 4
+        # for 128-bit loads (entry_point's padded plans; see shape_model).
+        m, n = uint64(a.shape[0]), uint64(c.shape[1])
         tid = uint64(cuda.threadIdx.x)
         row0 = uint64(cuda.blockIdx.y) * BM  # first row of C this block computes
         col0 = uint64(cuda.blockIdx.x) * BN

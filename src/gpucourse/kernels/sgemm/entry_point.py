@@ -27,10 +27,13 @@ from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
+from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid,
+                                             padded_operands, padded_sizes, scratch)
+from gpucourse.kernels.sgemm.shape_model import padded_plan
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
                                              SUM_BLOCK, _check_split_sum, _check_splits, _split_kernel,
                                              _sum_grid, split_ranges, sum_splits, zero_matrix)
-from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan
+from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan, gpu_model
 
 
 def _device_array_or_none(x):
@@ -278,17 +281,60 @@ def _resolved(key: str, m: int, n: int, k: int, config, splits, device_id: int) 
     return key, config, splits or 1
 
 
+# Whether auto pads a ragged product's operands (padding, shape_model's
+# padded plans): None, as the model says for the GPU (never where its entry
+# holds no "padding" block); True or False forces it, for benchmarks that
+# time both ways and for tests.
+PAD_RAGGED = None
+
+
+def _pads(m: int, n: int, k: int, gpu_name: str) -> bool:
+    """Whether auto copies A and B into padded buffers for this product."""
+    if not (k and (k % 4 or n % 4)):
+        return False
+    return padded_plan(gpu_name, m, n, k) if PAD_RAGGED is None else bool(PAD_RAGGED)
+
+
 @lru_cache(maxsize=1024)
 def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: int,
                 config=None, splits=None):
     """go(a_ptr, b_ptr, c_ptr): the launches matmul makes for `key` (with `config`
     and `splits` of K where given; see _resolved) at this shape on this GPU,
     one kernel or split-K in one launch, everything but the three pointers
-    worked out once."""
-    launch = core_launch()
+    worked out once. Auto on a ragged product may first copy A and B into
+    padded buffers (``_pads``; see padding)."""
+    pad = (not vectorized and key == "auto" and config is None and splits is None
+           and _pads(m, n, k, _gpu_name(device_id)))
     key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
+    if not pad:
+        return _launches(key, m, n, k, n, vectorized, device_id, config, splits)
+    k4, n4, pad_a, floats = padded_sizes(m, n, k)
+    multiply = _launches(key, m, n, k4, n4, True if n % 4 == 0 else LOADS_ONLY, device_id,
+                         config, splits)
+    launch = core_launch()
+    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
+    a_shape, b_shape = launch_config(pad_grid(m, k4), PAD_BLOCK), launch_config(pad_grid(k4, n4),
+                                                                                 PAD_BLOCK)
+
+    def go_padded(a_ptr, b_ptr, c_ptr):
+        base = scratch(device_id, floats).device_ctypes_pointer.value
+        if pad_a:
+            launch(stream, a_shape, copy, *_matrix_argument(a_ptr, m, k),
+                   *_matrix_argument(base, m, k4))
+            a_ptr, base = base, base + 4 * m * k4
+        launch(stream, b_shape, copy, *_matrix_argument(b_ptr, k, n),
+               *_matrix_argument(base, k4, n4))
+        multiply(a_ptr, base, c_ptr)
+    return go_padded
+
+
+def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_id: int,
+              config, splits):
+    """go(a_ptr, b_ptr, c_ptr) for a level's key other than auto: A m x k, B k x
+    b_cols (n, or n rounded up for padded operands), C m x n."""
+    launch = core_launch()
     a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
-    b_head, b_tail = (0, 0, k * n, 4), (k, n, n * 4, 4)
+    b_head, b_tail = (0, 0, k * b_cols, 4), (k, b_cols, b_cols * 4, 4)
     c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
     if k == 0 or len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
@@ -407,8 +453,12 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
         vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
         if key == "auto":
+            pad = not (vectorized or config or splits) and _pads(m, n, k, gpu_model())
             planned, planned_splits = auto_plan((m, n, k))
             key, config, splits = "6", config or planned, splits or planned_splits
+            if pad:  # ragged rows copied into padded buffers (see padding)
+                a_dev, b_dev = padded_operands(a_dev, b_dev)
+                k, vectorized = a_dev.shape[1], True if n % 4 == 0 else LOADS_ONLY
         ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
         if len(ranges) == 1:
             kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)

@@ -18,6 +18,7 @@ from gpucourse.kernels.sgemm.config import (CONFIG_4A, CONFIG_4B, CONFIG_5, NAIV
                                             WarpTileConfig, _blocks, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.naive import sgemm_coalesced, sgemm_naive
+from gpucourse.kernels.sgemm.padding import LOADS_ONLY
 from gpucourse.kernels.sgemm.shared import _make_shared_kernel
 from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_config, gpu_model
 from gpucourse.kernels.sgemm.vectorized import _make_vectorized_kernel
@@ -76,9 +77,11 @@ def _kernel_for(key: str, m: int, n: int, vectorized, config, split: bool = Fals
     if config is None:
         config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5, "7": WARP_TILE_DEFAULT}.get(key) \
             or _tuned_here(gpu_model())
-    interior = bool(vectorized and not split and k and key in ("5", "6", "7") and
+    interior = bool(vectorized is True and not split and k and key in ("5", "6", "7") and
                     not (m % config.bm or n % config.bn or k % config.bk))
-    return _tiled_kernel(key, config, bool(vectorized), split, interior), \
+    # "loads": 128-bit loads from padded A and B, single stores into C.
+    vectorized = LOADS_ONLY if vectorized == LOADS_ONLY else bool(vectorized)
+    return _tiled_kernel(key, config, vectorized, split, interior), \
         (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
 
 

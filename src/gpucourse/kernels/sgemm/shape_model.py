@@ -281,7 +281,8 @@ def _weighted_line(points) -> tuple[float, float]:
     return slope, mu - slope * mk
 
 
-def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None) -> dict:
+def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = None,
+              padding: bool = False) -> dict:
     """The model's reasoning and predicted time for level 6's kernel with
     `config` and `splits` slices of K on an (m, n, k) product, on the GPU of
     `entry` (``gpu_entry``; default the model's default GPU).
@@ -293,7 +294,10 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     share charged, ``split_kernel_share``; 0 with K whole), warps_per_sm,
     sm_us (the busiest SM's time), host_us,
     gpu_us and predicted_us = max(host_us, gpu_us), and the useful TFLOP/s
-    that predicts.
+    that predicts. With `padding` (what auto prices where the GPU's entry
+    holds a "padding" block, ``padding_on``), a ragged product may instead
+    be priced with its operands copied into padded buffers first
+    (``padding_us``), where that is cheaper: then "padded" is True.
     """
     m, n, k = _shape(shape)
     check_config(config)
@@ -326,13 +330,21 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
             left -= together
     scalar = bool(k % 4 or n % 4)  # matmul's test: no 128-bit loads along a row
-    sm_us *= 1 + c["edge_share"] * edges + scalar_load_share(entry) * scalar
     split = slices > 1
     split_share = split_kernel_share(entry, config) if split else 0.0
-    if split_share:  # only where measured: without it, the arithmetic of before
-        sm_us *= 1 + split_share
+    # Scalar loads, or the operands copied first into buffers whose rows are a
+    # multiple of 4 long (``padding_us``), whichever the model finds cheaper.
+    aligned_us = sm_us * (1 + c["edge_share"] * edges) * (1 + split_share)
+    scalar_us = sm_us * (1 + c["edge_share"] * edges + scalar_load_share(entry)) \
+        * (1 + split_share)
+    copies, copy_us = padding_us((m, n, k), entry) if scalar and padding else (0, 0.0)
+    padded = bool(scalar and padding and copy_us < scalar_us - aligned_us)
+    sm_us = scalar_us if scalar and not padded else aligned_us
     gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
     host_us = c["call_us"] + split * c["split_call_us"]
+    if padded:
+        gpu_us += copy_us
+        host_us += copies * PAD_CALL_US
     predicted = max(host_us, gpu_us)
     return {
         "config": config, "splits": splits, "tiles": tiles, "slices": slices, "slice_k": slice_k,
@@ -343,10 +355,37 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
-        "scalar_loads": scalar, "split_share": split_share,
+        "scalar_loads": scalar and not padded, "padded": padded, "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
     }
+
+
+# Copying a ragged operand into a padded buffer (entry_point's padded plans):
+# the copy kernel's rate, read and write together, where the GPU's entry
+# does not say (an assumption, below what an H100's or H200's memory moves,
+# 3.35 and 4.8 TB/s: the next grid run tests it), and the Python of each
+# extra launch.
+PAD_COPY_GBPS = 2500.0
+PAD_CALL_US = 4.0
+
+
+def padding_us(shape, entry: dict) -> tuple:
+    """(copies, microseconds) of padding a ragged product's operands so that
+    128-bit loads are legal: B copied into k4 x n4 (k and n rounded up to
+    multiples of 4, zeros beyond) whenever k or n is ragged, and A into m x k4
+    when k is; each copy reads the operand and writes the padded buffer at
+    the entry's "padding" "copy_gbps" (default PAD_COPY_GBPS) and pays a launch
+    (gpu_launch_us). (0, 0.0) when nothing is ragged."""
+    m, n, k = _shape(shape)
+    k4, n4 = -(-k // 4) * 4, -(-n // 4) * 4
+    moved = (4 * (k * n + k4 * n4) if (k % 4 or n % 4) else 0) \
+        + (4 * (m * k + m * k4) if k % 4 else 0)
+    copies = bool(k % 4 or n % 4) + bool(k % 4)
+    if not copies:
+        return 0, 0.0
+    rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
+    return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
 
 
 def scalar_load_share(entry: dict) -> float:
@@ -507,7 +546,8 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     m, n, k = _shape(shape)
     entry = gpu_entry(gpu_name, path) if entry is None else entry
     splits_of_k = _splits_worth_pricing(max(k, 1))
-    priced = [plan_cost((m, n, k), config, splits, entry)
+    padding = padding_on(entry)
+    priced = [plan_cost((m, n, k), config, splits, entry, padding)
               for config in menu(entry)
               for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
                                                                           entry))]
@@ -519,6 +559,19 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
         else whole
     return {**chosen, "gpu": entry["name"], "calibrated": entry.get("calibrated"),
             "candidates": priced}
+
+
+def padding_on(entry: dict) -> bool:
+    """Whether auto may pad ragged operands on this GPU: its entry holds a
+    "padding" block (the copy's measured gain; without one, never)."""
+    return bool(entry.get("padding"))
+
+
+@lru_cache(maxsize=4096)
+def padded_plan(gpu_name: str, m: int, n: int, k: int) -> bool:
+    """Whether auto's plan for this shape (``planned``) copies A and B into
+    padded buffers first: ``choose_plan``'s "padded"."""
+    return bool(choose_plan((m, n, k), gpu_name)["padded"])
 
 
 @lru_cache(maxsize=4096)

@@ -41,7 +41,10 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
     `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
     "Split-K" in split_k): block z of the grid multiplies columns z*chunk ...
-    (z+1)*chunk of A by those rows of B and adds its outputs into C."""
+    (z+1)*chunk of A by those rows of B and adds its outputs into C.
+    `vectorized`: True, 128-bit loads and stores; False, one float at a time;
+    "loads", 128-bit loads and single stores, for a C whose rows are not a
+    multiple of 4 long, with A and B padded (entry_point's padded plans)."""
     unroll = _steps_per_pass(unroll, config.bk)
     cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
                         config.tm + config.tn)
@@ -56,7 +59,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
-        config.bm, config.bn, config.bk, threads, vectorized, interior)
+        config.bm, config.bn, config.bk, threads, bool(vectorized), interior)
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
@@ -91,7 +94,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # g*GROUP_STRIDE + thread_col*4 + 0..3 (group g < GROUPS).
         return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
 
-    store_four = _make_store_four(vectorized, atomic=bool(split))
+    store_four = _make_store_four(vectorized is True, atomic=bool(split))
 
     @cuda.jit(device=True, **_INLINE)
     def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n):

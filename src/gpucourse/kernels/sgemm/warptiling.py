@@ -83,7 +83,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     LANES = _u(WARP_SIZE)
     TWO, THREE, FOUR = _u(2, 3, 4)
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(bm, bn, bk, threads,
-                                                                      vectorized, interior)
+                                                                      bool(vectorized), interior)
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, a_offset, b_offset, a_base,
@@ -130,7 +130,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
         b_offset = warp_col * WN + thread_col * TN  # ... and its columns
         return a_offset, b_offset
 
-    store_four = _make_store_four(vectorized, atomic=bool(split))
+    store_four = _make_store_four(vectorized is True, atomic=bool(split))
 
     @cuda.jit(device=True, **_INLINE)
     def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n):
