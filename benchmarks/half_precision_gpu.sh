@@ -31,7 +31,10 @@
 #              split share into the model's JSON in src/ too: copy it back with
 #              the results, keep it only if a grid run with it is no worse);
 #   sgemm_padding benchmarks/sgemm_grid.py --padding (issue 33: auto at the grid's
-#              ragged shapes with its operands copied into padded buffers and not);
+#              ragged shapes with its operands copied into padded buffers and not;
+#              where padding won as the model says, writes a "padding" block into
+#              the model's JSON in src/ too: copy it back, keep it only if the grid
+#              with it is no worse);
 #   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
 #              plans timed at the grid's shapes under their target);
 #              sgemm_explore_off_grid, the same at shapes off the grid;
@@ -98,7 +101,8 @@ for part in "$@"; do
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_padding)
-        timeout 300 python3 benchmarks/sgemm_grid.py --padding --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+        timeout 300 python3 benchmarks/sgemm_grid.py --padding --out "$OUT" 2>&1 | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/sgemm_shape_model-after-padding.json" ;;
     sgemm_explore)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_explore_off_grid)

@@ -95,9 +95,11 @@ evidence the grid does not judge.
 of 4, 7 of them) as a user calls it, with the ragged operands copied into
 padded buffers first (sgemm.padding; entry_point.PAD_RAGGED True) and with
 scalar loads (False), beside cuBLAS, each checked against it, with the
-model's price of both. Writes DIR/sgemm_padding-<gpu-slug>-<date>.json; the
-GPU's entry gets a "padding" block (auto then pads where the model finds it
-cheaper) only if padding wins where the model says it does. Time: 7 shapes,
+model's price of both. Writes DIR/sgemm_padding-<gpu-slug>-<date>.json, and
+gives the GPU's entry in the model's JSON a "padding" block (auto then pads
+where the model finds it cheaper) only if padding won at every shape where
+the model pads (``padding_block``; keep it only if a grid run with it is no
+worse). Time: 7 shapes,
 each a few loops of about 30 ms: under a minute and the compilations.
 
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
@@ -435,10 +437,13 @@ def padding_main(sgemm, torch, record, out_dir: Path, started: float) -> int:
                 cublas_ms.append(wall_ms(cublas, calls))
                 found[padded] = (min(wall_ms(call, calls) for _ in range(2)), error)
             base = float(np.median(cublas_ms))
+            model_pads = shape_model.plan_cost((m, n, k), plan["config"], plan["splits"], allowed,
+                                               padding=True)["padded"]
             for padded, (ms, error) in found.items():
                 price = shape_model.plan_cost((m, n, k), plan["config"], plan["splits"], allowed,
                                               padding=padded)
                 rows.append({"class": group, "m": m, "n": n, "k": k, "padded": padded,
+                             "model_pads": model_pads,
                              "config": {**asdict(plan["config"]), "splits": plan["splits"]},
                              "ms": ms, "cublas_ms": base, "vs_cublas": base / ms,
                              "predicted_ms": price["predicted_us"] / 1e3,
@@ -450,8 +455,30 @@ def padding_main(sgemm, torch, record, out_dir: Path, started: float) -> int:
         entry_point.PAD_RAGGED = None
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
-    print(f"wrote {write_record(record, out_dir)}")
+    path = write_record(record, out_dir)
+    print(f"wrote {path}")
+    block, verdict = padding_block(rows, allowed["padding"]["copy_gbps"], path.name)
+    if block:
+        update_entry(sgemm, record["gpu"], lambda entry: entry.update(padding=block))
+    print(verdict)
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def padding_block(rows: list, copy_gbps: float, name: str) -> tuple:
+    """(the entry's "padding" block or None, a sentence saying why) from
+    --padding's rows: auto pads from then on, at the copy rate the model
+    assumed, only if every result is right and padding was faster at every
+    shape where the model pads (then the grid judges it)."""
+    ms = {(r["m"], r["n"], r["k"], r["padded"]): r["ms"] for r in rows}
+    pads = sorted({(r["m"], r["n"], r["k"]) for r in rows if r["model_pads"]})
+    won = [shape for shape in pads if ms[shape + (True,)] < ms[shape + (False,)]]
+    if not (rows and all(r["ok"] for r in rows)):
+        return None, "padding stays off: a result was wrong"
+    if not pads or len(won) < len(pads):
+        return None, f"padding stays off: faster at {len(won)} of the {len(pads)} shapes it pads"
+    source = (f"benchmarks/results/{name}: padded faster at all {len(pads)} ragged grid shapes "
+              f"the model pads")
+    return {"copy_gbps": copy_gbps, "source": source}, f"padding on: {source}"
 
 
 def tile_grid(count: int) -> tuple[int, int]:
@@ -644,6 +671,7 @@ def update_entry(sgemm, gpu: str, update) -> None:
     sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
     sgemm.shape_model._read_model.cache_clear()
     sgemm.shape_model.planned.cache_clear()
+    sgemm.shape_model.padded_plan.cache_clear()
 
 
 def fit_committed() -> int:

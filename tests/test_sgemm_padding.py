@@ -182,3 +182,28 @@ def test_the_benchmark_times_the_grids_ragged_shapes(monkeypatch):
     ragged = [shape for _, shape in sgemm_grid.grid_shapes() if shape[2] % 4 or shape[1] % 4]
     assert (3001, 2999, 1009) in ragged and (8192, 50257, 768) in ragged
     assert (4096, 4096, 4096) not in ragged and len(ragged) == 7
+
+
+def test_padding_goes_on_only_where_it_won_wherever_the_model_pads(monkeypatch):
+    # sgemm_grid.padding_block on rows made by hand: two ragged shapes, the
+    # model padding the first only.
+    from gpucourse import results
+
+    monkeypatch.syspath_prepend(str(results.find_results("sgemm_grid")[0].parents[1]))
+    from sgemm_grid import padding_block
+
+    def rows(padded_ms, other_ms, ok=True):
+        made = []
+        for (m, n, k), model_pads, times in (((9, 9, 9), True, padded_ms), ((5, 5, 5), False,
+                                                                             other_ms)):
+            made += [{"m": m, "n": n, "k": k, "padded": p, "model_pads": model_pads, "ms": t,
+                      "ok": ok} for p, t in zip((False, True), times)]
+        return made
+
+    block, why = padding_block(rows((1.0, 0.9), (1.0, 1.2)), 2500.0, "f.json")
+    assert block == {"copy_gbps": 2500.0, "source": "benchmarks/results/f.json: padded faster "
+                     "at all 1 ragged grid shapes the model pads"} and why.startswith("padding on")
+    assert padding_block(rows((1.0, 1.1), (1.0, 0.5)), 2500.0, "f.json") == (
+        None, "padding stays off: faster at 0 of the 1 shapes it pads")
+    assert padding_block(rows((1.0, 0.9), (1.0, 0.9), ok=False), 2500.0, "f.json")[0] is None
+    assert padding_block([], 2500.0, "f.json")[0] is None
