@@ -311,12 +311,17 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
     k4, n4, pad_a, floats = padded_sizes(m, n, k)
     multiply = _launches(key, m, n, k4, n4, True if n % 4 == 0 else LOADS_ONLY, device_id,
                          config, splits)
+    # A is used as given where K is a multiple of 4: only if it starts on 16
+    # bytes, which the plan (kept per shape, not per pointer) cannot know.
+    scalar = None if pad_a else _launches(key, m, n, k, n, False, device_id, config, splits)
     launch = core_launch()
     copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
     a_shape, b_shape = launch_config(pad_grid(m, k4), PAD_BLOCK), launch_config(pad_grid(k4, n4),
                                                                                  PAD_BLOCK)
 
     def go_padded(a_ptr, b_ptr, c_ptr):
+        if scalar is not None and a_ptr % 16:
+            return scalar(a_ptr, b_ptr, c_ptr)
         base = scratch(device_id, floats).device_ctypes_pointer.value
         if pad_a:
             launch(stream, a_shape, copy, *_matrix_argument(a_ptr, m, k),
@@ -453,7 +458,8 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
         vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
         if key == "auto":
-            pad = not (vectorized or config or splits) and _pads(m, n, k, gpu_model())
+            pad = not (vectorized or config or splits) and (k % 4 or _aligned_rows(a_dev)) \
+                and _pads(m, n, k, gpu_model())  # A as given (K % 4 == 0) must be aligned
             planned, planned_splits = auto_plan((m, n, k))
             key, config, splits = "6", config or planned, splits or planned_splits
             if pad:  # ragged rows copied into padded buffers (see padding)
