@@ -396,6 +396,10 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     out: where to write C (returned): an M x N C-contiguous float32 array of
     the inputs' kind. A call that allocates C each time pays for the
     allocation; a loop can pass the same `out` instead.
+    Auto on a ragged product (K or N not a multiple of 4) may copy A and B
+    into padded buffers first, where the GPU's model allows it and finds it
+    cheaper than loads of one float (``sgemm.padding``): the buffer is kept
+    for the next call, as large as the largest such product so far.
 
     Raises ValueError naming what is accepted for a non-float32 dtype, a
     non-2D array, mismatched inner dimensions, an unknown level, a tile
