@@ -162,15 +162,22 @@ def test_an_interrupted_launch_leaves_no_simulated_thread_running():
     # half a second (and again every 5 s should the launch not have started
     # yet): it wakes the main thread wherever it waits (_thread.interrupt_main
     # only sets a flag, which a thread blocked in a join never reads: under
-    # load this test once hung there).
-    done = threading.Event()
+    # load this test once hung there). Once the main thread has it, no more:
+    # a second SIGINT during the stopping of the threads (which under load
+    # took over 5 s once) would cut that short and leave one running.
+    done, received = threading.Event(), threading.Event()
 
     def interrupt():
         wait = 0.5
-        while not done.wait(wait):
+        while not done.wait(wait) and not received.is_set():
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
             wait = 5.0
 
+    def on_sigint(signum, frame):
+        received.set()
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, on_sigint)
     threading.Thread(target=interrupt, daemon=True).start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -178,6 +185,7 @@ def test_an_interrupted_launch_leaves_no_simulated_thread_running():
                 spins[1, 8](np.zeros(1, np.float32))
     finally:
         done.set()
+        signal.signal(signal.SIGINT, before)
     assert not _still_running()
 
 
