@@ -16,6 +16,7 @@ import importlib.util
 import math
 import re
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -157,6 +158,11 @@ def test_an_out_of_bounds_read_names_the_array_the_block_and_the_thread(kernels,
             check.expect_attention(kernels["out_of_bounds"], 1, 20, 16)
         else:
             check.expect_accesses(kernels["out_of_bounds"], 1, 20, 16)
+    # The other threads of the failed block end too, none left running beside
+    # the next cell (grader.tracing.stopping_simulated_threads, until they end).
+    from numba.cuda.simulator.kernel import BlockThread
+
+    assert not [t for t in threading.enumerate() if isinstance(t, BlockThread) and t.is_alive()]
 
 
 def test_a_ring_that_talks_to_the_wrong_neighbour_is_named_on_three_ranks(folder):

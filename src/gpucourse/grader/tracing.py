@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -415,6 +416,10 @@ def _device_functions_simulated(function):
             restore(key, value)
 
 
+# How long stopping_simulated_threads keeps stopping a failed launch's threads.
+STOP_WAIT_S = 5.0
+
+
 @contextmanager
 def stopping_simulated_threads():
     """Stop the simulator's threads that a launch inside leaves running when it fails.
@@ -435,13 +440,23 @@ def stopping_simulated_threads():
     try:
         yield
     except BaseException:
-        for thread in threading.enumerate():
-            if thread in before or not isinstance(thread, BlockThread) or not thread.is_alive():
-                continue
-            thread.abort = True  # a thread waiting at a barrier raises when woken
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
-                                                       ctypes.py_object(SystemExit))
-            thread.syncthreads_event.set()
+        started = [thread for thread in threading.enumerate()
+                   if thread not in before and isinstance(thread, BlockThread)]
+        # Again until they have ended (up to STOP_WAIT_S): a thread blocked in
+        # a wait gets its exception only once woken, and one woken at one
+        # barrier can reach the next before it sees it.
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            alive = [thread for thread in started if thread.is_alive()]
+            if not alive:
+                break
+            for thread in alive:
+                thread.abort = True  # a thread waiting at a barrier raises when woken
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident),
+                                                           ctypes.py_object(SystemExit))
+                thread.syncthreads_event.set()
+            for thread in alive:
+                thread.join(timeout=0.02)
         raise
 
 
