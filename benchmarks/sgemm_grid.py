@@ -437,16 +437,14 @@ def padding_main(sgemm, torch, record, out_dir: Path, started: float) -> int:
                 cublas_ms.append(wall_ms(cublas, calls))
                 found[padded] = (min(wall_ms(call, calls) for _ in range(2)), error)
             base = float(np.median(cublas_ms))
-            model_pads = shape_model.plan_cost((m, n, k), plan["config"], plan["splits"], allowed,
-                                               padding=True)["padded"]
+            price = {padded: shape_model.plan_cost((m, n, k), plan["config"], plan["splits"],
+                                                   allowed, padding=padded) for padded in found}
             for padded, (ms, error) in found.items():
-                price = shape_model.plan_cost((m, n, k), plan["config"], plan["splits"], allowed,
-                                              padding=padded)
                 rows.append({"class": group, "m": m, "n": n, "k": k, "padded": padded,
-                             "model_pads": model_pads,
+                             "model_pads": price[True]["padded"],
                              "config": {**asdict(plan["config"]), "splits": plan["splits"]},
                              "ms": ms, "cublas_ms": base, "vs_cublas": base / ms,
-                             "predicted_ms": price["predicted_us"] / 1e3,
+                             "predicted_ms": price[padded]["predicted_us"] / 1e3,
                              "max_rel_err": error, "ok": error < 1e-5})
             print(f"padding {m}x{n}x{k}: cuBLAS {base * 1e3:.1f} us; scalar loads "
                   f"{base / found[False][0]:.0%}, padded {base / found[True][0]:.0%} "
@@ -670,8 +668,7 @@ def update_entry(sgemm, gpu: str, update) -> None:
     update(data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]])))
     sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
     sgemm.shape_model._read_model.cache_clear()
-    sgemm.shape_model.planned.cache_clear()
-    sgemm.shape_model.padded_plan.cache_clear()
+    sgemm.shape_model.auto_choice.cache_clear()
 
 
 def fit_committed() -> int:

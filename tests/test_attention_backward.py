@@ -726,3 +726,15 @@ def test_the_measured_block_orders_are_compared_kernel_by_kernel():
         causal_order_times({**record, "results": record["results"][:1] + record["results"][2:]})
     with pytest.raises(ValueError, match="causal_order results record"):
         causal_order_times({"benchmark": "attention_half"})
+
+
+def test_chapter_9_names_where_the_half_backward_runs_in_one_kernel():
+    # chapters.attention.one_kernel_head_dims, the glued text, from
+    # backward.ATOMIC_DQ_HEAD_DIMS: version 5 in one kernel at 128 with or
+    # without a mask, at 64 under a causal mask alone.
+    from gpucourse.chapters.attention import one_kernel_head_dims
+
+    assert one_kernel_head_dims(5) == {"both": "128", "causal": "64"}
+    assert one_kernel_head_dims(6) == {"both": "64", "causal": ""}
+    with pytest.raises(ValueError, match="version must be one of \\[5, 6\\]"):
+        one_kernel_head_dims(4)

@@ -605,3 +605,17 @@ def causal_order_summary(record: dict) -> dict:
             if faster else "none",
             "slower": "; ".join(slower) if slower else "none",
             "all_heads_range": f"{min(r[4] for r in rows):.2f}-{max(r[4] for r in rows):.2f}"}
+
+
+def one_kernel_head_dims(version: int = 5) -> dict:
+    """Where version 5 or 6's backward runs in one kernel by default
+    (backward.ATOMIC_DQ_HEAD_DIMS), as text to glue: "both", the head dims
+    where it does with and without a causal mask; "causal", those where it
+    does under a causal mask alone (" and " between several)."""
+    from gpucourse.kernels.attention.backward import ATOMIC_DQ_HEAD_DIMS
+
+    if version not in ATOMIC_DQ_HEAD_DIMS:
+        raise ValueError(f"version must be one of {sorted(ATOMIC_DQ_HEAD_DIMS)}, got {version!r}")
+    masks = ATOMIC_DQ_HEAD_DIMS[version]
+    return {"both": " and ".join(str(d) for d, m in masks.items() if set(m) == {False, True}),
+            "causal": " and ".join(str(d) for d, m in masks.items() if tuple(m) == (True,))}

@@ -20,6 +20,7 @@ figures.
 from __future__ import annotations
 
 import math
+import statistics
 
 from gpucourse import results
 from gpucourse.chapters.tflops_plot import plot_tflops_lines
@@ -716,10 +717,9 @@ def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200") ->
     bare = {**entry, "scalar_loads": None}
 
     def median_error(trial):
-        errors = sorted(abs(math.log(shape_model.plan_cost(shape, config, splits, trial)
-                                     ["predicted_us"] / us)) for shape, config, splits, us in rows)
-        middle = len(errors) // 2
-        return errors[middle] if len(errors) % 2 else (errors[middle - 1] + errors[middle]) / 2
+        return statistics.median(abs(math.log(shape_model.plan_cost(shape, config, splits, trial)
+                                              ["predicted_us"] / us))
+                                 for shape, config, splits, us in rows)
 
     return {"gpu": gpu, "share": f"{share:.0%}", "ragged_shapes": str(len({r[0] for r in rows})),
             "error_without": f"{median_error(bare):.3f}", "error_with": f"{median_error(entry):.3f}"}

@@ -53,9 +53,9 @@ those above it in this list):
     building_blocks  the device-function factories levels 5-7 share, and why
     vectorized       levels 5 and 6
     warptiling       level 7
+    padding          ragged operands copied into padded buffers for 128-bit loads
     shape_model      auto's cost model: waves, tails, padding, split-K; its calibration
     tuned_table      reading level 6's tuned tiles per GPU, and auto's plan per shape
-    padding          ragged operands copied into padded buffers for 128-bit loads
     kernel_choice    kernel_for: which kernel, grid and block a level runs
     split_k          cutting K into slices, and adding them up
     traffic          flops and bytes: the models the chapter's roofline uses

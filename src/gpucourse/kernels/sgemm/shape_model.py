@@ -72,6 +72,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER_SM
+from gpucourse.kernels.sgemm.padding import padded_sizes
 from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, TileConfig, _whole,
                                             _whole_or_zero, check_config)
 
@@ -378,12 +379,11 @@ def padding_us(shape, entry: dict) -> tuple:
     the entry's "padding" "copy_gbps" (default PAD_COPY_GBPS) and pays a launch
     (gpu_launch_us). (0, 0.0) when nothing is ragged."""
     m, n, k = _shape(shape)
-    k4, n4 = -(-k // 4) * 4, -(-n // 4) * 4
-    moved = (4 * (k * n + k4 * n4) if (k % 4 or n % 4) else 0) \
-        + (4 * (m * k + m * k4) if k % 4 else 0)
-    copies = bool(k % 4 or n % 4) + bool(k % 4)
-    if not copies:
+    if not (k % 4 or n % 4):
         return 0, 0.0
+    k4, n4, pad_a, _ = padded_sizes(m, n, k)
+    moved = 4 * (k * n + k4 * n4) + (4 * (m * k + m * k4) if pad_a else 0)
+    copies = 1 + pad_a
     rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
     return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
 
@@ -568,18 +568,23 @@ def padding_on(entry: dict) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def padded_plan(gpu_name: str, m: int, n: int, k: int) -> bool:
-    """Whether auto's plan for this shape (``planned``) copies A and B into
-    padded buffers first: ``choose_plan``'s "padded"."""
-    return bool(choose_plan((m, n, k), gpu_name)["padded"])
-
-
-@lru_cache(maxsize=4096)
-def planned(gpu_name: str, m: int, n: int, k: int) -> tuple[TileConfig, int]:
-    """(configuration, splits) of ``choose_plan`` from the package's model,
-    found once per GPU and shape: a loop calling matmul pays for it once."""
+def auto_choice(gpu_name: str, m: int, n: int, k: int) -> tuple[TileConfig, int, bool]:
+    """(configuration, splits, padded) of ``choose_plan`` from the package's
+    model, found once per GPU and shape: a loop calling matmul pays for it
+    once."""
     plan = choose_plan((m, n, k), gpu_name)
-    return plan["config"], plan["splits"]
+    return plan["config"], plan["splits"], bool(plan["padded"])
+
+
+def planned(gpu_name: str, m: int, n: int, k: int) -> tuple[TileConfig, int]:
+    """(configuration, splits) of auto's plan (``auto_choice``)."""
+    return auto_choice(gpu_name, m, n, k)[:2]
+
+
+def padded_plan(gpu_name: str, m: int, n: int, k: int) -> bool:
+    """Whether auto's plan for this shape copies A and B into padded buffers
+    first (``auto_choice``)."""
+    return auto_choice(gpu_name, m, n, k)[2]
 
 
 # -----------------------------------------------------------------------------
