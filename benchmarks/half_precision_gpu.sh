@@ -133,7 +133,7 @@ for part in "$@"; do
         tar czf "$OUT/ncu_details-$SLUG-$TODAY.tgz" -C /tmp/ncu $(cd /tmp/ncu && ls *.txt *_sass.csv)
         python3 benchmarks/ncu_summary.py "$OUT/half_precision_ncu-$SLUG-$TODAY.json" \
             "${labels[@]}" --date "$TODAY" --gpu "$GPU" \
-            --note "fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels" ;;
+            --note "${NCU_NOTE:-fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels}" ;;
     *) echo "unknown part $part" ;;
     esac
 done

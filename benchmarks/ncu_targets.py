@@ -15,7 +15,9 @@ start and C's stores uncovered).
 (FlashAttention-2 in half precision, attention.half). `tf32`: tf32_matmul
 in one pass at 4096^3. `backward`: flash_attention_backward in fp16 at B4
 H16 N4096 d64, not causal (version 5: its dK/dV kernel and its dQ kernel,
-profiled one at a time). The warm-up calls
+profiled one at a time). `backward_fp32_causal`: the same in float32 under a
+causal mask (version 6, on 3xTF32: one dK/dV kernel that adds dQ atomically;
+1.01x SDPA memory-efficient's backward on the H200, issue 29's target 1.0). The warm-up calls
 compile the kernels; Nsight Compute's filter (-k, -c 1) then profiles the
 first launch whose kernel name matches, so warm-up launches are skipped with
 --launch-skip where a name repeats (the script prints how many launches of
@@ -38,8 +40,10 @@ WARM_UP = 3
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"]):
-        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward")
+    if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"],
+                    ["backward_fp32_causal"]):
+        sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward"
+                 "|backward_fp32_causal")
     import torch
 
     torch.manual_seed(0)
@@ -65,6 +69,12 @@ def main(argv=None) -> int:
         q, k, v = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.float16)
                    for _ in range(3))
         call = lambda: flash_attention(q, k, v, causal=True)  # noqa: E731
+    elif argv == ["backward_fp32_causal"]:
+        from gpucourse.kernels.attention import flash_attention, flash_attention_backward
+
+        q, k, v, dout = (torch.randn(4, 16, 4096, 64, device="cuda") for _ in range(4))
+        out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
+        call = lambda: flash_attention_backward(q, k, v, out, lse, dout, causal=True)  # noqa: E731
     else:
         from gpucourse.kernels.attention import flash_attention, flash_attention_backward
 

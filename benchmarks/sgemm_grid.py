@@ -105,19 +105,23 @@ each a few loops of about 30 ms: under a minute and the compilations.
 **--fit-committed** (CPU only) fits the constants of the H100 and the H200 to
 the committed sgemm_shapes results (their rows of auto and level 6, and the
 plans their searches found slower as lower bounds) and writes them into the
-model's JSON: how the constants in it now were made.
+model's JSON: how the constants in it now were made. **--fit-scalar-loads**
+(CPU only) fits the H200's scalar-load shares, one a tile, to the committed
+explores (shape_model.fit_scalar_load_shares). Both writers, and those of the
+GPU runs above, live in sgemm_model_json.py.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import (RESULTS, benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
+from _common import (benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
                      write_record)
+from sgemm_model_json import (fit_committed, fit_scalar_loads, save_constants, save_rates,
+                              save_split_shares, update_entry)
 
 GPT2_TOKENS, TINY_TOKENS = 8 * 1024, 256 * 39
 GRID = {
@@ -173,8 +177,6 @@ OFF_GRID_SHAPES = CALIBRATION_SHAPES + [(1200, 900, 700), (2100, 1500, 2500), (7
 BUDGET_S = 420.0  # shapes still waiting after this long are skipped
 WRONG_ABOVE = 1e-5  # max |C - C_ref| / max |C_ref| against float64, or 4 x cuBLAS's own,
 # or 2 sqrt(K) units of float32 rounding (validate says why)
-COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
-             "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
 
 
 def grid_shapes(quick: bool = False) -> list[tuple[str, tuple]]:
@@ -626,77 +628,6 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
     return 1 if wrong or not rows else 0
 
 
-def save_split_shares(sgemm, record: dict, source: str) -> None:
-    """Write an sgemm_rates_variants record's split shares
-    (shape_model.split_shares_from_record, priced by the entry's rates) into
-    the model's JSON for its GPU, as "split_kernel", with their source."""
-    def update(entry):
-        shares = sgemm.shape_model.split_shares_from_record(record, {"name": record["gpu"], **entry})
-        entry["split_kernel"] = {"source": source, "share": {
-            key: round(value, 4) for key, value in shares.items()}}
-
-    update_entry(sgemm, record["gpu"], update)
-
-
-def save_rates(sgemm, record: dict, source: str) -> None:
-    """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
-    into the model's JSON for its GPU, with their source."""
-    def update(entry):
-        rates = sgemm.shape_model.rates_from_record(record, {"name": record["gpu"], **entry})
-        entry["rates"] = {"source": source, **{
-            name: {key: [round(v, 7) for v in values] for key, values in by_tile.items()}
-            for name, by_tile in rates.items()}}
-
-    update_entry(sgemm, record["gpu"], update)
-
-
-def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
-    """Write fitted constants for `gpu` into the model's JSON, with their source."""
-    def update(entry):
-        entry["constants"] = {name: round(value, 6) for name, value in fit["constants"].items()}
-        entry["calibrated"] = (f"{source}: {fit['rows']} timings, {fit.get('bounds', 0)} lower "
-                               f"bounds, rms log error {fit['rms_log_error']:.4f}")
-
-    update_entry(sgemm, gpu, update)
-
-
-def update_entry(sgemm, gpu: str, update) -> None:
-    """Change `gpu`'s entry of the model's JSON in place by update(entry) (a new
-    entry starts as a copy of the default GPU's), write the file, and forget
-    what the model read and planned from the old one."""
-    data = json.loads(sgemm.MODEL_PATH.read_text())
-    update(data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]])))
-    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
-    sgemm.shape_model._read_model.cache_clear()
-    sgemm.shape_model.auto_choice.cache_clear()
-
-
-def fit_committed() -> int:
-    """--fit-committed: the constants of each GPU of COMMITTED, from its committed
-    sgemm_shapes results (call_us: its 1 x 1 x 1 cuBLAS call; GPUs without
-    split-K timings keep the H100's split constants)."""
-    from gpucourse.kernels import sgemm
-
-    split_constants = ("split_call_us", "zero_us", "atomics_per_us")
-    fitted = {}
-    for gpu, name in COMMITTED.items():
-        record = json.loads((RESULTS / name).read_text())
-        rows = [r for r in sgemm.shape_model.measured_rows(record) if r[0] != (1, 1, 1)]
-        call = next(r for r in record["results"] if r["variant"] == "cublas" and r["m"] == 1)
-        entry = sgemm.gpu_entry(gpu)
-        start_from = dict(fitted.get("NVIDIA H100 80GB HBM3", entry["constants"]))
-        has_splits = any(splits > 1 for _, _, splits, _ in rows)
-        entry = {**entry, "constants": {**start_from, "call_us": call["ms"] * 1e3}}
-        bounds = sgemm.shape_model.search_bounds(record, entry)
-        fixed = ("call_us",) + (() if has_splits else split_constants)
-        fit = sgemm.calibrate(rows, entry, bounds, rounds=80, fixed=fixed)
-        fitted[gpu] = fit["constants"]
-        save_constants(sgemm, gpu, fit, f"benchmarks/results/{name} (--fit-committed)")
-        print(f"{gpu}: rms log error {fit['rms_log_error']:.4f} over {fit['rows']} timings and "
-              f"{fit['bounds']} lower bounds")
-    return 0
-
-
 def build_parser():
     """The script's command line (its options, each with a line of help)."""
     parser = benchmark_parser(__doc__)
@@ -714,6 +645,8 @@ def build_parser():
                         help="the same as --explore, at shapes off the grid")
     parser.add_argument("--padding", action="store_true",
                         help="auto at the grid's ragged shapes with its operands padded and not")
+    parser.add_argument("--fit-scalar-loads", action="store_true",
+                        help="fit the scalar-load shares to the committed explores (no GPU)")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
     return parser
@@ -723,6 +656,8 @@ def main(argv=None) -> int:
     parser = build_parser()
     if "--fit-committed" in (sys.argv[1:] if argv is None else argv):
         return fit_committed()
+    if "--fit-scalar-loads" in (sys.argv[1:] if argv is None else argv):
+        return fit_scalar_loads()
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_grid.py", "--fit-committed fits the model to the committed results without one"))
     import torch

@@ -123,16 +123,16 @@ def test_auto_pads_only_where_the_entry_allows_and_the_copy_is_cheaper():
     entry = shape_model.gpu_entry("NVIDIA H200")
     assert not shape_model.padding_on(entry)  # no "padding" block until the GPU measures it
     tile = sgemm.TileConfig(128, 128, 16, 8, 8)
-    ragged = (3001, 2999, 1009)
+    ragged = (4001, 4003, 4005)
     plain = shape_model.plan_cost(ragged, tile, 1, entry)
     assert plain["padded"] is False and plain["scalar_loads"] is True
     allowed = {**entry, "padding": {"copy_gbps": 2500.0}}
     padded = shape_model.plan_cost(ragged, tile, 1, allowed, padding=True)
-    # The scalar loads' share (0.11 of the busiest SM) is worth more than two
-    # copies of 12 MB each way: padded, cheaper by the difference.
+    # The tile's scalar-load share (0.055 of the busiest SM's 3 ms) is worth
+    # more than two copies of 64 MB each way: padded, cheaper by the difference.
     copies, copy_us = shape_model.padding_us(ragged, allowed)
     assert padded["padded"] is True and padded["scalar_loads"] is False and copies == 2
-    share = shape_model.scalar_load_share(entry)
+    share = shape_model.scalar_load_share(entry, tile)
     assert padded["gpu_us"] == pytest.approx(
         plain["gpu_us"] - plain["sm_us"] * share / (1 + share + entry["constants"]["edge_share"])
         + copy_us)

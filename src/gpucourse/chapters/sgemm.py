@@ -696,14 +696,19 @@ def explore_summary(record: dict, rates: dict | None = None) -> dict:
     return found
 
 
-def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200") -> dict | None:
-    """What the shape model's scalar-load share does, for the chapter's prose:
-    {"gpu", "share": the GPU's scalar_share as a percentage, "ragged_shapes":
-    how many of the explore's shapes have n or k not a multiple of 4,
-    "error_without", "error_with": the median |log(predicted / measured)| of
-    their timed plans, priced without and with the share}. None while no
-    explore run is committed or the GPU's entry has no share. `record`: an
-    sgemm_explore record (default the newest)."""
+def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200",
+                        grid: dict | None = None) -> dict | None:
+    """What the shape model's scalar-load shares do, for the chapter's prose:
+    {"gpu", "share": the GPU's share for every tile as a percentage,
+    "tile_low", "tile_high": its tiles' own shares, the lowest and highest,
+    as "tile (share)", "ragged_shapes": how many of the explore's shapes have
+    n or k not a multiple of 4, "error_without", "error_with": the median
+    |log(predicted / measured)| of their timed plans, priced without and with
+    the shares, "moved": how many of the grid's shapes (`grid`, default the
+    newest sgemm_grid record) auto plans differently with the tiles' own
+    shares than with the one share, "moved_shapes": those shapes}. None
+    while no explore run is committed or the GPU's entry has no share.
+    `record`: an sgemm_explore record (default the newest)."""
     from gpucourse.kernels.sgemm import shape_model
 
     record = load_explore_results() if record is None else record
@@ -715,11 +720,27 @@ def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200") ->
     if not rows:
         return None
     bare = {**entry, "scalar_loads": None}
+    one = {**entry, "scalar_loads": {"share": share}}
 
     def median_error(trial):
         return statistics.median(abs(math.log(shape_model.plan_cost(shape, config, splits, trial)
                                               ["predicted_us"] / us))
                                  for shape, config, splits, us in rows)
 
-    return {"gpu": gpu, "share": f"{share:.0%}", "ragged_shapes": str(len({r[0] for r in rows})),
-            "error_without": f"{median_error(bare):.3f}", "error_with": f"{median_error(entry):.3f}"}
+    def plan(shape, trial):
+        chosen = shape_model.choose_plan(shape, entry=trial)
+        return chosen["config"], chosen["splits"]
+
+    tiles = sorted((value, key) for key, value in
+                   ((entry["scalar_loads"].get("tile_share") or {}).items()))
+    grid = load_grid_results() if grid is None else grid
+    shapes = [(r["m"], r["n"], r["k"]) for r in (grid or {}).get("results", [])
+              if r["variant"] == "auto"]
+    moved = [shape for shape in shapes if plan(shape, one) != plan(shape, entry)]
+    said = {"gpu": gpu, "share": f"{share:.1%}", "ragged_shapes": str(len({r[0] for r in rows})),
+            "error_without": f"{median_error(bare):.3f}", "error_with": f"{median_error(entry):.3f}",
+            "moved": str(len(moved)),
+            "moved_shapes": ", ".join(" x ".join(map(str, shape)) for shape in moved) or "none"}
+    for name, (value, key) in (("tile_low", tiles[0]), ("tile_high", tiles[-1])) if tiles else ():
+        said[name] = f"{key} ({value:.1%})"
+    return said

@@ -336,7 +336,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     # Scalar loads, or the operands copied first into buffers whose rows are a
     # multiple of 4 long (``padding_us``), whichever the model finds cheaper.
     aligned_us = sm_us * (1 + c["edge_share"] * edges) * (1 + split_share)
-    scalar_us = sm_us * (1 + c["edge_share"] * edges + scalar_load_share(entry)) \
+    scalar_us = sm_us * (1 + c["edge_share"] * edges + scalar_load_share(entry, config)) \
         * (1 + split_share)
     copies, copy_us = padding_us((m, n, k), entry) if scalar and padding else (0, 0.0)
     padded = bool(scalar and padding and copy_us < scalar_us - aligned_us)
@@ -388,12 +388,16 @@ def padding_us(shape, entry: dict) -> tuple:
     return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
 
 
-def scalar_load_share(entry: dict) -> float:
+def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
     """How much longer the busiest SM works where matmul falls back to scalar
     loads (n or k not a multiple of 4) than the measured 128-bit kernel: the
-    entry's "scalar_loads"["share"] (``fit_scalar_load_share``), 0 where the
-    entry has none."""
-    return float((entry.get("scalar_loads") or {}).get("share", 0.0))
+    entry's "scalar_loads"["tile_share"][tile_key(config)] where it has one
+    for `config`'s tile, else its "share" for every tile
+    (``fit_scalar_load_shares``), 0 where the entry has neither."""
+    block = entry.get("scalar_loads") or {}
+    if config is not None and tile_key(config) in (block.get("tile_share") or {}):
+        return float(block["tile_share"][tile_key(config)])
+    return float(block.get("share", 0.0))
 
 
 def split_kernel_share(entry: dict, config: TileConfig) -> float:
@@ -509,6 +513,29 @@ def fit_scalar_load_share(rows, entry: dict, low: float = 0.0, high: float = 0.5
         else:
             low = a
     return (low + high) / 2
+
+
+def fit_scalar_load_shares(rows, entry: dict, min_shapes: int = 3) -> dict:
+    """The entry's "scalar_loads" block fitted to timings (rows as
+    ``explore_rows`` gives them): {"share": one share for every tile
+    (``fit_scalar_load_share`` over every ragged row), "tile_share": {tile
+    key: the share fitted to that tile's ragged rows alone}} for each tile
+    timed at `min_shapes` ragged shapes or more. The cost is the tile's own:
+    four scalar loads replace each 128-bit one, and what that costs depends
+    on what else the tile's threads wait for. On the H200's explores
+    (2026-11-29) 128 x 128 paid 0.06, 64 x 256 0.13, 64 x 64 (4 x 8) 0.19 and
+    64 x 64 x 8 nothing; loads per multiply-add alone do not explain them, so
+    they are measured, not derived. Raises ValueError as
+    fit_scalar_load_share does."""
+    rows = _rows(rows, "rows")
+    ragged = [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+    by_tile: dict = {}
+    for row in ragged:
+        by_tile.setdefault(tile_key(row[1]), []).append(row)
+    return {"share": fit_scalar_load_share(ragged, entry, high=0.6),
+            "tile_share": {key: fit_scalar_load_share(found, entry, high=0.6)
+                           for key, found in by_tile.items()
+                           if len({row[0] for row in found}) >= min_shapes}}
 
 
 def _splits_worth_pricing(k: int) -> list[int]:

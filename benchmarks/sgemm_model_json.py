@@ -1,0 +1,112 @@
+"""Writing the SGEMM shape model's JSON (src/gpucourse/kernels/sgemm/
+sgemm_shape_model.json) from benchmark records: what benchmarks/sgemm_grid.py
+measured (its rates, split shares, fitted constants and padding block) and
+what it fits without a GPU from committed results:
+
+    python3 benchmarks/sgemm_grid.py --fit-committed     # the constants
+    python3 benchmarks/sgemm_grid.py --fit-scalar-loads  # the scalar-load shares
+
+Each writer changes one GPU's entry in place and records where its numbers
+came from, so that every number in the JSON names its source.
+"""
+
+from __future__ import annotations
+
+import json
+
+from _common import RESULTS
+
+# The records each fit reads: the explores (--fit-scalar-loads) and each GPU's
+# sgemm_shapes run (--fit-committed).
+SCALAR_EXPLORES = ("sgemm_explore-h200-2026-11-29.json",
+                   "sgemm_explore_off_grid-h200-2026-11-29.json")
+COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
+             "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
+
+
+def save_split_shares(sgemm, record: dict, source: str) -> None:
+    """Write an sgemm_rates_variants record's split shares
+    (shape_model.split_shares_from_record, priced by the entry's rates) into
+    the model's JSON for its GPU, as "split_kernel", with their source."""
+    def update(entry):
+        shares = sgemm.shape_model.split_shares_from_record(record, {"name": record["gpu"], **entry})
+        entry["split_kernel"] = {"source": source, "share": {
+            key: round(value, 4) for key, value in shares.items()}}
+
+    update_entry(sgemm, record["gpu"], update)
+
+
+def save_rates(sgemm, record: dict, source: str) -> None:
+    """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
+    into the model's JSON for its GPU, with their source."""
+    def update(entry):
+        rates = sgemm.shape_model.rates_from_record(record, {"name": record["gpu"], **entry})
+        entry["rates"] = {"source": source, **{
+            name: {key: [round(v, 7) for v in values] for key, values in by_tile.items()}
+            for name, by_tile in rates.items()}}
+
+    update_entry(sgemm, record["gpu"], update)
+
+
+def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
+    """Write fitted constants for `gpu` into the model's JSON, with their source."""
+    def update(entry):
+        entry["constants"] = {name: round(value, 6) for name, value in fit["constants"].items()}
+        entry["calibrated"] = (f"{source}: {fit['rows']} timings, {fit.get('bounds', 0)} lower "
+                               f"bounds, rms log error {fit['rms_log_error']:.4f}")
+
+    update_entry(sgemm, gpu, update)
+
+
+def update_entry(sgemm, gpu: str, update) -> None:
+    """Change `gpu`'s entry of the model's JSON in place by update(entry) (a new
+    entry starts as a copy of the default GPU's), write the file, and forget
+    what the model read and planned from the old one."""
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    update(data["gpus"].setdefault(gpu, dict(data["gpus"][data["default"]])))
+    sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    sgemm.shape_model._read_model.cache_clear()
+    sgemm.shape_model.auto_choice.cache_clear()
+
+
+def fit_committed() -> int:
+    """--fit-committed: the constants of each GPU of COMMITTED, from its committed
+    sgemm_shapes results (call_us: its 1 x 1 x 1 cuBLAS call; GPUs without
+    split-K timings keep the H100's split constants)."""
+    from gpucourse.kernels import sgemm
+
+    split_constants = ("split_call_us", "zero_us", "atomics_per_us")
+    fitted = {}
+    for gpu, name in COMMITTED.items():
+        record = json.loads((RESULTS / name).read_text())
+        rows = [r for r in sgemm.shape_model.measured_rows(record) if r[0] != (1, 1, 1)]
+        call = next(r for r in record["results"] if r["variant"] == "cublas" and r["m"] == 1)
+        entry = sgemm.gpu_entry(gpu)
+        start_from = dict(fitted.get("NVIDIA H100 80GB HBM3", entry["constants"]))
+        has_splits = any(splits > 1 for _, _, splits, _ in rows)
+        entry = {**entry, "constants": {**start_from, "call_us": call["ms"] * 1e3}}
+        bounds = sgemm.shape_model.search_bounds(record, entry)
+        fixed = ("call_us",) + (() if has_splits else split_constants)
+        fit = sgemm.calibrate(rows, entry, bounds, rounds=80, fixed=fixed)
+        fitted[gpu] = fit["constants"]
+        save_constants(sgemm, gpu, fit, f"benchmarks/results/{name} (--fit-committed)")
+        print(f"{gpu}: rms log error {fit['rms_log_error']:.4f} over {fit['rows']} timings and "
+              f"{fit['bounds']} lower bounds")
+    return 0
+
+
+def fit_scalar_loads() -> int:
+    """--fit-scalar-loads: the H200's scalar-load shares (shape_model.
+    fit_scalar_load_shares) from the committed explores, into the model's JSON."""
+    from gpucourse.kernels import sgemm
+
+    rows = [row for name in SCALAR_EXPLORES for row in sgemm.shape_model.explore_rows(
+        json.loads((RESULTS / name).read_text()))]
+    fit = sgemm.shape_model.fit_scalar_load_shares(rows, sgemm.gpu_entry("NVIDIA H200"))
+    update_entry(sgemm, "NVIDIA H200", lambda entry: entry.update(scalar_loads={
+        "source": " and ".join(f"benchmarks/results/{name}" for name in SCALAR_EXPLORES)
+        + " (--fit-scalar-loads)", "share": round(fit["share"], 4),
+        "tile_share": {key: round(value, 4) for key, value in fit["tile_share"].items()}}))
+    print(f"scalar-load share {fit['share']:.3f}; by tile " + ", ".join(
+        f"{key} {value:.3f}" for key, value in fit["tile_share"].items()))
+    return 0
