@@ -25,24 +25,20 @@ to dQ itself (float32, zeroed first) by atomic additions.
   small parts as they are read.
 * A piece's sums start from zero at each walked tile (the tensor cores
   truncate long chains of sums) and go to dQ by atomic additions, one per
-  element of dQ for each block of keys.
+  element of dQ for each block of keys, four neighbours at a time
+  (``half_backward_atomic.add_four``: one reduction of 16 bytes, where
+  scalar ones left the quad's lanes 32 bytes apart, each using 4 bytes of
+  its L2 sector: Nsight Compute, results/backward_fp32_ncu-h200-2026-11-29).
 
 The result's last bits depend on the order the blocks arrive in.
 """
 
 from __future__ import annotations
 
-from gpucourse.device import cuda, on_gpu
+import gpucourse.device  # noqa: F401 (chooses Numba's target before numba is imported)
 from numba import float32  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import load_float4_flat
-
-
-@cuda.jit(device=True, **({"inline": True} if on_gpu() else {}))
-def add_atomically(array, index, value):
-    """array[index] += value, atomically (a device function of its own on the
-    simulator too, where the kernels' plain-Python helpers cannot reach
-    cuda.atomic)."""
-    cuda.atomic.add(array, index, value)
+from gpucourse.kernels.attention.half_backward_atomic import add_four
 
 
 def atomic_dq_pieces(config) -> int:
@@ -120,12 +116,16 @@ def make_atomic_dq(config, device, split4, four_products, atomic_dq: bool):
                 four_products(big, small, x, xs, y, ys, part)
             # Output tile i holds columns 32 grp + 4m + i: the lane's are 8t + i
             # (sums 4i, 4i + 2 for rows g, g + 8) and 8t + i + 4 (4i + 1, 4i + 3).
+            # Each four of the lane's columns are neighbours in dQ's row, so
+            # they go in one vector reduction (16 bytes aligned: D and 8t are
+            # multiples of 4), and the quad's four lanes cover 128 bytes.
             for h in range(2):
                 query = q_start + rows + g + 8 * h
                 if query < seq:
                     out = (row_base + query) * D + 32 * grp + 8 * t
-                    for i in range(4):
-                        add_atomically(dq, out + i, part[4 * i + 2 * h] * scale)
-                        add_atomically(dq, out + i + 4, part[4 * i + 2 * h + 1] * scale)
+                    add_four(dq, out, part[2 * h] * scale, part[4 + 2 * h] * scale,
+                             part[8 + 2 * h] * scale, part[12 + 2 * h] * scale)
+                    add_four(dq, out + 4, part[1 + 2 * h] * scale, part[5 + 2 * h] * scale,
+                             part[9 + 2 * h] * scale, part[13 + 2 * h] * scale)
 
     return store_ds, add_dq
