@@ -16,10 +16,13 @@
    version 6 instead at head dim 64 on GPUs with tensor cores,
    backward.TF32_DEFAULT_HEAD_DIMS, timed as flash_bwd_v6), the others as
    flash_bwd_v<n> (those that passed the validation: a version that failed it
-   is not timed), and three variants of version 6 (V6_VARIANTS): its small
+   is not timed), and variants of version 6 (V6_VARIANTS): its small
    parts rounded to TF32 too, tf32_rounded_bwd; its walked tiles split
-   once a block, tf32_split_bwd; and, at head dim 64, dQ added atomically by
-   dK and dV's kernel, tf32_atomic_bwd; and version 4 through Numba's own launches,
+   once a block, tf32_split_bwd; at head dim 64, dQ added atomically by
+   dK and dV's kernel, tf32_atomic_bwd; at head dim 128, dK and dV in two
+   kernels of one sum each (split_sums, 32-row tiles), with dQ's own kernel,
+   tf32_split_sums_bwd, and with dQ added atomically by the dK kernel,
+   tf32_split_sums_atomic_bwd; and version 4 through Numba's own launches,
    QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
    --versions picks the versions besides the default) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
@@ -52,7 +55,11 @@ TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal 
 ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
 SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (split_walked)
 ATOMIC = "tf32_atomic"  # version 6 in one kernel, dQ added atomically (head dim 64 alone)
-V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC)
+SPLIT_SUMS = "tf32_split_sums"  # dK and dV in two kernels, one sum each (head dim 128 alone)
+SPLIT_SUMS_ATOMIC = "tf32_split_sums_atomic"  # the same, dQ added atomically by dK's kernel
+V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC)
+# The variants timed at one head dim alone (the others at all that version 6 takes)
+ONE_HEAD_DIM = {ATOMIC: 64, SPLIT_SUMS: 128, SPLIT_SUMS_ATOMIC: 128}
 
 
 def autograd64(q, k, v, dout, causal):
@@ -76,7 +83,7 @@ def validate(versions=FLOAT32_VERSIONS):
         want = autograd64(q, k, v, dout, causal)
         for version in versions + extra:
             if version in (6,) + V6_VARIANTS and d not in TF32_BACKWARD_HEAD_DIMS \
-                    or version == ATOMIC and d != 64:
+                    or ONE_HEAD_DIM.get(version, d) != d:
                 continue
             try:  # a version that fails here is recorded, and not timed
                 ours = (long_way_v4(q, k, v, out, lse, dout, causal) if version == "long" else
@@ -165,7 +172,10 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
     block instead of once a warp; in dK and dV's kernel at head dim 64 and
     below alone: at 128 it spills there); ATOMIC, dQ added atomically by dK
     and dV's kernel (tf32_backward_atomic; its pieces of 16 queries x 32
-    columns divide among the 4 warps at head dim 64's 32-query tiles alone)."""
+    columns divide among the 4 warps at head dim 64's 32-query tiles alone);
+    SPLIT_SUMS and SPLIT_SUMS_ATOMIC, dK and dV in two kernels
+    (backward_configs(head_dim, split_sums=True)), dQ in its own kernel or
+    added atomically by the dK kernel."""
     from dataclasses import replace
 
     from gpucourse.kernels.attention.tf32_backward import (backward_configs,
@@ -173,6 +183,10 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
 
     if name == ATOMIC:
         return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal, atomic_dq=True)
+    if name in (SPLIT_SUMS, SPLIT_SUMS_ATOMIC):
+        return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                       configs=backward_configs(q.shape[3], split_sums=True),
+                                       atomic_dq=name == SPLIT_SUMS_ATOMIC)
     dkdv, dq = backward_configs(q.shape[3])
     if name == ROUNDED:
         configs = (replace(dkdv, round_small=True), replace(dq, round_small=True))
@@ -200,7 +214,7 @@ def timing(versions=FLOAT32_VERSIONS, invalid=()):
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
         for name in V6_VARIANTS if 6 in versions else ():
-            if name not in invalid and not (name == ATOMIC and d != 64):
+            if name not in invalid and ONE_HEAD_DIM.get(name, d) == d:
                 calls[f"{name}_bwd"] = (lambda n=name: v6_variant(n, q, k, v, out, lse, dout,
                                                                   causal))
         # Version 4 through Numba's own launches (QUICK_TORCH_PATH off): the

@@ -7,7 +7,7 @@ H100, whose products run on the tensor cores in 3xTF32. This module is
 one kernel or two) with float32 operands split into a big TF32 part and a
 small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
 b_big + a_big b_small + a_big b_big, as the forward (``attention.tensor_cores``)
-computes its two (``make_3xtf32`` says how the parts are made):
+computes its two (``tf32_fragments.make_3xtf32`` says how the parts are made):
 
 * a pre-pass, ``D_i = sum_c dO_ic O_ic`` in float32 (``backward``'s
   ``_row_dot_kernel``, one thread per row);
@@ -39,6 +39,17 @@ Three choices make the fragments cheap, the first two the forward's:
   eight chunks to eight different groups of four banks (``bank_groups``
   lists them; tests/test_attention_backward_tf32.py checks it).
 
+**dK and dV apart** (``split_sums``, a prototype for head dim 128, not a
+default). The one kernel holds both sums, 64 floats a lane each at head dim
+128, and fits 8-row query tiles alone: about 11 SASS instructions a HMMA in
+its walk, most of them splitting the block's own K or V again for each
+narrow tile. With split_sums ``make_dkdv_kernel`` is built twice: a dV kernel
+(S^T, P^T, dV += P^T dO) and a dK kernel (S^T, dP^T, dS^T, dK += dS^T Q, and
+dQ's share with atomic dQ), one sum each, so that 8 warps walk 32-row tiles
+(about 6.5 instructions a HMMA) for S^T computed twice: five products a pair
+of tiles instead of four, and with dQ added by the dK kernel six for the
+whole backward instead of seven.
+
 **Long sums.** The tensor cores truncate the sums they make, so one chain of
 mma sums along a whole walk drifts (``tf32_fast`` measured 25x cuBLAS fp32's
 error for a chain of 1,536 at 4096^3). So each tile's share of dK, dV and dQ
@@ -58,32 +69,28 @@ instruction: no warp skips a tile). Timed on an H200: benchmarks/NOTES.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
 from numba import float32, int32, int64, uint16  # noqa: E402 (after gpucourse.device)
-from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4_flat
+from gpucourse.kernels._vector_load import SHARED_ALIGNMENT
 from gpucourse.kernels.attention.backward import _row_dot_kernel
 from gpucourse.kernels.attention.half import WarpTiles
 from gpucourse.kernels.attention.half_backward import query_stat
 from gpucourse.kernels.attention.limits import DYNAMIC_SHARED_LIMIT_BYTES, block_place, unsigned
 from gpucourse.kernels.attention.tf32_backward_atomic import atomic_dq_floats, make_atomic_dq
+from gpucourse.kernels.attention.tf32_fragments import (device, lane_reads, make_3xtf32,
+                                                        make_four_products, make_tile_functions)
 from gpucourse.kernels.tensor_cores.fragments import WARP
-from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
-                                                      tf32_big_part)
+from gpucourse.kernels.tensor_cores.intrinsics import cvt_rna_tf32, tf32_big_part
 from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, cp_async_wait,
                                                  global_address_flat, shared_address)
 
 TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 FLOAT_BYTES = 4
-# The kernels' helpers: inlined device functions on a GPU; plain Python
-# functions on the simulator, which otherwise swaps the module's globals and
-# takes three locks on every call of a device function (a sixth of a test's
-# run here, most of it in the calls of the innermost helpers).
-device = cuda.jit(device=True, inline=True) if on_gpu() else (lambda function: function)
 
 
 @dataclass(frozen=True)
@@ -94,13 +101,16 @@ class Tf32BackwardConfig(WarpTiles):
     too (make_3xtf32 says what it costs and gains); `split_walked`: split the
     walked tiles into big and small parts once, when they arrive in shared
     memory, for all the warps (``make_tile_functions`` says why), instead of
-    in each warp as it reads them."""
+    in each warp as it reads them; `split_sums` (dK and dV's tiles alone):
+    dK and dV in two kernels, each holding one sum (make_dkdv_kernel's sums),
+    so that wider query tiles fit the registers, for S^T computed twice."""
 
     head_dim: int
     warps: int = 4
     block_cols: int = 32
     round_small: bool = False
     split_walked: bool = False
+    split_sums: bool = False
 
     def shared_bytes(self, stats: bool = False) -> int:
         """The block's two own tiles, two stages of the two walked ones and,
@@ -118,7 +128,7 @@ class Tf32BackwardConfig(WarpTiles):
 
 def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
     """Refuse tiles the kernels cannot run (ValueError naming what is accepted)."""
-    for name in ("round_small", "split_walked"):
+    for name in ("round_small", "split_walked", "split_sums"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"{name} must be True or False, got {getattr(config, name)!r}")
     d = config.head_dim
@@ -144,22 +154,31 @@ def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig
     return config
 
 
-def backward_configs(head_dim: int) -> tuple[Tf32BackwardConfig, Tf32BackwardConfig]:
+def backward_configs(head_dim: int, split_sums: bool = False
+                     ) -> tuple[Tf32BackwardConfig, Tf32BackwardConfig]:
     """(dK and dV's tiles, dQ's tiles). On a GPU, 4 warps, and walked tiles as
     wide as the registers allow without spilling (ptxas for sm_90): dK and dV's
     kernel holds both sums (head_dim registers) besides a tile's scores, so
     32-row tiles at head dim 64 (235 registers: two blocks a multiprocessor)
     and 8-row ones at 128 (255; 16-row ones spilled); dQ's, one sum, 32 at 64
     (133) and 16 at 128 (171; 32 would need 128 KiB of shared memory, one
-    block a multiprocessor). Not yet timed. Small tiles on the simulator."""
+    block a multiprocessor). Not yet timed. Small tiles on the simulator.
+
+    With split_sums (dK and dV in two kernels, one sum each), dK and dV's
+    tiles at head dim 128 are 8 warps walking 32-row tiles: 169-173 registers
+    in both kernels, causal or not; 4 warps with 32-row tiles would need
+    129 KiB of shared memory in dK's kernel (its K and V, two stages of Q and
+    dO), one block of 4 warps a multiprocessor, where 8 warps share one
+    block's 192 KiB (209 with atomic dQ's dS)."""
     if not on_gpu():
         small = Tf32BackwardConfig(head_dim, warps=1, block_cols=8)
-        return small, small
+        return replace(small, split_sums=split_sums), small
+    dq = Tf32BackwardConfig(head_dim, warps=4, block_cols=32 if head_dim <= 64 else 16)
     if head_dim <= 64:
-        config = Tf32BackwardConfig(head_dim, warps=4, block_cols=32)
-        return config, config
-    return (Tf32BackwardConfig(head_dim, warps=4, block_cols=8),
-            Tf32BackwardConfig(head_dim, warps=4, block_cols=16))
+        return replace(dq, split_sums=split_sums), dq
+    if split_sums:
+        return Tf32BackwardConfig(head_dim, warps=8, block_cols=32, split_sums=True), dq
+    return Tf32BackwardConfig(head_dim, warps=4, block_cols=8), dq
 
 
 def bank_groups(head_dim: int) -> tuple[np.ndarray, np.ndarray]:
@@ -221,176 +240,6 @@ def make_copies(config: Tf32BackwardConfig, rows: int):
     return copy
 
 
-# ---------------------------------------------------------------------------
-# 3xTF32 on fragments
-
-
-@lru_cache(maxsize=None)
-def make_3xtf32(round_small: bool):
-    """(split4, mma3) for fragments: ``split4`` four values as (big parts,
-    small parts); ``mma3(a_big, a_small, b0_big, b1_big, b0_small, b1_small,
-    c)``, c + A B in 3xTF32 from split parts, the small products first and
-    the big one last. Every big part is rounded to TF32 on its bits
-    (``tf32_big_part``: an add and a mask, where cvt.rna.tf32.f32 takes four
-    instructions on sm_90; the same for finite values and infinities, and a
-    NaN's small part is NaN). The small part x - big is exact in fp32; with
-    round_small it is rounded too, else the tensor cores read its top 19
-    bits: its error is then at most 2^-21 of x instead of 2^-22, for one
-    rounding a split instead of two (CUTLASS's fast fp32 mode, which rounds
-    its small parts toward zero, leaves them to the tensor cores in the same
-    way; the ISA calls what they do with the low 13 bits
-    implementation-defined: the simulator's stand-in reads the top 19 bits,
-    what the hardware is taken to do)."""
-
-    @device
-    def split(x):
-        big = tf32_big_part(x)
-        small = x - big
-        return big, (cvt_rna_tf32(small) if round_small else small)
-
-    @device
-    def split4(a0, a1, a2, a3):
-        h0, l0 = split(a0)
-        h1, l1 = split(a1)
-        h2, l2 = split(a2)
-        h3, l3 = split(a3)
-        return (h0, h1, h2, h3), (l0, l1, l2, l3)
-
-    @device
-    def mma3(a_big, a_small, b0_big, b1_big, b0_small, b1_small, c):
-        d = mma_m16n8k8_tf32(a_small[0], a_small[1], a_small[2], a_small[3], b0_big, b1_big,
-                             c[0], c[1], c[2], c[3])
-        d = mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_small, b1_small,
-                             d[0], d[1], d[2], d[3])
-        return mma_m16n8k8_tf32(a_big[0], a_big[1], a_big[2], a_big[3], b0_big, b1_big,
-                                d[0], d[1], d[2], d[3])
-
-    return split4, mma3
-
-
-@lru_cache(maxsize=None)
-def make_four_products(round_small: bool):
-    """four_products(a_big, a_small, x, xs, y, ys, part): part[4i:4i + 4] +=
-    A B_i for i = 0..3, A one split A fragment, B_i the B fragment of rows x[i]
-    (fragment row t) and y[i] (t + 4), big parts x, y and small xs, ys: four
-    output tiles of one 8-deep step, in 3xTF32."""
-    _, mma3 = make_3xtf32(round_small)
-
-    @device
-    def four_products(a_big, a_small, x, xs, y, ys, part):
-        for i in range(4):  # each selected by constants, not indexed (no local memory)
-            xi = x[0] if i == 0 else (x[1] if i == 1 else (x[2] if i == 2 else x[3]))
-            yi = y[0] if i == 0 else (y[1] if i == 1 else (y[2] if i == 2 else y[3]))
-            xl = xs[0] if i == 0 else (xs[1] if i == 1 else (xs[2] if i == 2 else xs[3]))
-            yl = ys[0] if i == 0 else (ys[1] if i == 1 else (ys[2] if i == 2 else ys[3]))
-            d = mma3(a_big, a_small, xi, yi, xl, yl,
-                     (part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]))
-            for e in range(4):
-                part[4 * i + e] = d[e]
-
-    return four_products
-
-
-def make_tile_functions(config: Tf32BackwardConfig):
-    """The device functions both kernels are built from, for one head dim:
-    ``scores``, a warp's 16 x block_cols tile of A B^T (both row-major in shared
-    memory, A the warp's own rows); ``split_c``, a C-fragment tile split into
-    A fragments; ``add_product``, sums += (a tile of A fragments) B with B
-    row-major (the walked rows, by pairs), a tile's share summed from zero and
-    added in float32."""
-    D = config.head_dim
-    pairs, groups, tiles = D // 16, D // 32, config.block_cols // 8
-    split4, mma3 = make_3xtf32(config.round_small)
-    four_products = make_four_products(config.round_small)
-    split_walked = config.split_walked
-
-    @device
-    def walked4(smemf, at, small_shift):
-        """Four values of a walked tile at float `at`, as (big parts, small
-        parts): split here, or, with split_walked, read, the big parts where
-        the values were and the small ones `small_shift` floats on (every
-        warp reads every walked value: split once for the block, each is
-        split once instead of once a warp)."""
-        x0, x1, x2, x3 = load_float4_flat(smemf, at)
-        if split_walked:
-            y0, y1, y2, y3 = load_float4_flat(smemf, at + small_shift)
-            return (x0, x1, x2, x3), (y0, y1, y2, y3)
-        return split4(x0, x1, x2, x3)
-
-    @device
-    def scores(smemf, own, walked, even, odd, s, small_shift):
-        """s = the warp's rows times the walked tile's rows (C fragments, tile n
-        in s[4n:4n + 4]); own and walked: where the warp's 16 rows and the
-        walked tile start, in floats; even and odd: the lane's reads of its row
-        g for even and odd c (the swizzle's chunk bit); small_shift: see
-        walked4."""
-        for i in range(tiles * 4):
-            s[i] = float32(0.0)
-        for c in range(pairs):
-            lane = (even if c % 2 == 0 else odd) + unsigned(16 * c)
-            at = own + lane
-            x0, x1, x2, x3 = load_float4_flat(smemf, at)  # row g
-            y0, y1, y2, y3 = load_float4_flat(smemf, at + unsigned(8 * D))  # row g + 8
-            first_big, first_small = split4(x0, y0, x1, y1)  # dims 16c + 4t, + 1
-            second_big, second_small = split4(x2, y2, x3, y3)  # 16c + 4t + 2, + 3
-            for n in range(tiles):
-                b, bs = walked4(smemf, walked + lane + unsigned(8 * n * D), small_shift)
-                d = mma3(first_big, first_small, b[0], b[1], bs[0], bs[1],
-                         (s[4 * n], s[4 * n + 1], s[4 * n + 2], s[4 * n + 3]))
-                d = mma3(second_big, second_small, b[2], b[3], bs[2], bs[3], d)
-                for e in range(4):
-                    s[4 * n + e] = d[e]
-
-    @device
-    def split_c(s, big, small):
-        """C-fragment tiles (columns 2t, 2t + 1 of rows g, g + 8) as the A
-        fragments of the product along those columns: the lane's column 2t is
-        the fragment's column t, 2t + 1 its t + 4."""
-        for n in range(tiles):
-            b, l = split4(s[4 * n], s[4 * n + 2], s[4 * n + 1], s[4 * n + 3])
-            for e in range(4):
-                big[4 * n + e] = b[e]
-                small[4 * n + e] = l[e]
-
-    @device
-    def add_product(smemf, big, small, walked, pair_even, pair_odd, sums, part, small_shift):
-        """sums += A B, A the split tiles (big, small), B the walked tile's
-        rows (row 2t for the fragment's row t, 2t + 1 for t + 4), the tile at
-        float `walked`. Output tile 4 grp + i holds columns 32 grp + 4n + i;
-        pair_*: the lane's reads of rows 2t and 2t + 1, columns 4g on. A
-        group's four output tiles are summed from zero over the walked tile in
-        `part`, then added to sums. small_shift: see walked4."""
-        for grp in range(groups):
-            for i in range(16):
-                part[i] = float32(0.0)
-            for n in range(tiles):
-                at = walked + unsigned(8 * n * D + 32 * grp)
-                x, xs = walked4(smemf, at + pair_even, small_shift)  # row 2t
-                y, ys = walked4(smemf, at + pair_odd, small_shift)  # row 2t + 1
-                a_big = (big[4 * n], big[4 * n + 1], big[4 * n + 2], big[4 * n + 3])
-                a_small = (small[4 * n], small[4 * n + 1], small[4 * n + 2], small[4 * n + 3])
-                four_products(a_big, a_small, x, xs, y, ys, part)
-            for i in range(16):  # the tile's share, added with rounding float32 adds
-                sums[16 * grp + i] += part[i]
-
-    return scores, split_c, add_product
-
-
-@device
-def lane_reads(g, t, head_dim):
-    """(rows-g reads for even c, for odd c, pairs reads of row 2t, of 2t + 1):
-    the lane's offsets in floats in a tile (module notes: chunk 4c + t of row
-    g is stored at 4 (c ^ (h >> 2)) + (t ^ (h & 3)), h = h(g); chunk 8 grp + g of
-    row 2t at 8 grp + (g ^ h(2t)))."""
-    h = (2 * ((g // 2) % 4)) ^ (4 * (g % 2))
-    lane = g * head_dim + 4 * (t ^ (h % 4))
-    shift = 16 * (h // 4)  # c ^ 1 moves the chunk by +-4, 16 floats
-    even, odd = lane + shift, lane - shift
-    pair_even = 2 * t * head_dim + 4 * (g ^ (2 * t))
-    pair_odd = (2 * t + 1) * head_dim + 4 * (g ^ (2 * t) ^ 4)
-    return unsigned(even), unsigned(odd), unsigned(pair_even), unsigned(pair_odd)
-
-
 @device
 def store_rows(out, base, sums, scale, head_dim):
     """Rows g (h = 0) and g + 8 (h = 1) of a warp's output, from sums in the
@@ -440,14 +289,22 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool):
 
 
 @lru_cache(maxsize=None)
-def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False):
+def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
+                     sums: str = "dkdv"):
     """kernel(q, k, v, dout, lse, delta, dk, dv, dq, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
     of config.block_cols; with atomic_dq, each tile's share of dQ added to dq
     too (zeroed first; ``tf32_backward_atomic``), else dq is not touched; q,
     k, v, dout as uint16 views of their float32 bits (the copies move bits),
-    the rest float32, all flat."""
+    the rest float32, all flat. sums: "dkdv" both sums; "dk" or "dv" one of
+    them (config.split_sums: two kernels), the other gradient not touched.
+    The dV kernel computes S^T and P^T, then dV += P^T dO; the dK kernel all
+    but dV's product (and dQ's share, with atomic_dq)."""
     check_tf32_backward_config(config)
+    if sums not in ("dkdv", "dk", "dv") or atomic_dq and sums == "dv":
+        raise ValueError(f"sums must be 'dkdv', 'dk' or 'dv' (atomic dQ needs dS: not 'dv'), "
+                         f"got {sums!r} with atomic_dq={atomic_dq}")
+    with_dk, with_dv = sums != "dv", sums != "dk"
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     tiles, sums_size = BQ // 8, D // 2
     fragments = 4 * tiles  # a lane's values of a 16 x BQ tile
@@ -515,8 +372,9 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
             shift = split_stage(smemf, q_at, thread)  # from a walked value to its small part
             # S^T = K Q^T and dP^T = V dO^T: the warp's 16 keys x BQ queries.
             scores(smemf, own, q_at, even, odd, s, shift)
-            scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd, dp,
-                   shift)
+            if with_dk:
+                scores(smemf, own + unsigned(BK * D), q_at + unsigned(tile_floats), even, odd,
+                       dp, shift)
             # P^T and dS^T: element e of tile n is key warp*16 + g + 8 (e // 2),
             # query q_start + 8n + 2t + e % 2.
             for n in range(tiles):
@@ -530,7 +388,8 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
                         at = stats_base + stat + query - q_start  # (L, D: 0 past seq)
                         power = s[4 * n + e] * scale2 - smemf[at]
                         p = math.exp2(power if kept or not branch_free else float32(-1e30))
-                        ds = p * (dp[4 * n + e] - smemf[at + BQ])
+                        if with_dk:
+                            ds = p * (dp[4 * n + e] - smemf[at + BQ])
                     s[4 * n + e] = p
                     dp[4 * n + e] = ds
             if atomic_dq:
@@ -541,11 +400,13 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
                 following = query_stat(lse, delta, row_base, (qi + 1) * BQ + stat_query, seq,
                                        thread < BQ)
             # dV += P^T dO and dK += dS^T Q.
-            split_c(s, big, small)
-            add_product(smemf, big, small, q_at + unsigned(tile_floats), pair_even, pair_odd,
-                        dv_sums, part, shift)
-            split_c(dp, big, small)
-            add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part, shift)
+            if with_dv:
+                split_c(s, big, small)
+                add_product(smemf, big, small, q_at + unsigned(tile_floats), pair_even,
+                            pair_odd, dv_sums, part, shift)
+            if with_dk:
+                split_c(dp, big, small)
+                add_product(smemf, big, small, q_at, pair_even, pair_odd, dk_sums, part, shift)
             if atomic_dq:  # every warp's dS stored: the tile's dQ over the block's keys
                 cuda.syncthreads()
                 add_dq(smemf, ds_base, part, dq, row_base, q_start, seq, warp, g, t, pair_even,
@@ -558,8 +419,10 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
         for h in range(2):
             key = k_start + warp * 16 + g + 8 * h
             base[h] = (bh * key_seq + key) * D if key < key_seq else -1
-        store_rows(dk, base, dk_sums, scale, D)
-        store_rows(dv, base, dv_sums, float32(1.0), D)
+        if with_dk:
+            store_rows(dk, base, dk_sums, scale, D)
+        if with_dv:
+            store_rows(dv, base, dv_sums, float32(1.0), D)
 
     return kernel
 
@@ -676,30 +539,34 @@ def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     CUDA tensors on a GPU, numpy arrays or CPU torch tensors on the simulator;
     unchecked (flash_attention_backward checks). configs: (dK and dV's tiles,
     dQ's tiles), default backward_configs(head_dim). atomic_dq: dQ added by dK
-    and dV's kernel (``tf32_backward_atomic``; dQ's tiles unused). Gradients
-    in the inputs' kind."""
+    and dV's kernel (``tf32_backward_atomic``; dQ's tiles unused), or by the
+    dK kernel where dK and dV's tiles have split_sums. Gradients in the
+    inputs' kind."""
     batch, heads, seq, d = q.shape
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
     dkdv_config, dq_config = configs if configs is not None else backward_configs(d)
-    kernels = (make_dkdv_kernel(dkdv_config, causal, atomic_dq),
-               None if atomic_dq else make_dq_kernel(dq_config, causal))
+    # (kernel, its tiles, whether it owns keys, whether it adds dQ atomically)
+    if dkdv_config.split_sums:
+        kernels = [(make_dkdv_kernel(dkdv_config, causal, False, "dv"), dkdv_config, True, False),
+                   (make_dkdv_kernel(dkdv_config, causal, atomic_dq, "dk"), dkdv_config, True,
+                    atomic_dq)]
+    else:
+        kernels = [(make_dkdv_kernel(dkdv_config, causal, atomic_dq), dkdv_config, True,
+                    atomic_dq)]
+    if not atomic_dq:
+        kernels.append((make_dq_kernel(dq_config, causal), dq_config, False, False))
     sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
-    if hasattr(q, "is_cuda") and q.is_cuda:
-        return _launch_on_gpu((dkdv_config, dq_config), kernels, (q, k, v, out, lse, dout),
-                              sizes)
-    return _launch_on_simulator((dkdv_config, dq_config), kernels, (q, k, v, out, lse, dout),
-                                sizes)
+    launch = _launch_on_gpu if hasattr(q, "is_cuda") and q.is_cuda else _launch_on_simulator
+    return launch(kernels, atomic_dq, (q, k, v, out, lse, dout), sizes)
 
 
-def _launch_on_simulator(configs, kernels, tensors, sizes):
-    """The three launches on numpy arrays (CPU torch tensors are viewed as
-    numpy and their gradients returned as torch tensors)."""
+def _launch_on_simulator(kernels, atomic_dq, tensors, sizes):
+    """The launches on numpy arrays (CPU torch tensors are viewed as numpy and
+    their gradients returned as torch tensors)."""
     from gpucourse.kernels.tensor_cores.intrinsics import forget_earlier_calls
     from gpucourse.kernels.tensor_cores.moves import forget_earlier_moves
 
-    dkdv_config, dq_config = configs
-    dkdv, dq_kernel = kernels
     torch_in = not isinstance(tensors[0], np.ndarray)
     q, k, v, out, lse, dout = (np.ascontiguousarray(x.numpy() if torch_in else x,
                                                     dtype=np.float32) for x in tensors)
@@ -713,15 +580,12 @@ def _launch_on_simulator(configs, kernels, tensors, sizes):
     bits = [x.reshape(-1).view(np.uint16) for x in (q, k, v, dout)]
     scalars = (np.int32(sizes[0]), np.int32(sizes[1]), np.int32(sizes[2]),
                np.float32(sizes[3]), np.float32(sizes[4]))
-    for kernel, config, grid_rows, stats, grads in (
-            (dkdv, dkdv_config, key_seq, True, (dk, dv, delta if dq_kernel else dq)),
-            (dq_kernel, dq_config, seq, False, (dq,))):
-        if kernel is None:  # dQ came by atomic additions
-            continue
+    for kernel, config, keys, adds_dq in kernels:
         forget_earlier_moves()
         forget_earlier_calls()
-        kernel[config.grid(batch, heads, grid_rows), config.threads, 0,
-               _shared_bytes(config, stats, dq_kernel is None)](
+        grads = (dk, dv, dq if atomic_dq else delta) if keys else (dq,)
+        kernel[config.grid(batch, heads, key_seq if keys else seq), config.threads, 0,
+               _shared_bytes(config, keys, adds_dq)](
             *bits, lse.reshape(-1), delta, *(x.reshape(-1) for x in grads), *scalars)
     if torch_in:
         import torch
@@ -730,8 +594,8 @@ def _launch_on_simulator(configs, kernels, tensors, sizes):
     return dq, dk, dv
 
 
-def _launch_on_gpu(configs, kernels, tensors, sizes):
-    """The three launches on CUDA torch tensors, straight to cuda.core."""
+def _launch_on_gpu(kernels, atomic_dq, tensors, sizes):
+    """The launches on CUDA torch tensors, straight to cuda.core."""
     import ctypes
 
     import torch
@@ -739,15 +603,13 @@ def _launch_on_gpu(configs, kernels, tensors, sizes):
     from gpucourse.kernels.launch import (compiled_launchable, core_launch, current_gpu,
                                           flat_argument, launch_config)
 
-    dkdv_config, dq_config = configs
-    dkdv, dq_kernel = kernels
     q, k, v, out, lse, dout = tensors
     batch, heads, seq, d = q.shape
     key_seq, rows = k.shape[2], batch * heads * seq
     device = current_gpu()
     launch = core_launch()
     delta = torch.empty(rows, dtype=torch.float32, device=q.device)
-    dq = torch.empty_like(q) if dq_kernel else torch.zeros_like(q)  # zeroed: atomics
+    dq = torch.zeros_like(q) if atomic_dq else torch.empty_like(q)  # zeroed: atomics
     dk, dv = torch.empty_like(k), torch.empty_like(v)
 
     def floats(x):
@@ -762,23 +624,21 @@ def _launch_on_gpu(configs, kernels, tensors, sizes):
     scalars = (ctypes.c_int32(sizes[0]), ctypes.c_int32(sizes[1]), ctypes.c_int32(sizes[2]),
                ctypes.c_float(sizes[3]), ctypes.c_float(sizes[4]))
     inputs = (*bits(q), *bits(k), *bits(v), *bits(dout), *floats(lse), *floats(delta))
-    for kernel, signature, config, grid_rows, stats, grads in (
-            (dkdv, _DKDV_SIGNATURE, dkdv_config, key_seq, True, (dk, dv, delta if dq_kernel else dq)),
-            (dq_kernel, _DQ_SIGNATURE, dq_config, seq, False, (dq,))):
-        if kernel is None:  # dQ came by atomic additions
-            continue
-        shared = _shared_bytes(config, stats, dq_kernel is None)
-        function, stream = compiled_launchable(kernel, signature, shared, device)
-        launch(stream, launch_config(config.grid(batch, heads, grid_rows), config.threads,
-                                     shared),
+    for kernel, config, keys, adds_dq in kernels:
+        grads = (dk, dv, dq if atomic_dq else delta) if keys else (dq,)
+        shared = _shared_bytes(config, keys, adds_dq)
+        function, stream = compiled_launchable(kernel, _DKDV_SIGNATURE if keys else _DQ_SIGNATURE,
+                                               shared, device)
+        launch(stream, launch_config(config.grid(batch, heads, key_seq if keys else seq),
+                                     config.threads, shared),
                function, *inputs, *(x for grad in grads for x in floats(grad)), *scalars)
     return dq, dk, dv
 
 
-def _shared_bytes(config, stats, atomic_dq):
+def _shared_bytes(config, stats, adds_dq):
     """A kernel's shared memory: its tiles, and with atomic dQ the block's dS."""
     return config.shared_bytes(stats) + (FLOAT_BYTES * atomic_dq_floats(config)
-                                         if stats and atomic_dq else 0)
+                                         if adds_dq else 0)
 
 
 def _matrix(x, rows, cols):
