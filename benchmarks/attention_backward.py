@@ -68,14 +68,17 @@ def autograd64(q, k, v, dout, causal):
     return torch.autograd.grad(out, (q, k, v), dout.double())
 
 
-def validate(versions=FLOAT32_VERSIONS):
-    """Each of `versions` (and version 4 the long way, and version 6 with its
-    small parts rounded, where 6 is among them) against float64 autograd."""
-    extra = ("long",) + (V6_VARIANTS if 6 in versions else ())
+def validate(versions=FLOAT32_VERSIONS, variants=V6_VARIANTS, head_dims=None):
+    """Each of `versions` (and version 4 the long way, and version 6's
+    `variants`, where 6 is among them) against float64 autograd; with
+    `head_dims`, at the shapes of those head dims alone."""
+    extra = ("long",) + (variants if 6 in versions else ())
     rows = []
     for (b, h, n, d, causal, logit) in [(1, 2, 37, 16, False, 1), (2, 2, 100, 32, True, 1),
                                          (1, 3, 129, 64, True, 20), (1, 2, 300, 64, False, 1),
                                          (1, 2, 77, 128, True, 1), (1, 1, 513, 128, False, 20)]:
+        if head_dims and d not in head_dims:
+            continue
         g = torch.Generator(device="cuda").manual_seed(n + d)
         q, k, v, dout = (torch.randn(b, h, n, d, device="cuda", generator=g) for _ in range(4))
         q = q * logit
@@ -196,11 +199,13 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
                                     config=configs)
 
 
-def timing(versions=FLOAT32_VERSIONS, invalid=()):
-    """The timed shapes: the default version, the others of `versions` but those
-    in `invalid` (failed the validation), SDPA memory-efficient's backward."""
+def timing(versions=FLOAT32_VERSIONS, invalid=(), variants=V6_VARIANTS, head_dims=None):
+    """The timed shapes (with `head_dims`, those of these head dims): the
+    default version, the others of `versions` and version 6's `variants` but
+    those in `invalid` (failed the validation), SDPA memory-efficient's
+    backward."""
     rows = []
-    for seq, d, causal in TIMED:
+    for seq, d, causal in [shape for shape in TIMED if not head_dims or shape[1] in head_dims]:
         q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         sdpa_bwd = sdpa_backward(q, k, v, dout, causal)
@@ -213,7 +218,7 @@ def timing(versions=FLOAT32_VERSIONS, invalid=()):
                 continue
             calls[f"flash_bwd_v{version}"] = (lambda n=version: flash_attention_backward(
                 q, k, v, out, lse, dout, causal=causal, version=n))
-        for name in V6_VARIANTS if 6 in versions else ():
+        for name in variants if 6 in versions else ():
             if name not in invalid and ONE_HEAD_DIM.get(name, d) == d:
                 calls[f"{name}_bwd"] = (lambda n=name: v6_variant(n, q, k, v, out, lse, dout,
                                                                   causal))
@@ -325,7 +330,19 @@ def main():
                         help="the float32 versions to validate and time besides the default "
                              "(comma-separated; default all: %(default)s); "
                              "--versions 6 for version 6 alone, the quickest run")
+    parser.add_argument("--variants", default=",".join(V6_VARIANTS),
+                        help="version 6's variants to validate and time beside it "
+                             "(comma-separated, or 'none'; default all: %(default)s)")
+    parser.add_argument("--head-dims", default="",
+                        help="only these head dims (comma-separated, of 64 and 128): a shorter "
+                             "run, without the long sequence")
     args, _ = start(parser)
+    variants = () if args.variants == "none" else tuple(args.variants.split(","))
+    if not set(variants) <= set(V6_VARIANTS):
+        parser.error(f"--variants takes some of {V6_VARIANTS} or 'none', got {args.variants}")
+    head_dims = tuple(int(d) for d in args.head_dims.split(",") if d.strip())
+    if not set(head_dims) <= {64, 128}:
+        parser.error(f"--head-dims takes some of 64 and 128, got {args.head_dims}")
     try:
         chosen = tuple(int(v) for v in args.versions.split(","))
     except ValueError:
@@ -342,10 +359,14 @@ def main():
         report["results"] = sweep(4)
     else:
         versions = tuple(v for v in FLOAT32_VERSIONS if v in chosen or v == DEFAULT_VERSION)
-        report["validation"] = validate(versions)
+        report["validation"] = validate(versions, variants, head_dims)
         invalid = {row["version"] for row in report["validation"]
                    if not row["ok"] and "version" in row}
-        report["results"] = timing(versions, invalid) + [long_sequence()]
+        report["results"] = timing(versions, invalid, variants, head_dims) + (
+            [] if head_dims else [long_sequence()])
+        if head_dims or variants != V6_VARIANTS:  # not the chapters' full table
+            report["benchmark"] = "attention_backward_partial"
+            report["restricted_to"] = {"head_dims": list(head_dims), "variants": list(variants)}
     path = write_record(report, args.out)
     print(f"wrote {path}")
 
