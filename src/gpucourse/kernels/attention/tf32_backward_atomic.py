@@ -118,7 +118,7 @@ def make_atomic_dq(config, device, split4, four_products, atomic_dq: bool):
             # (sums 4i, 4i + 2 for rows g, g + 8) and 8t + i + 4 (4i + 1, 4i + 3).
             # Each four of the lane's columns are neighbours in dQ's row, so
             # they go in one vector reduction (16 bytes aligned: D and 8t are
-            # multiples of 4), and the quad's four lanes cover 128 bytes.
+            # multiples of 4): 16 bytes of a sector changed, not 4.
             for h in range(2):
                 query = q_start + rows + g + 8 * h
                 if query < seq:

@@ -13,7 +13,6 @@ of a sum (``make_tile_functions``); the lane's offsets in a swizzled tile
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from gpucourse.device import cuda, on_gpu
 from numba import float32  # noqa: E402 (after gpucourse.device)
@@ -21,9 +20,6 @@ from gpucourse.kernels._vector_load import load_float4_flat
 from gpucourse.kernels.attention.limits import unsigned
 from gpucourse.kernels.tensor_cores.intrinsics import (cvt_rna_tf32, mma_m16n8k8_tf32,
                                                       tf32_big_part)
-
-if TYPE_CHECKING:  # the configs' module imports this one
-    from gpucourse.kernels.attention.tf32_backward import Tf32BackwardConfig
 
 # The kernels' helpers: inlined device functions on a GPU; plain Python
 # functions on the simulator, which otherwise swaps the module's globals and
@@ -98,8 +94,9 @@ def make_four_products(round_small: bool):
     return four_products
 
 
-def make_tile_functions(config: Tf32BackwardConfig):
-    """The device functions both kernels are built from, for one head dim:
+def make_tile_functions(config):
+    """The device functions both kernels are built from, for one head dim
+    (config: a ``tf32_backward.Tf32BackwardConfig``):
     ``scores``, a warp's 16 x block_cols tile of A B^T (both row-major in shared
     memory, A the warp's own rows); ``split_c``, a C-fragment tile split into
     A fragments; ``add_product``, sums += (a tile of A fragments) B with B
