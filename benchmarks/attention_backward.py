@@ -24,7 +24,8 @@
    tf32_split_sums_bwd, and with dQ added atomically by the dK kernel,
    tf32_split_sums_atomic_bwd; and version 4 through Numba's own launches,
    QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
-   --versions picks the versions besides the default) against the
+   --versions picks the versions besides the default, --variants version 6's
+   variants, by default those not yet decided) against the
    backward of PyTorch's scaled_dot_product_attention with the memory-efficient backend
    (torch.autograd.grad of its output, the forward done once beforehand), timed
    in turns with CUDA events after warm-up, median of ROUNDS rounds. Then one
@@ -346,8 +347,8 @@ def main():
     variants = () if args.variants == "none" else tuple(args.variants.split(","))
     if not set(variants) <= set(V6_VARIANTS):
         parser.error(f"--variants takes some of {V6_VARIANTS} or 'none', got {args.variants}")
-    head_dims = tuple(int(d) for d in args.head_dims.split(",") if d.strip())
-    if not set(head_dims) <= {64, 128}:
+    head_dims = tuple(d.strip() for d in args.head_dims.split(",") if d.strip())
+    if not set(head_dims) <= {"64", "128"}:
         parser.error(f"--head-dims takes some of 64 and 128, got {args.head_dims}")
     try:
         chosen = tuple(int(v) for v in args.versions.split(","))
@@ -365,6 +366,7 @@ def main():
         report["results"] = sweep(4)
     else:
         versions = tuple(v for v in FLOAT32_VERSIONS if v in chosen or v == DEFAULT_VERSION)
+        head_dims = tuple(map(int, head_dims))
         report["validation"] = validate(versions, variants, head_dims)
         invalid = {row["version"] for row in report["validation"]
                    if not row["ok"] and "version" in row}

@@ -716,7 +716,7 @@ def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200",
     share = shape_model.scalar_load_share(entry)
     if record is None or not share:
         return None
-    rows = [row for row in shape_model.explore_rows(record) if row[0][1] % 4 or row[0][2] % 4]
+    rows = shape_model.scalar_load_rows(shape_model.explore_rows(record))
     if not rows:
         return None
     bare = {**entry, "scalar_loads": None}

@@ -488,6 +488,12 @@ def explore_rows(record: dict) -> list:
     return measured_rows(record, variants=("auto",))
 
 
+def scalar_load_rows(rows) -> list:
+    """The rows (shape, TileConfig, splits, microseconds) whose products matmul
+    runs with scalar loads: n or k not a multiple of 4 (plan_cost's test)."""
+    return [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+
+
 def fit_scalar_load_share(rows, entry: dict, low: float = 0.0, high: float = 0.5) -> float:
     """The scalar_share that makes plan_cost's times closest to measured ones
     (least squares of log ratios, a golden-section search over [low, high]),
@@ -496,7 +502,7 @@ def fit_scalar_load_share(rows, entry: dict, low: float = 0.0, high: float = 0.5
     products with scalar loads say anything about it. Raises ValueError when
     none of the rows has scalar loads."""
     rows = _rows(rows, "rows")
-    ragged = [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+    ragged = scalar_load_rows(rows)
     if not ragged:
         raise ValueError("no row has scalar loads (n or k not a multiple of 4): nothing to fit")
 
@@ -528,7 +534,7 @@ def fit_scalar_load_shares(rows, entry: dict, min_shapes: int = 3) -> dict:
     they are measured, not derived. Raises ValueError as
     fit_scalar_load_share does."""
     rows = _rows(rows, "rows")
-    ragged = [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+    ragged = scalar_load_rows(rows)
     by_tile: dict = {}
     for row in ragged:
         by_tile.setdefault(tile_key(row[1]), []).append(row)
