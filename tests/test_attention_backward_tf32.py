@@ -102,39 +102,34 @@ from numba import types
 from gpucourse.kernels.attention import tf32_backward as T
 T.on_gpu = lambda: True  # the tiles a GPU gets
 b, f, i = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"), types.int32
-scalars = (i, i, i, types.float32, types.float32)
-dkdv, dq = T.backward_configs(128)
-for name, kernel, signature in (
-        ("dkdv", T.make_dkdv_kernel(dkdv, True), (b,) * 4 + (f,) * 5 + scalars),
-        ("dq", T.make_dq_kernel(dq, True), (b,) * 4 + (f,) * 3 + scalars),
-        # dQ added atomically by dK and dV's kernel, at head dim 64's tiles
-        ("atomic", T.make_dkdv_kernel(T.backward_configs(64)[0], True, True),
-         (b,) * 4 + (f,) * 5 + scalars)):
-    ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
-    open(f"{sys.argv[1]}/{name}.ptx", "w").write(ptx)
+kernel = T.make_dkdv_kernel(T.backward_configs(64)[0], True, True)
+signature = (b,) * 4 + (f,) * 5 + (i, i, i, types.float32, types.float32)
+ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
+open(f"{sys.argv[1]}/atomic.ptx", "w").write(ptx)
 """
 
 
-def test_the_kernels_a_gpu_runs_use_the_tf32_tensor_cores_without_spilling(tmp_path):
-    # Head dim 128, where registers are tightest (dK and dV's kernel holds
-    # both sums: 255 registers; at 64 it took 235 and dQ's 133, compiled when
-    # the tiles were chosen: backward_configs).
+def test_the_kernel_a_gpu_runs_uses_the_tf32_tensor_cores_without_spilling(tmp_path):
+    # Version 6's default: at head dim 64, dK, dV and dQ in one kernel, dQ added
+    # atomically (235 registers when the tiles were chosen: backward_configs).
+    # Head dim 128's kernels, where registers are tightest, are compiled by
+    # test_attention_backward_tf32_split (the split sums; the one kernel that
+    # holds both sums there takes 255 registers and a minute of compiling, and
+    # no GPU runs it unless asked for version 6 at 128).
     compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
+    ptx = (tmp_path / "atomic.ptx").read_text()
     # dQ's atomic additions four neighbours at a time (half_backward_atomic.add_four)
-    atomic = (tmp_path / "atomic.ptx").read_text()
-    assert "red.global.add.v4.f32" in atomic and "atom.global.add.f32" not in atomic
-    for name in ("dkdv", "dq", "atomic"):
-        ptx = (tmp_path / f"{name}.ptx").read_text()
-        assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx, name
-        assert "cp.async.cg.shared.global" in ptx, name
-        # Big parts rounded to TF32 on their bits (tf32_big_part: add half a
-        # unit, keep the top 19 bits, 0xFFFFE000 = -8192), not by
-        # cvt.rna.tf32.f32, four instructions on sm_90 (small parts as they are).
-        assert "-8192;" in ptx and "cvt.rna.tf32.f32" not in ptx, name
-        assert "ld.shared.v4.f32" in ptx, name  # the fragments, 128 bits a read
-        assert ".local" not in ptx, name  # tiles and sums in registers
-        report = ptxas_report(ptx)
-        assert "0 bytes spill stores" in report and "0 bytes lmem" in report, name
+    assert "red.global.add.v4.f32" in ptx and "atom.global.add.f32" not in ptx
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    assert "cp.async.cg.shared.global" in ptx
+    # Big parts rounded to TF32 on their bits (tf32_big_part: add half a
+    # unit, keep the top 19 bits, 0xFFFFE000 = -8192), not by
+    # cvt.rna.tf32.f32, four instructions on sm_90 (small parts as they are).
+    assert "-8192;" in ptx and "cvt.rna.tf32.f32" not in ptx
+    assert "ld.shared.v4.f32" in ptx  # the fragments, 128 bits a read
+    assert ".local" not in ptx  # tiles and sums in registers
+    report = ptxas_report(ptx)
+    assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
 @pytest.mark.skipif(on_gpu(), reason="the simulator's bit-for-bit comparison")

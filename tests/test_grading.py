@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = chapters(ROOT)
 # A hanging cell is interrupted after this long in these tests (the course's
 # own limit, in nbgrader_config.py, is longer).
-TEST_TIMEOUT_S = 10
+TEST_TIMEOUT_S = 20
 
 
 def nbgrader_meta(cell) -> dict:
