@@ -44,7 +44,11 @@
 #   ncu        Nsight Compute profiles of half_matmul, tf32_matmul, half-precision
 #              attention and its backward's two kernels (benchmarks/ncu_targets.py),
 #              reduced by benchmarks/ncu_summary.py (the details pages, and each
-#              kernel's SASS with its stall samples per instruction, in a .tgz).
+#              kernel's SASS with its stall samples per instruction, in a .tgz);
+#   sgemm_padding_parts benchmarks/sgemm_padding_parts.py (issue 33: a padded ragged
+#              product's copies and multiply timed alone, beside the unpadded one);
+#   sgemm_ncu  the same for matmul's kernel (issue 33) at 1537 x 1023 x 771 (ragged),
+#              its plan at 1536 x 1024 x 768 (aligned) and 1000^3: sgemm_ragged_ncu-*.json.
 # Results files land in OUT with a log of the whole run (OUT/gpu_log-PARTS.txt);
 # copy them into benchmarks/results to commit them. The raw Nsight reports stay
 # in /tmp (the device tool returns at most 8 files).
@@ -100,6 +104,8 @@ for part in "$@"; do
         timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_padding_parts)
+        timeout 300 python3 benchmarks/sgemm_padding_parts.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_padding)
         timeout 300 python3 benchmarks/sgemm_grid.py --padding --out "$OUT" 2>&1 | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/sgemm_shape_model-after-padding.json" ;;
@@ -113,6 +119,11 @@ for part in "$@"; do
     grad_check)
         (cd benchmarks && timeout 300 python3 tinygpt_grad_check.py --out "$OUT" 2>&1 \
             | grep -v Warn | tail -40) ;;
+    sgemm_ncu)  # then the ncu part below, with these jobs
+        NCU_NAME=sgemm_ragged_ncu  # not sgemm_ncu: chapter 8 reads that one (4096^3)
+        NCU_JOBS="ragged:sgemm_ragged:sgemm_vectorized aligned:sgemm_aligned:sgemm_vectorized
+                  k1000:sgemm_1000:sgemm_vectorized"
+        NCU_NOTE="float32 matmul: auto at 1537x1023x771 (ragged: loads of one float, edges checked); auto's plan for it at 1536x1024x768 (128-bit loads, no edges); auto at 1000^3" ;&
     ncu)
         mkdir -p /tmp/ncu
         labels=()
@@ -130,8 +141,9 @@ for part in "$@"; do
                 > "/tmp/ncu/${label}_sass.csv" 2>&1
             labels+=("$label=/tmp/ncu/$label")
         done
-        tar czf "$OUT/ncu_details-$SLUG-$TODAY.tgz" -C /tmp/ncu $(cd /tmp/ncu && ls *.txt *_sass.csv)
-        python3 benchmarks/ncu_summary.py "$OUT/half_precision_ncu-$SLUG-$TODAY.json" \
+        tar czf "$OUT/${NCU_NAME:-half_precision_ncu}_details-$SLUG-$TODAY.tgz" -C /tmp/ncu \
+            $(cd /tmp/ncu && ls *.txt *_sass.csv)
+        python3 benchmarks/ncu_summary.py "$OUT/${NCU_NAME:-half_precision_ncu}-$SLUG-$TODAY.json" \
             "${labels[@]}" --date "$TODAY" --gpu "$GPU" \
             --note "${NCU_NOTE:-fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels}" ;;
     *) echo "unknown part $part" ;;

@@ -17,7 +17,14 @@ in one pass at 4096^3. `backward`: flash_attention_backward in fp16 at B4
 H16 N4096 d64, not causal (version 5: its dK/dV kernel and its dQ kernel,
 profiled one at a time). `backward_fp32_causal`: the same in float32 under a
 causal mask (version 6, on 3xTF32: one dK/dV kernel that adds dQ atomically;
-1.01x SDPA memory-efficient's backward on the H200, issue 29's target 1.0). The warm-up calls
+1.01x SDPA memory-efficient's backward on the H200, issue 29's target 1.0).
+`sgemm_ragged`: matmul (auto, float32) on 1537 x 1023 x 771, the grid's
+weakest large shape (0.77 of cuBLAS, issue 33: K and N odd, so loads of one
+float and edge checks); `sgemm_aligned`: the same plan (tiles, slices) on
+1536 x 1024 x 768, where every load is 128 bits and no tile crosses an edge,
+so that the two profiles tell what the ragged edges cost; `sgemm_1000`:
+auto on 1000^3 (0.81: loads of 128 bits, but 1000 is no multiple of the
+tiles). Kernel name: sgemm_vectorized. The warm-up calls
 compile the kernels; Nsight Compute's filter (-k, -c 1) then profiles the
 first launch whose kernel name matches, so warm-up launches are skipped with
 --launch-skip where a name repeats (the script prints how many launches of
@@ -41,9 +48,9 @@ WARM_UP = 3
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"],
-                    ["backward_fp32_causal"]):
+                    ["backward_fp32_causal"], ["sgemm_ragged"], ["sgemm_aligned"], ["sgemm_1000"]):
         sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward"
-                 "|backward_fp32_causal")
+                 "|backward_fp32_causal|sgemm_ragged|sgemm_aligned|sgemm_1000")
     import torch
 
     torch.manual_seed(0)
@@ -69,6 +76,22 @@ def main(argv=None) -> int:
         q, k, v = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.float16)
                    for _ in range(3))
         call = lambda: flash_attention(q, k, v, causal=True)  # noqa: E731
+    elif argv[0].startswith("sgemm"):
+        from gpucourse.kernels import sgemm
+
+        shapes = {"sgemm_ragged": (1537, 1023, 771), "sgemm_aligned": (1536, 1024, 768),
+                  "sgemm_1000": (1000, 1000, 1000)}
+        m, n, k = shapes[argv[0]]
+        a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
+        if argv == ["sgemm_aligned"]:  # the ragged shape's plan, on the aligned one
+            plan = sgemm.choose_plan(shapes["sgemm_ragged"], torch.cuda.get_device_name())
+            print(f"the plan of {shapes['sgemm_ragged']}: {plan['config']}, "
+                  f"{plan['splits']} slices of K")
+            level = 7 if hasattr(plan["config"], "wm") else 6  # a warp tile is level 7's
+            call = lambda: sgemm.matmul(a, b, level, config=plan["config"],  # noqa: E731
+                                        splits=plan["splits"])
+        else:
+            call = lambda: sgemm.matmul(a, b)  # noqa: E731
     elif argv == ["backward_fp32_causal"]:
         from gpucourse.kernels.attention import flash_attention, flash_attention_backward
 
