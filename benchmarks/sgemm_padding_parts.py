@@ -47,7 +47,7 @@ PARTS = ("copy", "padded_kernel", "scalar_kernel", "aligned_kernel", "cublas")
 
 
 def part_launches(torch, a, b) -> tuple:
-    """({part: launch()}, buffers, bytes the copies move, (config, splits)) for
+    """({part: launch()}, buffers, (config, splits)) for
     one ragged product (see the module's docstring): every kernel part on
     auto's plan, each writing into buffers made here once."""
     from gpucourse.kernels.sgemm import entry_point as E
@@ -87,10 +87,9 @@ def part_launches(torch, a, b) -> tuple:
                                           c_aligned.data_ptr()),
         "cublas": lambda: torch.mm(a, b, out=c),
     }
-    bytes_moved = 4 * ((m * k + m * k4) * pad_a + k * n + k4 * n4)
     buffers = {"c": c, "c_aligned": c_aligned, "a_copy": a_copy, "b_copy": b_copy,
                "a_pad": a_pad, "b_pad": b_pad, "pad_a": pad_a}
-    return launches, buffers, bytes_moved, (config, splits)
+    return launches, buffers, (config, splits)
 
 
 def checked(torch, launches: dict, buffers: dict, reference) -> dict:
@@ -135,7 +134,7 @@ def main(argv=None) -> int:
         if not (k % 4 or n % 4):
             continue
         a, b = torch.randn(m, k, device="cuda"), torch.randn(k, n, device="cuda")
-        launches, buffers, bytes_moved, (config, splits) = part_launches(torch, a, b)
+        launches, buffers, (config, splits) = part_launches(torch, a, b)
         errors = checked(torch, launches, buffers, torch.mm(a.double(), b.double()))
         times = {part: [] for part in PARTS}
         for _ in range(ROUNDS):
@@ -146,13 +145,17 @@ def main(argv=None) -> int:
                      shape_model.plan_cost((m, n, k), config, splits, allowed,
                                            padding=padded)["predicted_us"] / 1e3
                      for padded in (True, False)}
+        copy_bytes = shape_model.padding_bytes((m, n, k))
+        copy_price = {"bytes": copy_bytes,
+                      "predicted_ms": shape_model.padding_us((m, n, k), allowed)[1] / 1e3}
         got = {}
         for part in PARTS:
             ms = statistics.median(times[part])
             got[part] = {"class": group, "m": m, "n": n, "k": k, "part": part, "ms": ms,
                          "config": {**asdict(config), "splits": splits}, **predicted,
                          "max_rel_err": errors[part], "ok": errors[part] < 1e-5,
-                         **({"gbps": bytes_moved / ms / 1e6} if part == "copy" else {})}
+                         **({**copy_price, "gbps": copy_bytes / ms / 1e6} if part == "copy"
+                            else {})}
         rows += got.values()
         print(f"{m}x{n}x{k}: " + ", ".join(f"{part} {got[part]['ms'] * 1e3:.1f} us" for part in PARTS)
               + f"; copy {got['copy']['gbps']:.0f} GB/s", flush=True)

@@ -207,3 +207,25 @@ def test_padding_goes_on_only_where_it_won_wherever_the_model_pads(monkeypatch):
         None, "padding stays off: faster at 0 of the 1 shapes it pads")
     assert padding_block(rows((1.0, 0.9), (1.0, 0.9), ok=False), 2500.0, "f.json")[0] is None
     assert padding_block([], 2500.0, "f.json")[0] is None
+
+
+def test_the_parts_benchmark_prices_the_bytes_the_copies_move(monkeypatch):
+    # benchmarks/sgemm_padding_parts.py: the five parts, timed at the same
+    # ragged shapes as --padding, the copies' GB/s from padding_bytes, the
+    # bytes padding_us prices: by hand at 8192 x 50257 x 768 (N ragged, K
+    # not), B read (768 x 50257) and written (768 x 50260), 4 bytes each.
+    from gpucourse import results
+
+    monkeypatch.syspath_prepend(str(results.find_results("sgemm_grid")[0].parents[1]))
+    import sgemm_padding_parts
+
+    assert sgemm_padding_parts.PARTS == ("copy", "padded_kernel", "scalar_kernel",
+                                         "aligned_kernel", "cublas")
+    assert shape_model.padding_bytes((8192, 50257, 768)) == 4 * 768 * (50257 + 50260)
+    # K ragged too: A (1537 x 771) and its 1537 x 772 buffer besides B's.
+    assert shape_model.padding_bytes((1537, 1023, 771)) == \
+        4 * (771 * 1023 + 772 * 1024) + 4 * 1537 * (771 + 772)
+    assert shape_model.padding_bytes((4096, 4096, 4096)) == 0
+    entry = {"constants": {"gpu_launch_us": 6.0}, "padding": {"copy_gbps": 2000.0}}
+    assert shape_model.padding_us((1537, 1023, 771), entry)[1] == pytest.approx(
+        shape_model.padding_bytes((1537, 1023, 771)) / 2e6 + 12.0)

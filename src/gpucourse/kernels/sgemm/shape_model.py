@@ -381,11 +381,20 @@ def padding_us(shape, entry: dict) -> tuple:
     m, n, k = _shape(shape)
     if not (k % 4 or n % 4):
         return 0, 0.0
-    k4, n4, pad_a, _ = padded_sizes(m, n, k)
-    moved = 4 * (k * n + k4 * n4) + (4 * (m * k + m * k4) if pad_a else 0)
-    copies = 1 + pad_a
+    copies = 1 + padded_sizes(m, n, k)[2]
     rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
-    return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
+    return copies, padding_bytes(shape) / rate + copies * entry["constants"]["gpu_launch_us"]
+
+
+def padding_bytes(shape) -> int:
+    """The bytes that padding a ragged product's operands reads and writes
+    (see padding_us): B read and its k4 x n4 buffer written, and A and its m x
+    k4 buffer where k is ragged; 0 when nothing is ragged."""
+    m, n, k = _shape(shape)
+    if not (k % 4 or n % 4):
+        return 0
+    k4, n4, pad_a, _ = padded_sizes(m, n, k)
+    return 4 * (k * n + k4 * n4) + (4 * (m * k + m * k4) if pad_a else 0)
 
 
 def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
