@@ -120,12 +120,13 @@ import json
 from gpucourse.kernels import attention as A
 from gpucourse.kernels.attention import forward
 forward.on_gpu = lambda: False  # build the lazy kernel: compile_ptx compiles it here for sm_90
-shapes = list(A.TENSOR_CORE_CONFIGS.values())
-shapes += [c for s in A.CAUSAL_TENSOR_CORE_CONFIGS.values() for _, c in s]
+# The defaults with and without the mask; the causal mask's own tiles with it alone.
+shapes = [(c, causal) for c in A.TENSOR_CORE_CONFIGS.values() for causal in (False, True)]
+shapes += [(c, True) for s in A.CAUSAL_TENSOR_CORE_CONFIGS.values() for _, c in s]
 texts = [[c.max_registers,
           numba.cuda.compile_ptx(A._flash_kernel(c, causal, True).py_func,
                                  A._flash_signature("float32"), cc=(9, 0))[0]]
-         for c in shapes for causal in (False, True)]
+         for c, causal in shapes]
 print(json.dumps(texts))
 """
 # The register caps cost a few spilled registers (what ptxas 13 reports for
