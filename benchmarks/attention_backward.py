@@ -33,12 +33,22 @@
    (4 x 16 x 16384^2 floats, 64 GiB each) do not fit.
 
 Writes results/attention_backward-<gpu-slug>-<date>.json under --out
-(default: benchmarks/results).
+(default: benchmarks/results). With --head-dims, or when shapes were left
+untimed because the run passed --budget-s (each kernel compiles on its first
+call: version 6's variants at head dim 128 alone took most of a device call
+on the H200), it writes attention_backward_partial instead, which no chapter
+reads as the full table; `--merge PART PART` (no GPU) joins two partial runs
+of the same GPU, day and variants, one at each head dim and nothing left
+untimed, into the full file.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
+import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +62,7 @@ from gpucourse.kernels.attention.tf32_backward import TF32_BACKWARD_HEAD_DIMS
 from _common import benchmark_parser, record_start, short_versions, start, write_record
 
 ROUNDS = 5
+BUDGET_S = 500.0  # timed shapes still waiting after this long are left untimed
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
 ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
 SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (split_walked)
@@ -205,13 +216,20 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
                                     config=configs)
 
 
-def timing(versions=FLOAT32_VERSIONS, invalid=(), variants=V6_VARIANTS, head_dims=None):
+def timing(versions=FLOAT32_VERSIONS, invalid=(), variants=V6_VARIANTS, head_dims=None,
+           started=None, budget_s=BUDGET_S):
     """The timed shapes (with `head_dims`, those of these head dims): the
     default version, the others of `versions` and version 6's `variants` but
     those in `invalid` (failed the validation), SDPA memory-efficient's
-    backward."""
+    backward. A shape reached more than `budget_s` seconds after `started`
+    (time.perf_counter()) gets one row, status "skipped"."""
     rows = []
     for seq, d, causal in [shape for shape in TIMED if not head_dims or shape[1] in head_dims]:
+        if started is not None and time.perf_counter() - started > budget_s:
+            print(f"seq {seq} d{d} causal={causal}: skipped, past {budget_s:.0f} s", flush=True)
+            rows.append(dict(variant="flash_bwd", batch=4, heads=16, seq=seq, head_dim=d,
+                             causal=causal, status="skipped"))
+            continue
         q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
         sdpa_bwd = sdpa_backward(q, k, v, dout, causal)
@@ -342,8 +360,23 @@ def main():
                              "default those not yet decided: %(default)s)")
     parser.add_argument("--head-dims", default="",
                         help="only these head dims (comma-separated, of 64 and 128): a shorter "
-                             "run, without the long sequence")
-    args, _ = start(parser)
+                             "run (the long sequence, at 64, only where 64 is among them)")
+    parser.add_argument("--budget-s", type=float, default=BUDGET_S,
+                        help="leave the shapes still waiting after this many seconds untimed "
+                             "(default %(default)s)")
+    parser.add_argument("--merge", nargs="+", metavar="PART",
+                        help="join partial runs (one per head dim) into the full results file "
+                             "in --out, and exit (no GPU)")
+    if "--merge" in sys.argv[1:]:
+        args = parser.parse_args()
+        try:
+            merged = merge_partials(args.merge)
+        except (ValueError, OSError) as problem:
+            parser.error(str(problem))
+        path = write_record(merged, args.out)
+        print(f"wrote {path}")
+        return
+    args, started = start(parser)
     variants = () if args.variants == "none" else tuple(args.variants.split(","))
     if not set(variants) <= set(V6_VARIANTS):
         parser.error(f"--variants takes some of {V6_VARIANTS} or 'none', got {args.variants}")
@@ -370,14 +403,54 @@ def main():
         report["validation"] = validate(versions, variants, head_dims)
         invalid = {row["version"] for row in report["validation"]
                    if not row["ok"] and "version" in row}
-        report["results"] = timing(versions, invalid, variants, head_dims) + (
-            [] if head_dims else [long_sequence()])
+        report["results"] = timing(versions, invalid, variants, head_dims, started,
+                                   args.budget_s)
+        if (not head_dims or 64 in head_dims) \
+                and time.perf_counter() - started <= args.budget_s:
+            report["results"].append(long_sequence())
         report["variants"] = list(variants)
-        if head_dims:  # not the chapters' full table
+        skipped = [row for row in report["results"] if row["status"] == "skipped"]
+        if head_dims or skipped:  # not the chapters' full table
             report["benchmark"] = "attention_backward_partial"
-            report["restricted_to"] = {"head_dims": list(head_dims), "variants": list(variants)}
+            report["restricted_to"] = {"head_dims": list(head_dims or (64, 128)),
+                                       "variants": list(variants),
+                                       "skipped": [(r["seq"], r["head_dim"], r["causal"])
+                                                   for r in skipped]}
     path = write_record(report, args.out)
     print(f"wrote {path}")
+
+
+def merge_partials(paths) -> dict:
+    """The full record from partial ones (``--head-dims`` runs): the same
+    benchmark, GPU, day, default version and variants, their head dims
+    together 64 and 128, each once, nothing left untimed, the long sequence
+    among them. Raises ValueError saying which condition a part breaks."""
+    parts = [(Path(p).name, json.loads(Path(p).read_text())) for p in paths]
+    first = parts[0][1]
+    dims = []
+    for name, part in parts:
+        if part.get("benchmark") != "attention_backward_partial":
+            raise ValueError(f"{name} is not a partial run of attention_backward.py "
+                             f"(benchmark {part.get('benchmark')!r})")
+        for key in ("gpu", "date", "default_version", "variants"):
+            if part.get(key) != first.get(key):
+                raise ValueError(f"{name}'s {key} {part.get(key)!r} is not "
+                                 f"{parts[0][0]}'s {first.get(key)!r}")
+        if part["restricted_to"].get("skipped"):
+            raise ValueError(f"{name} left shapes untimed: {part['restricted_to']['skipped']}")
+        dims += part["restricted_to"]["head_dims"]
+    if sorted(dims) != [64, 128]:
+        raise ValueError(f"the parts' head dims must be 64 and 128, each once; got {sorted(dims)}")
+    results = [row for _, part in parts for row in part["results"]]
+    if not any(row["seq"] == 16384 for row in results):
+        raise ValueError("no part timed the long sequence (the run with head dim 64 does)")
+    merged = {key: value for key, value in first.items() if key != "restricted_to"}
+    merged.update(benchmark="attention_backward",
+                  validation=[row for _, part in parts for row in part["validation"]],
+                  results=results, merged_from=[name for name, _ in parts],
+                  method=first["method"] + "\n\nMerged from one process per head dim "
+                  "(--head-dims), on the same GPU the same day (--merge).")
+    return merged
 
 
 if __name__ == "__main__":

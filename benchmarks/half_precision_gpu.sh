@@ -16,7 +16,11 @@
 #   causal_order benchmarks/causal_order.py (under a causal mask, the heads in groups
 #              against all heads at once: the same kernels, two processes);
 #   attention_fp32  benchmarks/attention_backward.py --versions 6 (the fp32 backward
-#              on 3xTF32 beside version 4 and SDPA memory-efficient);
+#              on 3xTF32 beside version 4 and SDPA memory-efficient); attention_fp32_64
+#              and attention_fp32_128, the same at one head dim, a call each, with
+#              version 6's variants V6_VARIANTS (default tf32_split_sums_atomic; each
+#              writes attention_backward_partial; `attention_backward.py --merge A B`
+#              joins the two into the full attention_backward file, on any machine);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0); tinygpt_full, the same
 #              with every character scored (final losses comparable, issue 29's 1%);
 #   sgemm_calibrate  benchmarks/sgemm_grid.py --calibrate (issue 33: every plan of
@@ -87,6 +91,10 @@ for part in "$@"; do
     attention_fp32)  # the fp32 backward: version 6 (3xTF32 tensor cores) beside version 4
         (cd benchmarks && timeout 550 python3 attention_backward.py --versions 6 --out "$OUT" 2>&1 \
             | grep -v Warning | tail -40) ;;
+    attention_fp32_64|attention_fp32_128)  # the same, one head dim: one call each, then --merge
+        (cd benchmarks && timeout 560 python3 attention_backward.py --versions 6 \
+            --head-dims "${part#attention_fp32_}" --variants "${V6_VARIANTS:-tf32_split_sums_atomic}" \
+            --budget-s 480 --out "$OUT" 2>&1 | grep -v Warning | tail -40) ;;
     tinygpt)
         (cd benchmarks && timeout 550 python3 tinygpt.py --runs pytorch_bf16,course_bf16 --seeds 0 \
             --out "$OUT" 2>&1 | tail -12) ;;
