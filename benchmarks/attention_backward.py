@@ -63,6 +63,7 @@ from _common import benchmark_parser, record_start, short_versions, start, write
 
 ROUNDS = 5
 BUDGET_S = 500.0  # timed shapes still waiting after this long are left untimed
+LONG_SEQ = 16384  # the one call at a length the naive backward cannot hold
 TIMED = [(seq, d, causal) for d in (64, 128) for seq in (1024, 4096) for causal in (False, True)]
 ROUNDED = "tf32_rounded"  # version 6 with its small parts rounded to TF32 as well
 SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (split_walked)
@@ -227,8 +228,7 @@ def timing(versions=FLOAT32_VERSIONS, invalid=(), variants=V6_VARIANTS, head_dim
     for seq, d, causal in [shape for shape in TIMED if not head_dims or shape[1] in head_dims]:
         if started is not None and time.perf_counter() - started > budget_s:
             print(f"seq {seq} d{d} causal={causal}: skipped, past {budget_s:.0f} s", flush=True)
-            rows.append(dict(variant="flash_bwd", batch=4, heads=16, seq=seq, head_dim=d,
-                             causal=causal, status="skipped"))
+            rows.append(skipped_row(seq, d, causal))
             continue
         q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
         out, lse = A.flash_attention(q, k, v, causal=causal, return_lse=True)
@@ -327,8 +327,14 @@ def sweep(version=3):
     return rows
 
 
+def skipped_row(seq, head_dim, causal) -> dict:
+    """The row of a shape left untimed (past --budget-s)."""
+    return dict(variant="flash_bwd", batch=4, heads=16, seq=seq, head_dim=head_dim,
+                causal=causal, status="skipped")
+
+
 def long_sequence():
-    seq, d = 16384, 64
+    seq, d = LONG_SEQ, 64
     q, k, v, dout = (torch.randn(4, 16, seq, d, device="cuda") for _ in range(4))
     out, lse = A.flash_attention(q, k, v, causal=True, return_lse=True)
     torch.cuda.reset_peak_memory_stats()
@@ -408,8 +414,7 @@ def main():
         if not head_dims or 64 in head_dims:
             report["results"].append(
                 long_sequence() if time.perf_counter() - started <= args.budget_s else
-                dict(variant="flash_bwd", batch=4, heads=16, seq=16384, head_dim=64,
-                     causal=True, status="skipped"))
+                skipped_row(LONG_SEQ, 64, True))
         report["variants"] = list(variants)
         skipped = [row for row in report["results"] if row["status"] == "skipped"]
         if head_dims or skipped:  # not the chapters' full table
@@ -444,7 +449,7 @@ def merge_partials(paths) -> dict:
     if sorted(dims) != [64, 128]:
         raise ValueError(f"the parts' head dims must be 64 and 128, each once; got {sorted(dims)}")
     results = [row for _, part in parts for row in part["results"]]
-    if not any(row["seq"] == 16384 for row in results):
+    if not any(row["seq"] == LONG_SEQ for row in results):
         raise ValueError("no part timed the long sequence (the run with head dim 64 does)")
     merged = {key: value for key, value in first.items() if key != "restricted_to"}
     merged.update(benchmark="attention_backward",

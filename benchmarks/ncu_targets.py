@@ -87,9 +87,8 @@ def main(argv=None) -> int:
             plan = sgemm.choose_plan(shapes["sgemm_ragged"], torch.cuda.get_device_name())
             print(f"the plan of {shapes['sgemm_ragged']}: {plan['config']}, "
                   f"{plan['splits']} slices of K")
-            level = 7 if hasattr(plan["config"], "wm") else 6  # a warp tile is level 7's
-            call = lambda: sgemm.matmul(a, b, level, config=plan["config"],  # noqa: E731
-                                        splits=plan["splits"])
+            call = lambda: sgemm.matmul(a, b, 6, config=plan["config"],  # noqa: E731
+                                        splits=plan["splits"])  # auto's plans are level 6's
         else:
             call = lambda: sgemm.matmul(a, b)  # noqa: E731
     elif argv == ["backward_fp32_causal"]:

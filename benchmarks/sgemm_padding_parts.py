@@ -62,25 +62,14 @@ def part_launches(torch, a, b) -> tuple:
     b_pad = torch.nn.functional.pad(b, (0, n4 - n, 0, k4 - k)).contiguous()
     c, c_aligned = torch.empty(m, n, device="cuda"), torch.empty(m, n4, device="cuda")
     a_copy, b_copy = torch.empty_like(a_pad), torch.empty_like(b_pad)
-    copy = E._launchable(E.pad_copy, device, (E.C_MATRIX, E.C_MATRIX))
-    launch = E.core_launch()
-    a_shape = E.launch_config(E.pad_grid(m, k4), E.PAD_BLOCK)
-    b_shape = E.launch_config(E.pad_grid(k4, n4), E.PAD_BLOCK)
-
-    def copies():
-        if pad_a:
-            launch(copy[1], a_shape, copy[0], *E._matrix_argument(a.data_ptr(), m, k),
-                   *E._matrix_argument(a_copy.data_ptr(), m, k4))
-        launch(copy[1], b_shape, copy[0], *E._matrix_argument(b.data_ptr(), k, n),
-               *E._matrix_argument(b_copy.data_ptr(), k4, n4))
-
+    copy = E.pad_copies(m, n, k, device)  # as matmul launches them
     padded = E._launches(key, m, n, k4, n4, True if n % 4 == 0 else LOADS_ONLY, device, config,
                          splits)
     scalar = E._launches(key, m, n, k, n, False, device, config, splits)
     aligned = E._launches(key, m, n4, k4, n4, True, device, config, splits)
     a_used = a_pad if pad_a else a
     launches = {
-        "copy": copies,
+        "copy": lambda: copy(a.data_ptr(), b.data_ptr(), a_copy.data_ptr(), b_copy.data_ptr()),
         "padded_kernel": lambda: padded(a_used.data_ptr(), b_pad.data_ptr(), c.data_ptr()),
         "scalar_kernel": lambda: scalar(a.data_ptr(), b.data_ptr(), c.data_ptr()),
         "aligned_kernel": lambda: aligned(a_pad.data_ptr(), b_pad.data_ptr(),
@@ -157,7 +146,8 @@ def main(argv=None) -> int:
                          **({**copy_price, "gbps": copy_bytes / ms / 1e6} if part == "copy"
                             else {})}
         rows += got.values()
-        print(f"{m}x{n}x{k}: " + ", ".join(f"{part} {got[part]['ms'] * 1e3:.1f} us" for part in PARTS)
+        print(f"{m}x{n}x{k}: "
+              + ", ".join(f"{part} {got[part]['ms'] * 1e3:.1f} us" for part in PARTS)
               + f"; copy {got['copy']['gbps']:.0f} GB/s", flush=True)
     record["results"] = rows
     path = write_record(record, Path(args.out))

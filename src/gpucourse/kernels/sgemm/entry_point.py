@@ -314,23 +314,37 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
     # A is used as given where K is a multiple of 4: only if it starts on 16
     # bytes, which the plan (kept per shape, not per pointer) cannot know.
     scalar = None if pad_a else _launches(key, m, n, k, n, False, device_id, config, splits)
-    launch = core_launch()
-    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
-    a_shape, b_shape = launch_config(pad_grid(m, k4), PAD_BLOCK), launch_config(pad_grid(k4, n4),
-                                                                                 PAD_BLOCK)
+    copies = pad_copies(m, n, k, device_id)
 
     def go_padded(a_ptr, b_ptr, c_ptr):
         if scalar is not None and a_ptr % 16:
             return scalar(a_ptr, b_ptr, c_ptr)
         base = scratch(device_id, floats).device_ctypes_pointer.value
+        a_padded = base if pad_a else a_ptr
+        b_padded = base + 4 * m * k4 if pad_a else base
+        copies(a_ptr, b_ptr, a_padded, b_padded)
+        multiply(a_padded, b_padded, c_ptr)
+    return go_padded
+
+
+def pad_copies(m: int, n: int, k: int, device_id: int):
+    """copy(a_ptr, b_ptr, a_padded, b_padded): pad_copy's launches for an m x
+    n x k product on one GPU, B (k x n) into the k4 x n4 buffer at b_padded
+    and, where K is ragged, A (m x k) into the m x k4 one at a_padded
+    (padding.padded_sizes), on the default stream."""
+    k4, n4, pad_a, _ = padded_sizes(m, n, k)
+    launch = core_launch()
+    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
+    a_shape, b_shape = launch_config(pad_grid(m, k4), PAD_BLOCK), launch_config(pad_grid(k4, n4),
+                                                                                 PAD_BLOCK)
+
+    def go(a_ptr, b_ptr, a_padded, b_padded):
         if pad_a:
             launch(stream, a_shape, copy, *_matrix_argument(a_ptr, m, k),
-                   *_matrix_argument(base, m, k4))
-            a_ptr, base = base, base + 4 * m * k4
+                   *_matrix_argument(a_padded, m, k4))
         launch(stream, b_shape, copy, *_matrix_argument(b_ptr, k, n),
-               *_matrix_argument(base, k4, n4))
-        multiply(a_ptr, base, c_ptr)
-    return go_padded
+               *_matrix_argument(b_padded, k4, n4))
+    return go
 
 
 def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_id: int,

@@ -378,12 +378,12 @@ def padding_us(shape, entry: dict) -> tuple:
     when k is; each copy reads the operand and writes the padded buffer at
     the entry's "padding" "copy_gbps" (default PAD_COPY_GBPS) and pays a launch
     (gpu_launch_us). (0, 0.0) when nothing is ragged."""
-    m, n, k = _shape(shape)
-    if not (k % 4 or n % 4):
+    moved = padding_bytes(shape)
+    if not moved:
         return 0, 0.0
-    copies = 1 + padded_sizes(m, n, k)[2]
+    copies = 1 + padded_sizes(*_shape(shape))[2]
     rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
-    return copies, padding_bytes(shape) / rate + copies * entry["constants"]["gpu_launch_us"]
+    return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
 
 
 def padding_bytes(shape) -> int:
