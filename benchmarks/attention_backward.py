@@ -13,7 +13,7 @@
    and not, fp32 with TF32 off: ours (`flash_attention_backward`, called on
    CUDA tensors as a user would; DEFAULT_VERSION, recorded as
    default_version, as flash_bwd (version 4: a call without a version runs
-   version 6 instead at head dim 64 on GPUs with tensor cores,
+   version 6 instead at head dims 64 and 128 on GPUs with tensor cores,
    backward.TF32_DEFAULT_HEAD_DIMS, timed as flash_bwd_v6), the others as
    flash_bwd_v<n> (those that passed the validation: a version that failed it
    is not timed), and variants of version 6 (V6_VARIANTS): its small
@@ -22,7 +22,9 @@
    dK and dV's kernel, tf32_atomic_bwd; at head dim 128, dK and dV in two
    kernels of one sum each (split_sums, 32-row tiles), with dQ's own kernel,
    tf32_split_sums_bwd, and with dQ added atomically by the dK kernel,
-   tf32_split_sums_atomic_bwd; and version 4 through Numba's own launches,
+   tf32_split_sums_atomic_bwd (the default there since 2026-11-29), and
+   both sums in one kernel of 8-row tiles, with dQ's own kernel (the default
+   before), tf32_one_kernel_bwd; and version 4 through Numba's own launches,
    QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
    --versions picks the versions besides the default, --variants version 6's
    variants, by default those not yet decided) against the
@@ -70,14 +72,18 @@ SPLIT = "tf32_split"  # version 6 with its walked tiles split once a block (spli
 ATOMIC = "tf32_atomic"  # version 6 in one kernel, dQ added atomically (head dim 64 alone)
 SPLIT_SUMS = "tf32_split_sums"  # dK and dV in two kernels, one sum each (head dim 128 alone)
 SPLIT_SUMS_ATOMIC = "tf32_split_sums_atomic"  # the same, dQ added atomically by dK's kernel
-V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC)
-# The variants a run times unless told otherwise: those not decided yet (the
-# rest were: rounded and split kept off, atomic the default at head dim 64;
-# each compiles its kernels again, and all five made the run longer than the
-# device tool's 10 minutes on the H200, 2026-11-29).
-UNDECIDED = (SPLIT_SUMS, SPLIT_SUMS_ATOMIC)
+ONE_KERNEL = "tf32_one_kernel"  # both sums in one kernel, dQ's own kernel (head dim 128 alone)
+V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC, ONE_KERNEL)
+# The variants a run times unless told otherwise (each compiles its kernels
+# again; all five of the first ones made a run longer than the device tool's
+# 10 minutes on the H200, 2026-11-29): at head dim 128, the one kernel that
+# was the default there before the split sums, and the split sums with dQ's
+# own kernel, what PyTorch's deterministic mode runs. The rest were decided:
+# rounded and split kept off, atomic dQ the default at 64, the split sums
+# with atomic dQ the default at 128 (it is flash_bwd_v6 there).
+DEFAULT_VARIANTS = (ONE_KERNEL, SPLIT_SUMS)
 # The variants timed at one head dim alone (the others at all that version 6 takes)
-ONE_HEAD_DIM = {ATOMIC: 64, SPLIT_SUMS: 128, SPLIT_SUMS_ATOMIC: 128}
+ONE_HEAD_DIM = {ATOMIC: 64, SPLIT_SUMS: 128, SPLIT_SUMS_ATOMIC: 128, ONE_KERNEL: 128}
 
 
 def autograd64(q, k, v, dout, causal):
@@ -196,7 +202,8 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
     columns divide among the 4 warps at head dim 64's 32-query tiles alone);
     SPLIT_SUMS and SPLIT_SUMS_ATOMIC, dK and dV in two kernels
     (backward_configs(head_dim, split_sums=True)), dQ in its own kernel or
-    added atomically by the dK kernel."""
+    added atomically by the dK kernel; ONE_KERNEL, dK and dV in one kernel
+    (split_sums=False), dQ in its own."""
     from dataclasses import replace
 
     from gpucourse.kernels.attention.tf32_backward import (backward_configs,
@@ -208,6 +215,9 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
         return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
                                        configs=backward_configs(q.shape[3], split_sums=True),
                                        atomic_dq=name == SPLIT_SUMS_ATOMIC)
+    if name == ONE_KERNEL:
+        return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                       configs=backward_configs(q.shape[3], split_sums=False))
     dkdv, dq = backward_configs(q.shape[3])
     if name == ROUNDED:
         configs = (replace(dkdv, round_small=True), replace(dq, round_small=True))
@@ -360,10 +370,10 @@ def main():
                         help="the float32 versions to validate and time besides the default "
                              "(comma-separated; default all: %(default)s); "
                              "--versions 6 for version 6 alone, the quickest run")
-    parser.add_argument("--variants", default=",".join(UNDECIDED),
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                         help="version 6's variants to validate and time beside it "
                              "(comma-separated, of " + ", ".join(V6_VARIANTS) + "; or 'none'; "
-                             "default those not yet decided: %(default)s)")
+                             "default %(default)s)")
     parser.add_argument("--head-dims", default="",
                         help="only these head dims (comma-separated, of 64 and 128): a shorter "
                              "run (the long sequence, at 64, only where 64 is among them)")

@@ -18,7 +18,7 @@
 #   attention_fp32  benchmarks/attention_backward.py --versions 6 (the fp32 backward
 #              on 3xTF32 beside version 4 and SDPA memory-efficient); attention_fp32_64
 #              and attention_fp32_128, the same at one head dim, a call each, with
-#              version 6's variants V6_VARIANTS (default tf32_split_sums_atomic; each
+#              version 6's variants V6_VARIANTS (default the script's own; each
 #              writes attention_backward_partial; `attention_backward.py --merge A B`
 #              joins the two into the full attention_backward file, on any machine);
 #   tinygpt    benchmarks/tinygpt.py's bf16 runs (seed 0); tinygpt_full, the same
@@ -93,7 +93,7 @@ for part in "$@"; do
             | grep -v Warning | tail -40) ;;
     attention_fp32_64|attention_fp32_128)  # the same, one head dim: one call each, then --merge
         (cd benchmarks && timeout 560 python3 attention_backward.py --versions 6 \
-            --head-dims "${part#attention_fp32_}" --variants "${V6_VARIANTS:-tf32_split_sums_atomic}" \
+            --head-dims "${part#attention_fp32_}" ${V6_VARIANTS:+--variants "$V6_VARIANTS"} \
             --budget-s 480 --out "$OUT" 2>&1 | grep -v Warning | tail -40) ;;
     tinygpt)
         (cd benchmarks && timeout 550 python3 tinygpt.py --runs pytorch_bf16,course_bf16 --seeds 0 \

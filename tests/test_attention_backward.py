@@ -455,8 +455,9 @@ def test_deterministic_mode_gives_the_same_bits_each_call():
 def test_the_default_version_follows_the_timings(monkeypatch):
     # Which version a call without one runs, by dtype, kind and head dim, on a
     # GPU with tensor cores and without (the GPU's answers stood in for here):
-    # version 6 for float32 CUDA tensors at head dim 64 alone, where the H200
-    # timed it faster than version 4; version 5 for halves; else version 4.
+    # version 6 for float32 CUDA tensors at head dims 64 and 128, where the H200
+    # timed it faster than version 4 (at 128 in two kernels, split_sums);
+    # version 5 for halves; else version 4.
     from gpucourse.kernels import launch
     from gpucourse.kernels.attention import backward as AB
 
@@ -465,12 +466,13 @@ def test_the_default_version_follows_the_timings(monkeypatch):
     for tensor_cores in (True, False):
         monkeypatch.setattr(launch, "has_tf32_tensor_cores", lambda _gpu: tensor_cores)
         tc = tensor_cores
-        cases = {("torch", "float32", 64): 6 if tc else 4, ("torch", "float32", 128): 4,
+        cases = {("torch", "float32", 64): 6 if tc else 4,
+                 ("torch", "float32", 128): 6 if tc else 4,
                  ("torch", "float32", 32): 4, ("numba", "float32", 64): 4,
                  ("torch", "float16", 64): 5 if tc else 4, ("torch", "bfloat16", 128): 5}
         for (kind, io, head_dim), want in cases.items():
             assert AB._default_version(kind, io, head_dim) == want, (kind, io, head_dim, tc)
-    assert AB.TF32_DEFAULT_HEAD_DIMS == (64,)
+    assert AB.TF32_DEFAULT_HEAD_DIMS == (64, 128)
 
 
 def stand_in_for_versions_5_and_6(monkeypatch, gpu: bool):
@@ -509,9 +511,10 @@ def test_atomic_dq_is_asked_for_at_the_head_dims_and_masks_listed(monkeypatch):
     from gpucourse.kernels.attention import tf32_backward
 
     # Version 5 at head dim 64: two kernels without a mask (0.72-0.88x the one
-    # kernel's time at N 1024 in two runs), one under a causal mask.
+    # kernel's time at N 1024 in two runs), one under a causal mask. Version 6
+    # at 128: dQ added by the dK kernel of the split sums.
     assert AB.ATOMIC_DQ_HEAD_DIMS == {5: {64: (True,), 128: (False, True)},
-                                      6: {64: (False, True)}}
+                                      6: {64: (False, True), 128: (False, True)}}
     asked, halves, kind, floats = stand_in_for_versions_5_and_6(monkeypatch, AB.on_gpu())
     for listed in ({}, {64: (False,)}, {64: (True,)}, {64: (False, True)}):
         monkeypatch.setattr(AB, "ATOMIC_DQ_HEAD_DIMS", {5: listed, 6: listed})
@@ -586,6 +589,26 @@ def test_chapter_9_reads_the_ladder_and_version_6_from_the_runs_that_timed_them(
         ladder_record(tmp_path)
     with pytest.raises(ValueError, match="must time versions 4 and 6"):
         version6_ratios({"results": [row("flash_bwd", 2.0), row("sdpa_efficient_bwd", 1.0)][:0]})
+
+
+def test_chapter_9_reads_a_variants_range_against_sdpa():
+    # chapters.attention.variant_ratios: a variant's time over SDPA's in the
+    # same run, shape by shape (a shape without SDPA's time is not counted);
+    # a record without the variant is named.
+    from gpucourse.chapters.attention import variant_ratios
+
+    def row(variant, ms, seq=1024, causal=False):
+        return dict(variant=variant, seq=seq, head_dim=128, causal=causal, ms=ms)
+
+    record = {"results": [row("tf32_one_kernel_bwd", 3.0), row("sdpa_efficient_bwd", 2.0),
+                          row("tf32_one_kernel_bwd", 1.0, causal=True),
+                          row("sdpa_efficient_bwd", 2.0, causal=True),
+                          row("tf32_one_kernel_bwd", 9.0, seq=4096),
+                          row("flash_bwd_v6", 1.0), row("tf32_split_sums_bwd", 5.0)]}
+    assert variant_ratios(record, "tf32_one_kernel") == pytest.approx((0.5, 1.5))
+    assert variant_ratios(record, "tf32_split_sums") == pytest.approx((2.5, 2.5))
+    with pytest.raises(ValueError, match="'tf32_rounded'"):
+        variant_ratios(record, "tf32_rounded")
 
 
 @pytest.mark.parametrize("heavy_last", [False, True])
@@ -747,6 +770,6 @@ def test_chapter_9_names_where_the_half_backward_runs_in_one_kernel():
     from gpucourse.chapters.attention import one_kernel_head_dims
 
     assert one_kernel_head_dims(5) == {"both": "128", "causal": "64"}
-    assert one_kernel_head_dims(6) == {"both": "64", "causal": ""}
+    assert one_kernel_head_dims(6) == {"both": "64 and 128", "causal": ""}
     with pytest.raises(ValueError, match="version must be one of \\[5, 6\\]"):
         one_kernel_head_dims(4)

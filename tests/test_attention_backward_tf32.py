@@ -65,6 +65,31 @@ def test_gradients_err_as_little_as_version_4s(seq, key_seq, causal):
         assert not ours[1][..., seq:, :].any() and not ours[2][..., seq:, :].any()
 
 
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (128, False)])
+def test_a_call_without_tiles_runs_at_the_head_dims_it_is_the_default_at(head_dim, causal):
+    # At backward.TF32_DEFAULT_HEAD_DIMS a call without tiles adds dQ
+    # atomically (backward.ATOMIC_DQ_HEAD_DIMS), at 128 from the dK kernel of
+    # the split sums (tf32_backward.SPLIT_SUMS_HEAD_DIMS): on the simulator
+    # too, where dK and dV's tiles are then 16 queries wide (atomic dQ's
+    # pieces). 20 queries: a tile and a ragged one.
+    from gpucourse.kernels.attention import backward as AB
+    from gpucourse.kernels.attention.tf32_backward import SPLIT_SUMS_HEAD_DIMS, backward_configs
+
+    assert head_dim in AB.TF32_DEFAULT_HEAD_DIMS and causal in AB.ATOMIC_DQ_HEAD_DIMS[6][head_dim]
+    assert backward_configs(head_dim)[0].split_sums == (head_dim in SPLIT_SUMS_HEAD_DIMS)
+    rng = np.random.default_rng(head_dim)
+    q, k, v, dout = (rng.standard_normal((1, 1, 20, head_dim)).astype(np.float32)
+                     for _ in range(4))
+    out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+    leaves = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in (q, k, v)]
+    want = torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(
+        *leaves, is_causal=causal), leaves, torch.tensor(dout, dtype=torch.float64))
+    ours = on_host(flash_attention_backward(*inputs, causal=causal, version=6))
+    for name, g, w in zip(("dq", "dk", "dv"), ours, want):
+        np.testing.assert_allclose(g, w.numpy(), atol=2e-5, rtol=2e-4, err_msg=name)
+
+
 def test_the_two_read_patterns_have_no_bank_conflicts():
     # Each quarter-warp's 128-bit reads, by rows and by pairs of rows, touch
     # the 8 groups of 4 banks once each (a conflict would repeat a group).

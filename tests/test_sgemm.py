@@ -96,6 +96,21 @@ def test_dot_loop_written_out_2_4_or_all_8_steps_per_pass_gives_the_same_product
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
+def test_scalar_loads_unchecked_inside_checked_at_the_edges():
+    # One float at a time (rows not a multiple of 4 long), a thread's four
+    # neighbours of a row are loaded with one check where all four lie inside,
+    # one check each where they cross an edge. 45 x 21 times 21 x 39 in
+    # 32 x 32 x 8 tiles: A's columns 20-23 cross K's edge (21), B's columns
+    # 36-39 cross N's (39), rows 45 on lie past M's; C starts as NaN, so an
+    # output left unwritten shows.
+    config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
+    a, b = _random((45, 21), 7), _random((21, 39), 8)
+    kernel = sgemm._make_vectorized_kernel(config, False)
+    out = np.full((45, 39), np.nan, np.float32)
+    kernel[(2, 2), (config.threads,)](a, b, out)
+    np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
+
+
 @pytest.mark.parametrize("level, config", [
     (6, TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)),
     (7, sgemm.WarpTileConfig(bm=32, bn=32, bk=8, wm=16, wn=32, wn_iter=1, tm=4, tn=4, threads=64))])

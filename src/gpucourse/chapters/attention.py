@@ -499,6 +499,25 @@ def version6_ratios(record) -> dict:
     return {d: {v: (min(r), max(r)) for v, r in by.items()} for d, by in ranges.items()}
 
 
+def variant_ratios(record, variant: str) -> tuple[float, float]:
+    """(lo, hi): the range over the timed shapes of a variant's time (a row
+    benchmarks/attention_backward.py wrote as <variant>_bwd, one of version
+    6's variants) over SDPA memory-efficient's backward in the same run.
+    Raises ValueError if the record timed no such variant."""
+    sdpa, ratios = {}, {}
+    for r in record["results"]:
+        shape = (r["seq"], r["head_dim"], r["causal"])
+        if r["variant"] == "sdpa_efficient_bwd":
+            sdpa[shape] = r["ms"]
+        elif r["variant"] == f"{variant}_bwd" and r.get("ms") is not None:
+            ratios[shape] = r["ms"]
+    ratios = [ms / sdpa[shape] for shape, ms in ratios.items() if shape in sdpa]
+    if not ratios:
+        raise ValueError(f"record must time the variant {variant!r} beside SDPA "
+                         f"(a row {variant}_bwd); it does not")
+    return min(ratios), max(ratios)
+
+
 def launch_path_times(record) -> dict:
     """{(seq, head_dim, causal): (quick, long)}: the default version's time a
     call through its quick torch path ("flash_bwd") and through Numba's own
@@ -608,8 +627,10 @@ def causal_order_summary(record: dict) -> dict:
 
 
 def one_kernel_head_dims(version: int = 5) -> dict:
-    """Where version 5 or 6's backward runs in one kernel by default
-    (backward.ATOMIC_DQ_HEAD_DIMS), as text to glue: "both", the head dims
+    """Where version 5 or 6's backward adds dQ atomically by default, from the
+    kernel that walks the queries (backward.ATOMIC_DQ_HEAD_DIMS: one kernel
+    instead of two, or for version 6 at its split-sums head dims, the dK
+    kernel of two), as text to glue: "both", the head dims
     where it does with and without a causal mask; "causal", those where it
     does under a causal mask alone (" and " between several)."""
     from gpucourse.kernels.attention.backward import ATOMIC_DQ_HEAD_DIMS

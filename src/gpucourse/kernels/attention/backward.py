@@ -64,7 +64,7 @@ FLOAT32_VERSIONS = (1, 2, 3, 4, 6)  # the versions that take float32 (5 takes ha
 # The fastest on the CUDA cores at every timed shape
 # (results/attention_backward-h100-2026-11-25.json): version 4, the float32
 # default except where version 6 (3xTF32 on the tensor cores) was timed faster
-# (TF32_DEFAULT_HEAD_DIMS, below; results/attention_backward-h200-2026-11-28.json).
+# (TF32_DEFAULT_HEAD_DIMS, below; results/attention_backward-h200-2026-11-29.json).
 DEFAULT_VERSION = 4
 # Version 4 on CUDA torch tensors through `_quick_v4_torch`: allocations by
 # torch, launches straight to cuda.core with the arguments packed by hand, as
@@ -134,9 +134,10 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     kernels for float32 on the tensor cores in 3xTF32,
     ``attention.tf32_backward``: head_dim 32, 64 or 128; float32 CUDA torch
     tensors on a GPU with tensor cores, numpy arrays or CPU torch tensors on
-    the simulator; the float32 default at head dim 64 on a GPU with tensor
-    cores: 0.80-1.14x SDPA memory-efficient's backward on the H200 in one
-    kernel, version 4 0.92-1.49x, results/attention_backward-h200-2026-11-28.json).
+    the simulator; the float32 default at head dims 64 and 128 on a GPU with
+    tensor cores: 0.59-0.80x and 0.83-1.06x SDPA memory-efficient's backward
+    on the H200, version 4 0.87-1.48x and 0.97-1.44x,
+    results/attention_backward-h200-2026-11-29.json).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);
     default TILED_CONFIGS, TILED_CONFIGS_V3 or TILED_CONFIGS_V4[head_dim];
@@ -332,10 +333,13 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
 
 # Head dims at which version 6 (3xTF32 on the tensor cores) is the float32
 # default on a GPU with tensor cores: where the H200 timed it faster than
-# version 4 (results/attention_backward-h200-2026-11-28.json: 1.16-1.26x at
-# head dim 64; at 128, where its dK/dV kernel walks 8-row tiles, 0.72-0.81x).
-# Head dim 32 has not been timed.
-TF32_DEFAULT_HEAD_DIMS = (64,)
+# version 4 (results/attention_backward-h200-2026-11-29.json: 1.49-1.95x as
+# fast at head dim 64, in one kernel with dQ added atomically; 1.16-1.36x at
+# 128, where dK and dV are two kernels of one sum each,
+# tf32_backward.SPLIT_SUMS_HEAD_DIMS; the one kernel there, whose registers
+# fit 8-row tiles alone, had been 0.72-0.81x on 2026-11-28). Head dim 32 has
+# not been timed.
+TF32_DEFAULT_HEAD_DIMS = (64, 128)
 # Head dims at which versions 5 and 6 add dQ atomically from dK and dV's
 # kernel by default (half_backward_atomic, tf32_backward_atomic: five tile
 # products instead of seven, but dQ's last bits then vary between calls, as
@@ -359,9 +363,13 @@ TF32_DEFAULT_HEAD_DIMS = (64,)
 # 4096; the day before 0.78x and 0.88x, and 1.00x. So there, two
 # kernels, which also give the same bits every call. Causal, one kernel
 # stays (the two took 1.07x-1.13x fp16, 0.90x-1.27x bf16 at N 1024, 1.54-1.59x at
-# N 4096). Each head dim maps to the masks (causal True or False) under
-# which one kernel is the default.
-ATOMIC_DQ_HEAD_DIMS = {5: {64: (True,), 128: (False, True)}, 6: {64: (False, True)}}
+# N 4096). Version 6 at head dim 128, its dK and dV in two kernels: the dK
+# kernel adding dQ took 0.74-0.81x the time of the two with dQ's own kernel
+# (results/attention_backward-h200-2026-11-29.json, tf32_split_sums_bwd).
+# Each head dim maps to the masks (causal True or False) under which dQ is
+# added atomically by default.
+ATOMIC_DQ_HEAD_DIMS = {5: {64: (True,), 128: (False, True)},
+                       6: {64: (False, True), 128: (False, True)}}
 
 
 def _deterministic() -> bool:

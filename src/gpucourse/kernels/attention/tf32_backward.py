@@ -2,7 +2,8 @@
 
 Version 4 computes the backward's five tile products on the CUDA cores and
 took 1.01-1.46 times the time of PyTorch's memory-efficient backward on an
-H100, whose products run on the tensor cores in 3xTF32. This module is
+H100, whose products run on the tensor cores in 3xTF32. This version took
+0.59-1.06 times it on the H200 (results/attention_backward-h200-2026-11-29.json). This module is
 ``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
 one kernel or two) with float32 operands split into a big TF32 part and a
 small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
@@ -39,8 +40,8 @@ Three choices make the fragments cheap, the first two the forward's:
   eight chunks to eight different groups of four banks (``bank_groups``
   lists them; tests/test_attention_backward_tf32.py checks it).
 
-**dK and dV apart** (``split_sums``, a prototype for head dim 128, not a
-default). The one kernel holds both sums, 64 floats a lane each at head dim
+**dK and dV apart** (``split_sums``, the default at head dim 128:
+``SPLIT_SUMS_HEAD_DIMS``). The one kernel holds both sums, 64 floats a lane each at head dim
 128, and fits 8-row query tiles alone: about 11 SASS instructions a HMMA in
 its walk, most of them splitting the block's own K or V again for each
 narrow tile. With split_sums ``make_dkdv_kernel`` is built twice: a dV kernel
@@ -90,6 +91,12 @@ from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, 
                                                  global_address_flat, shared_address)
 
 TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
+# Head dims at which dK and dV's tiles have split_sums by default: 128, where
+# on the H200 the two kernels with dQ added atomically took 0.87-1.06x SDPA
+# memory-efficient's backward against the one kernel's 1.26-1.66x and
+# version 4's 1.09-1.46x (N 1024 and 4096, both masks;
+# results/reruns/attention_backward_partial-h200-2026-11-29-d128.json).
+SPLIT_SUMS_HEAD_DIMS = (128,)
 FLOAT_BYTES = 4
 
 
@@ -154,7 +161,7 @@ def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig
     return config
 
 
-def backward_configs(head_dim: int, split_sums: bool = False
+def backward_configs(head_dim: int, split_sums: bool | None = None, atomic_dq: bool = False
                      ) -> tuple[Tf32BackwardConfig, Tf32BackwardConfig]:
     """(dK and dV's tiles, dQ's tiles). On a GPU, 4 warps, and walked tiles as
     wide as the registers allow without spilling (ptxas for sm_90): dK and dV's
@@ -162,17 +169,22 @@ def backward_configs(head_dim: int, split_sums: bool = False
     32-row tiles at head dim 64 (235 registers: two blocks a multiprocessor)
     and 8-row ones at 128 (255; 16-row ones spilled); dQ's, one sum, 32 at 64
     (133) and 16 at 128 (171; 32 would need 128 KiB of shared memory, one
-    block a multiprocessor). Not yet timed. Small tiles on the simulator.
+    block a multiprocessor). On the simulator, small tiles: one warp walking
+    8 rows, or 16 for dK and dV with `atomic_dq` (its pieces are 16 queries).
 
     With split_sums (dK and dV in two kernels, one sum each), dK and dV's
     tiles at head dim 128 are 8 warps walking 32-row tiles: 169-173 registers
     in both kernels, causal or not; 4 warps with 32-row tiles would need
     129 KiB of shared memory in dK's kernel (its K and V, two stages of Q and
     dO), one block of 4 warps a multiprocessor, where 8 warps share one
-    block's 192 KiB (209 with atomic dQ's dS)."""
+    block's 192 KiB (209 with atomic dQ's dS). split_sums None (the default):
+    at SPLIT_SUMS_HEAD_DIMS, where the H200 timed them faster than the one
+    kernel."""
+    if split_sums is None:
+        split_sums = head_dim in SPLIT_SUMS_HEAD_DIMS
     if not on_gpu():
         small = Tf32BackwardConfig(head_dim, warps=1, block_cols=8)
-        return replace(small, split_sums=split_sums), small
+        return replace(small, split_sums=split_sums, block_cols=16 if atomic_dq else 8), small
     dq = Tf32BackwardConfig(head_dim, warps=4, block_cols=32 if head_dim <= 64 else 16)
     if head_dim <= 64:
         return replace(dq, split_sums=split_sums), dq
@@ -538,14 +550,15 @@ def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     heads, key_seq, head_dim), lse (batch, heads, seq) in natural log; torch
     CUDA tensors on a GPU, numpy arrays or CPU torch tensors on the simulator;
     unchecked (flash_attention_backward checks). configs: (dK and dV's tiles,
-    dQ's tiles), default backward_configs(head_dim). atomic_dq: dQ added by dK
-    and dV's kernel (``tf32_backward_atomic``; dQ's tiles unused), or by the
-    dK kernel where dK and dV's tiles have split_sums. Gradients in the
-    inputs' kind."""
+    dQ's tiles), default backward_configs(head_dim, atomic_dq=atomic_dq).
+    atomic_dq: dQ added by dK and dV's kernel (``tf32_backward_atomic``; dQ's
+    tiles unused), or by the dK kernel where dK and dV's tiles have
+    split_sums. Gradients in the inputs' kind."""
     batch, heads, seq, d = q.shape
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
-    dkdv_config, dq_config = configs if configs is not None else backward_configs(d)
+    dkdv_config, dq_config = (configs if configs is not None
+                              else backward_configs(d, atomic_dq=atomic_dq))
     # (kernel, its tiles, whether it owns keys, whether it adds dQ atomically)
     if dkdv_config.split_sums:
         kernels = [(make_dkdv_kernel(dkdv_config, causal, False, "dv"), dkdv_config, True, False),

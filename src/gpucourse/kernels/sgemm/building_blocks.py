@@ -169,7 +169,9 @@ def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool
             elif vectorized:
                 if row < m and kk < k:  # k % 4 == 0: the four are all in or all out
                     x0, x1, x2, x3 = load_float4(a, row, kk)
-            elif row < m:
+            elif row < m and kk + THREE < k:  # one float at a time, the four all inside
+                x0, x1, x2, x3 = a[row, kk], a[row, kk + ONE], a[row, kk + TWO], a[row, kk + THREE]
+            elif row < m:  # the four cross K's edge: each checked
                 x0 = a[row, kk] if kk < k else float32(0.0)
                 x1 = a[row, kk + ONE] if kk + ONE < k else float32(0.0)
                 x2 = a[row, kk + TWO] if kk + TWO < k else float32(0.0)
@@ -187,6 +189,8 @@ def _make_tile_loaders(bm: int, bn: int, bk: int, threads: int, vectorized: bool
             elif vectorized:
                 if kk < k and col < n:  # n % 4 == 0
                     x0, x1, x2, x3 = load_float4(b, kk, col)
+            elif kk < k and col + THREE < n:
+                x0, x1, x2, x3 = b[kk, col], b[kk, col + ONE], b[kk, col + TWO], b[kk, col + THREE]
             elif kk < k:
                 x0 = b[kk, col] if col < n else float32(0.0)
                 x1 = b[kk, col + ONE] if col + ONE < n else float32(0.0)
