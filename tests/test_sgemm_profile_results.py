@@ -265,3 +265,48 @@ def test_interior_gain_pairs_each_kernel_with_and_without_edge_checks():
     _fails(sgemm_gap.interior_gain, {"benchmark": "sgemm_unroll", "results": []},
            naming="sgemm_interior results record")
     _fails(sgemm_gap.interior_gain, {**record, "results": raw[:1]}, naming="no such pair")
+
+
+def _profile(instructions, grid, ms, stalls, lds=0.05, warps=7.99):
+    return {"kernel": "k", "duration_ms": ms, "executed_warp_instructions": instructions,
+            "grid_size": grid, "warps_per_sm": warps, "issue_slots_busy_percent": 50.0,
+            "one_or_more_eligible_percent": 70.0, "registers_per_thread": 128,
+            "block_size": 256, "instruction_mix": {"FFMA": 0.8, "LDS": lds},
+            "stall_reasons": stalls}
+
+
+def test_the_ragged_profile_by_hand():
+    # sgemm_gap.ragged_profile on a record made up here: per block, the ragged
+    # launch's 600 instructions against the aligned one's 500 (20% more); its
+    # 104 blocks leave 28 of 132 SMs idle, none of 100; a missing profile or a
+    # bad SM count is named.
+    record = {"benchmark": "ncu_summary", "gpu": "G", "date": "d", "method": "m", "profiles": {
+        "ragged": _profile(104 * 600, 104, 0.12, {"long_sb": 0.02, "short_sb": 0.1}),
+        "aligned": _profile(96 * 500, 96, 0.10, {"long_sb": 0.01}, lds=0.04),
+        "k1000": _profile(1000, 128, 0.06, {"short_sb": 0.3}, lds=0.08)}}
+    facts = sgemm_gap.ragged_profile(record, 132)
+    assert facts["blocks"] == 104 and facts["idle_sms"] == 28 and facts["warps_per_sm"] == 8
+    assert facts["extra_instructions"] == pytest.approx(0.2)
+    assert facts["extra_time"] == pytest.approx(0.2)
+    assert facts["long_wait"] == 0.02 and facts["shared_wait_1000"] == 0.3
+    assert (facts["lds_1000"], facts["lds_aligned"]) == (0.08, 0.04)
+    assert facts["issue_busy"] == pytest.approx(0.5)
+    assert sgemm_gap.ragged_profile(record, 100)["idle_sms"] == 0
+    del record["profiles"]["k1000"]
+    _fails(sgemm_gap.ragged_profile, record, 132, naming="lacks \\['k1000'\\]")
+    _fails(sgemm_gap.ragged_profile, {"benchmark": "x"}, 132, naming="Nsight Compute summary")
+    record["profiles"]["k1000"] = record["profiles"]["aligned"]
+    _fails(sgemm_gap.ragged_profile, record, 0, naming="sms must be a positive")
+
+
+def test_what_the_chapter_says_of_the_ragged_profile():
+    # The committed H200 profile: one wave that leaves SMs idle, warps that
+    # hardly wait on global memory, more instructions a block where rows are
+    # ragged, and at 1000^3 the waits on shared memory first.
+    run = sgemm_gap.load_ragged_ncu_results()
+    facts = sgemm_gap.ragged_profile(run, sgemm.gpu_entry(run["gpu"])["sms"])
+    assert facts["idle_sms"] > 0 and facts["extra_instructions"] > 0 and facts["extra_time"] > 0
+    assert facts["long_wait"] < 0.05 < facts["shared_wait_1000"]
+    k1000 = run["profiles"]["k1000"]["stall_reasons"]
+    assert max((v, k) for k, v in k1000.items() if k not in ("selected", "not_selected"))[1] \
+        == "short_sb"

@@ -4,7 +4,8 @@ benchmark runs that measured them.
 
 Nothing here runs a kernel. These functions read level 7's own run
 (``benchmarks/results/sgemm_level7-*.json``), the Nsight Compute summary
-(``sgemm_ncu-*.json``), the dot-loop variants (``sgemm_unroll-*.json``), the
+(``sgemm_ncu-*.json``, and ``sgemm_ragged_ncu-*.json`` at the shapes no
+plan fixes), the dot-loop variants (``sgemm_unroll-*.json``), the
 kernels without edge checks (``sgemm_interior-*.json``) and matmul as a user
 calls it (``sgemm_shapes-*.json``), and draw level 7's warp tiles and the
 runs' plots. They sit apart from ``sgemm`` (the ladder of levels 1 to 6)
@@ -241,6 +242,50 @@ def ncu_gap(record: dict, ours: str, reference: str = "cublas") -> dict:
     return {"time_ratio": a["duration_s"] / b["duration_s"],
             "instruction_ratio": instruction_ratio, "issue_ratio": issue_ratio,
             "modelled_ratio": instruction_ratio * issue_ratio}
+
+
+def load_ragged_ncu_results(path=None) -> dict:
+    """The newest Nsight Compute summary of matmul at the shapes no plan brings
+    to its target (``sgemm_ragged_ncu-<gpu>-<date>.json``, the
+    ``sgemm_ncu`` part of benchmarks/half_precision_gpu.sh): profiles
+    "ragged" (auto at 1537 x 1023 x 771), "aligned" (auto's plan for it at
+    1536 x 1024 x 768) and "k1000" (auto at 1000^3)."""
+    return results.load_ncu_summary("sgemm_ragged_ncu", path)
+
+
+def ragged_profile(record: dict, sms: int) -> dict:
+    """What the ragged shapes' profile says, as numbers for the chapter, from
+    ``load_ragged_ncu_results`` on a GPU of `sms` multiprocessors: blocks
+    (the ragged launch's), idle_sms (SMs left without a block in its one
+    wave, 0 past one wave), warps_per_sm (achieved, whole), long_wait (the share of warp samples waiting on
+    global memory, long scoreboard), issue_busy, extra_instructions (the
+    ragged launch's executed instructions per block over the aligned one's,
+    minus 1), extra_time (its duration over the aligned one's, minus 1),
+    shared_wait_1000 (at 1000^3, the share of samples waiting on shared
+    memory, short scoreboard) and lds_1000, lds_aligned (LDS's share of the
+    executed instructions at 1000^3 and in the aligned launch)."""
+    record = _ncu_record(record)
+    missing = [p for p in ("ragged", "aligned", "k1000") if p not in record["profiles"]]
+    if missing:
+        raise ValueError(f"record must profile ragged, aligned and k1000 "
+                         f"(load_ragged_ncu_results reads one); it lacks {missing}")
+    if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+        raise ValueError(f"sms must be a positive whole number, got {sms!r}")
+    ragged, aligned, k1000 = (record["profiles"][p] for p in ("ragged", "aligned", "k1000"))
+
+    def per_block(p):
+        return p["executed_warp_instructions"] / p["grid_size"]
+
+    blocks = ragged["grid_size"]
+    return {"blocks": blocks, "idle_sms": max(0, sms - blocks),
+            "warps_per_sm": round(ragged["warps_per_sm"]),
+            "long_wait": ragged["stall_reasons"].get("long_sb", 0.0),
+            "issue_busy": ragged["issue_slots_busy_percent"] / 100,
+            "extra_instructions": per_block(ragged) / per_block(aligned) - 1,
+            "extra_time": ragged["duration_ms"] / aligned["duration_ms"] - 1,
+            "shared_wait_1000": k1000["stall_reasons"].get("short_sb", 0.0),
+            "lds_1000": k1000["instruction_mix"].get("LDS", 0.0),
+            "lds_aligned": aligned["instruction_mix"].get("LDS", 0.0)}
 
 
 def load_unroll_results(path=None) -> dict:
