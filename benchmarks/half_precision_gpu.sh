@@ -51,6 +51,11 @@
 #              kernel's SASS with its stall samples per instruction, in a .tgz);
 #   sgemm_padding_parts benchmarks/sgemm_padding_parts.py (issue 33: a padded ragged
 #              product's copies and multiply timed alone, beside the unpadded one);
+#   sgemm_fragments benchmarks/sgemm_fragments.py (issue 33: auto's plan with one and
+#              with two copies of the fragments, vectorized.FRAGMENT_COPIES, at the
+#              grid's shapes under 85%, beside cuBLAS; about a minute);
+#   attention_fp32_ncu the same for version 6's split dV and dK kernels at head dim 128,
+#              N 4096, not causal: backward_fp32_128_ncu-*.json;
 #   sgemm_ncu  the same for matmul's kernel (issue 33) at 1537 x 1023 x 771 (ragged),
 #              its plan at 1536 x 1024 x 768 (aligned) and 1000^3: sgemm_ragged_ncu-*.json.
 # Results files land in OUT with a log of the whole run (OUT/gpu_log-PARTS.txt);
@@ -112,6 +117,8 @@ for part in "$@"; do
         timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_fragments)
+        timeout 300 python3 benchmarks/sgemm_fragments.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_padding_parts)
         timeout 300 python3 benchmarks/sgemm_padding_parts.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_padding)
@@ -127,20 +134,24 @@ for part in "$@"; do
     grad_check)
         (cd benchmarks && timeout 300 python3 tinygpt_grad_check.py --out "$OUT" 2>&1 \
             | grep -v Warn | tail -40) ;;
+    attention_fp32_ncu)  # then the ncu part below, with these jobs (LABEL:TARGET:KERNEL:SKIP)
+        NCU_NAME=backward_fp32_128_ncu NCU_TIMEOUT=280  # each job compiles three large kernels
+        NCU_JOBS="dv128:backward_fp32_128:make_dkdv_kernel:6 dk128:backward_fp32_128:make_dkdv_kernel:7"
+        NCU_NOTE="float32 backward, version 6 at B4 H16 N4096 d128 not causal: its split sums' dV kernel and dK kernel (which adds dQ atomically)" ;&
     sgemm_ncu)  # then the ncu part below, with these jobs
-        NCU_NAME=sgemm_ragged_ncu  # not sgemm_ncu: chapter 8 reads that one (4096^3)
-        NCU_JOBS="ragged:sgemm_ragged:sgemm_vectorized aligned:sgemm_aligned:sgemm_vectorized
-                  k1000:sgemm_1000:sgemm_vectorized"
-        NCU_NOTE="float32 matmul: auto at 1537x1023x771 (ragged: loads of one float, edges checked); auto's plan for it at 1536x1024x768 (128-bit loads, no edges); auto at 1000^3" ;&
+        NCU_NAME=${NCU_NAME:-sgemm_ragged_ncu}  # not sgemm_ncu: chapter 8 reads that one (4096^3)
+        NCU_JOBS=${NCU_JOBS:-"ragged:sgemm_ragged:sgemm_vectorized aligned:sgemm_aligned:sgemm_vectorized
+                  k1000:sgemm_1000:sgemm_vectorized"}
+        NCU_NOTE=${NCU_NOTE:-"float32 matmul: auto at 1537x1023x771 (ragged: loads of one float, edges checked); auto's plan for it at 1536x1024x768 (128-bit loads, no edges); auto at 1000^3"} ;&
     ncu)
-        mkdir -p /tmp/ncu
+        rm -rf /tmp/ncu && mkdir -p /tmp/ncu  # this part's reports alone in its .tgz
         labels=()
         for job in ${NCU_JOBS:-hgemm:hgemm:make_hgemm_kernel tf32:tf32:make_tf32_kernel \
                    attention:attention:make_flash_half_kernel \
                    dkdv:backward:make_dkdv_kernel dq:backward:make_dq_kernel}; do
-            IFS=: read -r label target kernel <<< "$job"
-            timeout 150 ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" \
-                --launch-skip 3 -c 1 --set full -f -o "/tmp/ncu/$label" \
+            IFS=: read -r label target kernel skip <<< "$job"
+            timeout "${NCU_TIMEOUT:-150}" ncu --clock-control none --kernel-name-base mangled -k "regex:$kernel" \
+                --launch-skip "${skip:-3}" -c 1 --set full -f -o "/tmp/ncu/$label" \
                 python3 benchmarks/ncu_targets.py "$target" \
                 > "/tmp/ncu/$label.log" 2>&1 || echo "ncu $label failed"
             grep "==PROF==\|==ERROR==\|==WARNING==" "/tmp/ncu/$label.log" | tail -4
@@ -153,7 +164,8 @@ for part in "$@"; do
             $(cd /tmp/ncu && ls *.txt *_sass.csv)
         python3 benchmarks/ncu_summary.py "$OUT/${NCU_NAME:-half_precision_ncu}-$SLUG-$TODAY.json" \
             "${labels[@]}" --date "$TODAY" --gpu "$GPU" \
-            --note "${NCU_NOTE:-fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels}" ;;
+            --note "${NCU_NOTE:-fp16 unless named: half_matmul level 7 at 4096^3; tf32_matmul one pass at 4096^3; flash_attention B4 H16 N4096 d64 causal; its backward (version 5) B4 H16 N4096 d64 not causal, dK/dV and dQ kernels}"
+        unset NCU_NAME NCU_JOBS NCU_NOTE NCU_TIMEOUT ;;  # a later profiling part sets its own
     *) echo "unknown part $part" ;;
     esac
 done

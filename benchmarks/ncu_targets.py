@@ -18,6 +18,12 @@ H16 N4096 d64, not causal (version 5: its dK/dV kernel and its dQ kernel,
 profiled one at a time). `backward_fp32_causal`: the same in float32 under a
 causal mask (version 6, on 3xTF32: one dK/dV kernel that adds dQ atomically;
 1.01x SDPA memory-efficient's backward on the H200, issue 29's target 1.0).
+`backward_fp32_128`: flash_attention_backward in float32 at B4 H16 N4096
+d128, not causal (version 6's split sums: a dV kernel, then a dK kernel that
+adds dQ atomically, both named kernel in make_dkdv_kernel; 1.05x SDPA
+memory-efficient's backward on the H200): each call launches the two in that
+order, so the profiled call's dV kernel is launch 2 x WARM_UP of the name and
+its dK kernel the next.
 `sgemm_ragged`: matmul (auto, float32) on 1537 x 1023 x 771, the grid's
 weakest large shape (0.77 of cuBLAS, issue 33: K and N odd, so loads of one
 float and edge checks); `sgemm_aligned`: the same plan (tiles, slices) on
@@ -48,9 +54,10 @@ WARM_UP = 3
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"],
-                    ["backward_fp32_causal"], ["sgemm_ragged"], ["sgemm_aligned"], ["sgemm_1000"]):
+                    ["backward_fp32_causal"], ["backward_fp32_128"], ["sgemm_ragged"],
+                    ["sgemm_aligned"], ["sgemm_1000"]):
         sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward"
-                 "|backward_fp32_causal|sgemm_ragged|sgemm_aligned|sgemm_1000")
+                 "|backward_fp32_causal|backward_fp32_128|sgemm_ragged|sgemm_aligned|sgemm_1000")
     import torch
 
     torch.manual_seed(0)
@@ -97,6 +104,12 @@ def main(argv=None) -> int:
         q, k, v, dout = (torch.randn(4, 16, 4096, 64, device="cuda") for _ in range(4))
         out, lse = flash_attention(q, k, v, causal=True, return_lse=True)
         call = lambda: flash_attention_backward(q, k, v, out, lse, dout, causal=True)  # noqa: E731
+    elif argv == ["backward_fp32_128"]:
+        from gpucourse.kernels.attention import flash_attention, flash_attention_backward
+
+        q, k, v, dout = (torch.randn(4, 16, 4096, 128, device="cuda") for _ in range(4))
+        out, lse = flash_attention(q, k, v, return_lse=True)
+        call = lambda: flash_attention_backward(q, k, v, out, lse, dout)  # noqa: E731
     else:
         from gpucourse.kernels.attention import flash_attention, flash_attention_backward
 

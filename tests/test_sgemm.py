@@ -96,6 +96,30 @@ def test_dot_loop_written_out_2_4_or_all_8_steps_per_pass_gives_the_same_product
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_two_copies_of_the_fragments_give_the_same_bits(vectorized):
+    # vectorized.FRAGMENT_COPIES: with two copies a step reads the next step's
+    # fragments before its own FMAs, the same FMAs in the same order, so the
+    # same bits as one copy, at a ragged shape (one float at a time, or 128-bit
+    # loads on rows a multiple of 4 long). Only with the whole tile written
+    # out; 3 copies, or a loop over the steps, are refused by name.
+    config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
+    m, n, k = (45, 39, 21) if not vectorized else (45, 40, 20)
+    a, b = _random((m, k), 9), _random((k, n), 10)
+    outs = []
+    for copies in (1, 2):
+        kernel = sgemm._make_vectorized_kernel(config, vectorized, fragment_copies=copies)
+        out = np.full((m, n), np.nan, np.float32)
+        kernel[(2, 2), (config.threads,)](a, b, out)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[1], _reference(a, b), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="fragment_copies must be 1 or 2"):
+        sgemm._make_vectorized_kernel(config, vectorized, fragment_copies=3)
+    with pytest.raises(ValueError, match="needs the whole tile written out"):
+        sgemm._make_vectorized_kernel(config, vectorized, unroll=2, fragment_copies=2)
+
+
 def test_scalar_loads_unchecked_inside_checked_at_the_edges():
     # One float at a time (rows not a multiple of 4 long), a thread's four
     # neighbours of a row are loaded with one check where all four lie inside,

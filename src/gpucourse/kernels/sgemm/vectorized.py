@@ -33,28 +33,47 @@ from gpucourse.kernels._vector_load import load_float4_flat
 # Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
 # copies fit in the 48 KiB a block may declare statically; False keeps one.
 DOUBLE_BUFFER = True
+# Copies of a thread's fragments (its TM values of A and TN of B at one step of
+# the dot loop): 1, each step reads its own and then multiplies; 2, each step
+# first reads the next step's into the other copy, then multiplies its own,
+# read a step earlier, so that the shared-memory reads of one step overlap the
+# FMAs of the one before. For one block of 8 warps an SM, where Nsight Compute
+# found warps waiting on shared memory (short scoreboard, 28% of the samples
+# at 1000^3 on the H200, benchmarks/NOTES.md). Needs the whole tile written
+# out (DOT_UNROLL "tile"). Not yet timed: benchmarks/sgemm_fragments.py.
+FRAGMENT_COPIES = 1
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
                             double_buffer: bool = None, split: bool = False,
-                            max_registers="auto", interior: bool = False):
+                            max_registers="auto", interior: bool = False,
+                            fragment_copies: int = None):
     """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
     `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
     "Split-K" in split_k): block z of the grid multiplies columns z*chunk ...
     (z+1)*chunk of A by those rows of B and adds its outputs into C.
     `vectorized`: True, 128-bit loads and stores; False, one float at a time;
     "loads", 128-bit loads and single stores, for a C whose rows are not a
-    multiple of 4 long, with A and B padded (entry_point's padded plans)."""
+    multiple of 4 long, with A and B padded (entry_point's padded plans).
+    `fragment_copies`: 1 or 2 copies of a thread's fragments (default
+    FRAGMENT_COPIES, which says what two do)."""
     unroll = _steps_per_pass(unroll, config.bk)
+    copies = FRAGMENT_COPIES if fragment_copies is None else fragment_copies
+    if copies not in (1, 2) or isinstance(copies, bool):
+        raise ValueError(f"fragment_copies must be 1 or 2, got {copies!r}")
+    if copies == 2 and unroll != config.bk:
+        raise ValueError(f"fragment_copies=2 needs the whole tile written out (unroll 'tile', "
+                         f"{config.bk} steps), got {unroll} steps per pass")
+    AHEAD = copies == 2
     cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
-                        config.tm + config.tn)
+                        copies * (config.tm + config.tn))
     threads = config.threads
     a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
     double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
     double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
     a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
-    BM, BN, TM, TN = _u(config.bm, config.bn, config.tm, config.tn)
+    BM, BN, BK, TM, TN = _u(config.bm, config.bn, config.bk, config.tm, config.tn)
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
@@ -62,31 +81,61 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         config.bm, config.bn, config.bk, threads, bool(vectorized), interior)
 
     @cuda.jit(device=True, **_INLINE)
-    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
-                      a_base, b_base):
+    def load_fragments(a_tile, b_tile, a_frag, b_frag, dot, copy, thread_row, thread_col,
+                       a_base, b_base):
         # The TM values of A and the TN values of B (TN/4 groups of four) this
         # thread needs at step `dot`, from the copy of the tiles at a_base and
-        # b_base: four at a time; then the TM x TN FMAs.
+        # b_base, four at a time, into fragment copy `copy` (0 or 1).
         for i in range(ZERO, TM, FOUR):
             x0, x1, x2, x3 = load_float4_flat(a_tile, a_base + dot * BM + thread_row * TM + i)
-            a_frag[i] = x0
-            a_frag[i + ONE] = x1
-            a_frag[i + TWO] = x2
-            a_frag[i + THREE] = x3
+            a_frag[copy * TM + i] = x0
+            a_frag[copy * TM + i + ONE] = x1
+            a_frag[copy * TM + i + TWO] = x2
+            a_frag[copy * TM + i + THREE] = x3
         for g in range(GROUPS):
             x0, x1, x2, x3 = load_float4_flat(b_tile, b_base + dot * BN + g * GROUP_STRIDE
                                               + thread_col * FOUR)
-            b_frag[g * FOUR] = x0
-            b_frag[g * FOUR + ONE] = x1
-            b_frag[g * FOUR + TWO] = x2
-            b_frag[g * FOUR + THREE] = x3
+            b_frag[copy * TN + g * FOUR] = x0
+            b_frag[copy * TN + g * FOUR + ONE] = x1
+            b_frag[copy * TN + g * FOUR + TWO] = x2
+            b_frag[copy * TN + g * FOUR + THREE] = x3
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_fragments(acc, a_frag, b_frag, copy):
+        # The TM x TN FMAs on fragment copy `copy`.
         for i in range(TM):
             for j in range(TN):
-                acc[i * TN + j] += a_frag[i] * b_frag[j]
+                acc[i * TN + j] += a_frag[copy * TM + i] * b_frag[copy * TN + j]
 
-    walk_k = _make_k_loop(fetch_tiles, store_tiles,
-                          _make_multiply_tile(multiply_step, config.bk, unroll),
-                          config.bk, a_elements, b_elements, double)
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_step(a_tile, b_tile, acc, a_frag, b_frag, dot, thread_row, thread_col,
+                      a_base, b_base):
+        # One step of the dot loop. With one copy of the fragments: read this
+        # step's, then multiply. With two (AHEAD): read the next step's into
+        # the other copy first, then multiply this step's, read a step
+        # earlier (the whole tile is written out, so `dot` and the copies
+        # are constants the compiler folds into register names).
+        if AHEAD:
+            if dot + ONE < BK:
+                load_fragments(a_tile, b_tile, a_frag, b_frag, dot + ONE, (dot + ONE) % TWO,
+                               thread_row, thread_col, a_base, b_base)
+            multiply_fragments(acc, a_frag, b_frag, dot % TWO)
+        else:
+            load_fragments(a_tile, b_tile, a_frag, b_frag, dot, ZERO, thread_row, thread_col,
+                           a_base, b_base)
+            multiply_fragments(acc, a_frag, b_frag, ZERO)
+
+    all_steps = _make_multiply_tile(multiply_step, config.bk, unroll)
+
+    @cuda.jit(device=True, **_INLINE)
+    def multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base):
+        # With two copies of the fragments, step 0's are read before the steps.
+        if AHEAD:
+            load_fragments(a_tile, b_tile, a_frag, b_frag, ZERO, ZERO, p, q, a_base, b_base)
+        all_steps(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base)
+
+    walk_k = _make_k_loop(fetch_tiles, store_tiles, multiply_tile, config.bk, a_elements,
+                          b_elements, double)
 
     @cuda.jit(device=True, **_INLINE)
     def place_thread(tid):
@@ -108,6 +157,6 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                     store_four(c, acc, i * TN + g * FOUR, row, col, n)
 
     multiply_block = _make_multiply_block(place_thread, walk_k, write_patch, config.bm, config.bn,
-                                          patch, tm, tn, a_staged, b_staged)
+                                          patch, copies * tm, copies * tn, a_staged, b_staged)
 
     return _make_kernel(multiply_block, a_shared, b_shared, cap, "sgemm_vectorized", split)
