@@ -33,8 +33,9 @@ log-sum-exp: ``backward`` is its entry point ``flash_attention_backward``,
 whose four versions on the CUDA cores, each faster than the last, live in
 ``backward_v12`` and ``backward_v34``, and its two on the tensor cores in
 ``half_backward`` (version 5, fp16 and bf16) and ``tf32_backward`` (version 6,
-float32 in 3xTF32, the default at head dim 64 on tensor-core GPUs); ``autograd`` wraps forward and backward as one PyTorch
-operation, ``flash_attention_autograd``, on which chapter 10's model trains.
+float32 in 3xTF32, the default at head dims 64 and 128 on tensor-core GPUs);
+``autograd`` wraps forward and backward as one PyTorch operation,
+``flash_attention_autograd``, on which chapter 10's model trains.
 
 Inputs are float32 arrays of shape (batch, heads, seq, head_dim) (keys and
 values may have another sequence length than the queries: cross-attention;

@@ -42,7 +42,7 @@ def _torch_function():
             # The default version for the inputs: FlashAttention-2's backward in
             # half precision (version 5) for bfloat16, and for float16 on a GPU
             # with tensor cores; for float32, version 6 (3xTF32 on the tensor
-            # cores) at head dim 64 on such a GPU, DEFAULT_VERSION otherwise.
+            # cores) at head dims 64 and 128 on such a GPU, DEFAULT_VERSION otherwise.
             grads = flash_attention_backward(*args, causal=ctx.causal, scale=ctx.scale)
             return (*(_torch_side(g, q) for g in grads), None, None)
 
