@@ -90,10 +90,18 @@ def test_dot_loop_written_out_2_4_or_all_8_steps_per_pass_gives_the_same_product
     monkeypatch.setattr(building_blocks, "DOT_UNROLL", unroll)
     config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
     a, b = _random((33, 24), 5), _random((24, 36), 6)
-    kernel = sgemm._make_vectorized_kernel(config, True)
-    out = np.full((33, 36), np.nan, np.float32)
-    kernel[(2, 2), (config.threads,)](a, b, out)
+    out = _run_level6_kernel(config, a, b)
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
+
+
+def _run_level6_kernel(config, a, b, vectorized=True, **options):
+    """C = a @ b by level 5-6's kernel for `config` (built with `options`) on
+    a grid of 2 x 2 blocks, into an output of NaN, so that one left unwritten
+    shows."""
+    kernel = sgemm._make_vectorized_kernel(config, vectorized, **options)
+    out = np.full((a.shape[0], b.shape[1]), np.nan, np.float32)
+    kernel[(2, 2), (config.threads,)](a, b, out)
+    return out
 
 
 @pytest.mark.parametrize("vectorized", [True, False])
@@ -106,12 +114,8 @@ def test_two_copies_of_the_fragments_give_the_same_bits(vectorized):
     config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
     m, n, k = (45, 39, 21) if not vectorized else (45, 40, 20)
     a, b = _random((m, k), 9), _random((k, n), 10)
-    outs = []
-    for copies in (1, 2):
-        kernel = sgemm._make_vectorized_kernel(config, vectorized, fragment_copies=copies)
-        out = np.full((m, n), np.nan, np.float32)
-        kernel[(2, 2), (config.threads,)](a, b, out)
-        outs.append(out)
+    outs = [_run_level6_kernel(config, a, b, vectorized, fragment_copies=copies)
+            for copies in (1, 2)]
     np.testing.assert_array_equal(outs[1], outs[0])
     np.testing.assert_allclose(outs[1], _reference(a, b), rtol=RTOL, atol=ATOL)
     with pytest.raises(ValueError, match="fragment_copies must be 1 or 2"):
@@ -129,9 +133,7 @@ def test_scalar_loads_unchecked_inside_checked_at_the_edges():
     # output left unwritten shows.
     config = TileConfig(bm=32, bn=32, bk=8, tm=4, tn=4)
     a, b = _random((45, 21), 7), _random((21, 39), 8)
-    kernel = sgemm._make_vectorized_kernel(config, False)
-    out = np.full((45, 39), np.nan, np.float32)
-    kernel[(2, 2), (config.threads,)](a, b, out)
+    out = _run_level6_kernel(config, a, b, vectorized=False)
     np.testing.assert_allclose(out, _reference(a, b), rtol=RTOL, atol=ATOL)
 
 
