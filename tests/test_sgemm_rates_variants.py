@@ -115,7 +115,9 @@ def test_the_share_prices_split_plans_only_and_reproduces_the_measured_time():
 
 
 def test_the_committed_grid_ran_the_picks_of_its_json():
-    # The H200's grid of 2026-11-29 (its fourth of the day) ran auto's picks
+    # The H200's grid of 2026-11-29 (its fourth of the day, now in
+    # results/reruns/...-fourth; the sixth, in results/, ran a kernel whose
+    # scalar loads are checked four at a time) ran auto's picks
     # of the JSON as committed: the split shares and each tile's own
     # scalar-load share. The day's third grid ran the same JSON with one
     # scalar-load share, 0.1099, for every tile (results/reruns/...-third):
@@ -128,7 +130,7 @@ def test_the_committed_grid_ran_the_picks_of_its_json():
     assert "split_kernel" in entry and "tile_share" in entry["scalar_loads"]
     folder = results.find_results("sgemm_grid")[0].parent
     grids = [results.load_results("sgemm_grid", path) for path in (
-        folder / "sgemm_grid-h200-2026-11-29.json",
+        folder / "reruns" / "sgemm_grid-h200-2026-11-29-fourth.json",
         folder / "reruns" / "sgemm_grid-h200-2026-11-29-third.json")]
     rows, third = ({(r["m"], r["n"], r["k"]): r for r in grid["results"] if r["variant"] == "auto"}
                    for grid in grids)
