@@ -170,8 +170,7 @@ def test_measured_rates_predict_the_grid_they_were_not_measured_on():
     # seen in the day's sixth grid (its scalar loads checked four at a time,
     # which the shares were not fitted to): median 0.022 in log, the worst
     # 0.069 (1537 x 1023 x 771); without scalar_share median 0.022, the worst
-    # 0.118 (the ragged 1537 x 1023 x 771 and 8192 x 50257 x 768). In the
-    # fourth: median 0.023, the worst 0.078; without, 0.057 and 0.126.
+    # 0.118 (the ragged 1537 x 1023 x 771 and 8192 x 50257 x 768).
     entry = sgemm.gpu_entry("NVIDIA H200")
     assert "sgemm_rates-h200-2026-11-29" in entry["rates"]["source"]
     # Every tile of the menu is priced by its rates (none by the formula
