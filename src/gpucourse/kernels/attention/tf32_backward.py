@@ -3,8 +3,8 @@
 Version 4 computes the backward's five tile products on the CUDA cores and
 took 1.01-1.46 times the time of PyTorch's memory-efficient backward on an
 H100, whose products run on the tensor cores in 3xTF32. This version took
-0.59-1.06 times it on the H200 (results/attention_backward-h200-2026-11-29.json). This module is
-``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
+0.59-1.06 times it on the H200 (results/attention_backward-h200-2026-11-29.json).
+This module is ``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
 one kernel or two) with float32 operands split into a big TF32 part and a
 small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
 b_big + a_big b_small + a_big b_big, as the forward (``attention.tensor_cores``)
@@ -41,8 +41,8 @@ Three choices make the fragments cheap, the first two the forward's:
   lists them; tests/test_attention_backward_tf32.py checks it).
 
 **dK and dV apart** (``split_sums``, the default at head dim 128:
-``SPLIT_SUMS_HEAD_DIMS``). The one kernel holds both sums, 64 floats a lane each at head dim
-128, and fits 8-row query tiles alone: about 11 SASS instructions a HMMA in
+``SPLIT_SUMS_HEAD_DIMS``). The one kernel holds both sums, 64 floats a lane
+each at head dim 128, and fits 8-row query tiles alone: about 11 SASS instructions a HMMA in
 its walk, most of them splitting the block's own K or V again for each
 narrow tile. With split_sums ``make_dkdv_kernel`` is built twice: a dV kernel
 (S^T, P^T, dV += P^T dO) and a dK kernel (S^T, dP^T, dS^T, dK += dS^T Q, and
@@ -92,10 +92,10 @@ from gpucourse.kernels.tensor_cores.moves import (cp_async_16, cp_async_commit, 
 
 TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 # Head dims at which dK and dV's tiles have split_sums by default: 128, where
-# on the H200 the two kernels with dQ added atomically took 0.87-1.06x SDPA
-# memory-efficient's backward against the one kernel's 1.26-1.66x and
-# version 4's 1.09-1.46x (N 1024 and 4096, both masks;
-# results/reruns/attention_backward_partial-h200-2026-11-29-d128.json).
+# on the H200 the two kernels with dQ added atomically took 0.83-1.06x SDPA
+# memory-efficient's backward against the one kernel's 1.10-1.66x and
+# version 4's 0.97-1.44x (N 1024 and 4096, both masks;
+# results/attention_backward-h200-2026-11-29.json).
 SPLIT_SUMS_HEAD_DIMS = (128,)
 FLOAT_BYTES = 4
 
