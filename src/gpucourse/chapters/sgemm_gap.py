@@ -257,8 +257,9 @@ def ragged_profile(record: dict, sms: int) -> dict:
     """What the ragged shapes' profile says, as numbers for the chapter, from
     ``load_ragged_ncu_results`` on a GPU of `sms` multiprocessors: blocks
     (the ragged launch's), idle_sms (SMs left without a block in its one
-    wave, 0 past one wave), warps_per_sm (achieved, whole), long_wait (the share of warp samples waiting on
-    global memory, long scoreboard), issue_busy, extra_instructions (the
+    wave, 0 past one wave), warps_per_sm (achieved, whole), long_wait (the
+    share of warp samples waiting on global memory, long scoreboard),
+    issue_busy, extra_instructions (the
     ragged launch's executed instructions per block over the aligned one's,
     minus 1), extra_time (its duration over the aligned one's, minus 1),
     shared_wait_1000 (at 1000^3, the share of samples waiting on shared
