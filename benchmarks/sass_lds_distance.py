@@ -62,7 +62,7 @@ def cubin(ptx: str, max_registers: int = CAP) -> bytes:
 def instructions(sass: str) -> list[str]:
     """The SASS instructions in order, each as 'OPCODE operands'."""
     return [re.sub(r".*\*/\s*", "", line).strip().rstrip(" ;")
-            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", line)]
+            for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
 
 
 def lds_distances(ops: list[str]) -> list[int]:
