@@ -286,6 +286,7 @@ def test_the_ragged_profile_by_hand():
         "k1000": _profile(1000, 128, 0.06, {"short_sb": 0.3}, lds=0.08)}}
     facts = sgemm_gap.ragged_profile(record, 132)
     assert facts["blocks"] == 104 and facts["idle_sms"] == 28 and facts["warps_per_sm"] == 8
+    assert facts["sms"] == 132 and facts["first_wait_1000"] == "short_sb"
     assert facts["extra_instructions"] == pytest.approx(0.2)
     assert facts["extra_time"] == pytest.approx(0.2)
     assert facts["long_wait"] == 0.02 and facts["shared_wait_1000"] == 0.3
@@ -307,6 +308,4 @@ def test_what_the_chapter_says_of_the_ragged_profile():
     facts = sgemm_gap.ragged_profile(run, sgemm.gpu_entry(run["gpu"])["sms"])
     assert facts["idle_sms"] > 0 and facts["extra_instructions"] > 0 and facts["extra_time"] > 0
     assert facts["long_wait"] < 0.05 < facts["shared_wait_1000"]
-    k1000 = run["profiles"]["k1000"]["stall_reasons"]
-    assert max((v, k) for k, v in k1000.items() if k not in ("selected", "not_selected"))[1] \
-        == "short_sb"
+    assert facts["first_wait_1000"] == "short_sb"

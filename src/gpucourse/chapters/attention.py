@@ -504,14 +504,10 @@ def variant_ratios(record, variant: str) -> tuple[float, float]:
     benchmarks/attention_backward.py wrote as <variant>_bwd, one of version
     6's variants) over SDPA memory-efficient's backward in the same run.
     Raises ValueError if the record timed no such variant."""
-    sdpa, ratios = {}, {}
-    for r in record["results"]:
-        shape = (r["seq"], r["head_dim"], r["causal"])
-        if r["variant"] == "sdpa_efficient_bwd":
-            sdpa[shape] = r["ms"]
-        elif r["variant"] == f"{variant}_bwd" and r.get("ms") is not None:
-            ratios[shape] = r["ms"]
-    ratios = [ms / sdpa[shape] for shape, ms in ratios.items() if shape in sdpa]
+    timed = backward_times(record)  # per shape, SDPA's time among the versions'
+    ratios = [r["ms"] / timed[shape]["sdpa"] for r in record["results"]
+              if r["variant"] == f"{variant}_bwd" and r.get("ms") is not None
+              and (shape := (r["seq"], r["head_dim"], r["causal"])) in timed]
     if not ratios:
         raise ValueError(f"record must time the variant {variant!r} beside SDPA "
                          f"(a row {variant}_bwd); it does not")

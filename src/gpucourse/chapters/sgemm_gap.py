@@ -263,8 +263,10 @@ def ragged_profile(record: dict, sms: int) -> dict:
     ragged launch's executed instructions per block over the aligned one's,
     minus 1), extra_time (its duration over the aligned one's, minus 1),
     shared_wait_1000 (at 1000^3, the share of samples waiting on shared
-    memory, short scoreboard) and lds_1000, lds_aligned (LDS's share of the
-    executed instructions at 1000^3 and in the aligned launch)."""
+    memory, short scoreboard), first_wait_1000 (the stall reason with the
+    most samples there, issuing and ready-but-not-picked left out: those are
+    not waits), lds_1000, lds_aligned (LDS's share of the executed
+    instructions at 1000^3 and in the aligned launch) and sms."""
     record = _ncu_record(record)
     missing = [p for p in ("ragged", "aligned", "k1000") if p not in record["profiles"]]
     if missing:
@@ -278,13 +280,16 @@ def ragged_profile(record: dict, sms: int) -> dict:
         return p["executed_warp_instructions"] / p["grid_size"]
 
     blocks = ragged["grid_size"]
-    return {"blocks": blocks, "idle_sms": max(0, sms - blocks),
+    waits_1000 = {reason: share for reason, share in k1000["stall_reasons"].items()
+                  if reason not in ("selected", "not_selected")}
+    return {"blocks": blocks, "sms": sms, "idle_sms": max(0, sms - blocks),
             "warps_per_sm": round(ragged["warps_per_sm"]),
             "long_wait": ragged["stall_reasons"].get("long_sb", 0.0),
             "issue_busy": ragged["issue_slots_busy_percent"] / 100,
             "extra_instructions": per_block(ragged) / per_block(aligned) - 1,
             "extra_time": ragged["duration_ms"] / aligned["duration_ms"] - 1,
             "shared_wait_1000": k1000["stall_reasons"].get("short_sb", 0.0),
+            "first_wait_1000": max(waits_1000, key=waits_1000.get),
             "lds_1000": k1000["instruction_mix"].get("LDS", 0.0),
             "lds_aligned": aligned["instruction_mix"].get("LDS", 0.0)}
 
