@@ -73,8 +73,11 @@ def head_group(tiles: int, heads: int, tile_bytes: int) -> int:
     but at least enough for GROUP_MIN_BLOCKS blocks; at most `heads`."""
     # Each quotient of two unsigned 32-bit numbers, made a plain int again: a
     # 64-bit division is a subroutine on a GPU, and its registers made a
-    # kernel at 255 spill.
-    by_cache = signed(unsigned(L2_SHARE_BYTES) // unsigned(tiles * tile_bytes))
+    # kernel at 255 spill. A head that streams more than the whole share is
+    # a group of one, and its bytes are capped first so that they fit in 32
+    # bits (4096 tiles of 1 MiB would wrap to 0).
+    streamed = min(tiles * tile_bytes, L2_SHARE_BYTES + 1)
+    by_cache = signed(unsigned(L2_SHARE_BYTES) // unsigned(streamed))
     by_tail = signed(unsigned(GROUP_MIN_BLOCKS + tiles - 1) // unsigned(tiles))
     return min(heads, max(1, by_cache, by_tail))
 
