@@ -24,7 +24,9 @@
    tf32_split_sums_bwd, and with dQ added atomically by the dK kernel,
    tf32_split_sums_atomic_bwd (the default there since 2026-11-29), and
    both sums in one kernel of 8-row tiles, with dQ's own kernel (the default
-   before), tf32_one_kernel_bwd; and version 4 through Numba's own launches,
+   before), tf32_one_kernel_bwd; the default split sums with the dV kernel
+   walking 32 or 48 queries at a time instead of 64, tf32_dv_walks_32_bwd
+   and tf32_dv_walks_48_bwd; and version 4 through Numba's own launches,
    QUICK_TORCH_PATH off, as flash_bwd_long, validated as version "long";
    --versions picks the versions besides the default, --variants version 6's
    variants, by default those not yet decided) against the
@@ -73,7 +75,10 @@ ATOMIC = "tf32_atomic"  # version 6 in one kernel, dQ added atomically (head dim
 SPLIT_SUMS = "tf32_split_sums"  # dK and dV in two kernels, one sum each (head dim 128 alone)
 SPLIT_SUMS_ATOMIC = "tf32_split_sums_atomic"  # the same, dQ added atomically by dK's kernel
 ONE_KERNEL = "tf32_one_kernel"  # both sums in one kernel, dQ's own kernel (head dim 128 alone)
-V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC, ONE_KERNEL)
+DV_WALKS_32 = "tf32_dv_walks_32"  # the split sums, the dV kernel walking 32 queries at a time
+DV_WALKS_48 = "tf32_dv_walks_48"  # the same, walking 48 (dv_block_cols; the default walks 64)
+V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC, ONE_KERNEL, DV_WALKS_32,
+               DV_WALKS_48)
 # The variants a run times unless told otherwise (each compiles its kernels
 # again; all five of the first ones made a run longer than the device tool's
 # 10 minutes on the H200, 2026-11-29): at head dim 128, the one kernel that
@@ -83,7 +88,8 @@ V6_VARIANTS = (ROUNDED, SPLIT, ATOMIC, SPLIT_SUMS, SPLIT_SUMS_ATOMIC, ONE_KERNEL
 # with atomic dQ the default at 128 (it is flash_bwd_v6 there).
 DEFAULT_VARIANTS = (ONE_KERNEL, SPLIT_SUMS)
 # The variants timed at one head dim alone (the others at all that version 6 takes)
-ONE_HEAD_DIM = {ATOMIC: 64, SPLIT_SUMS: 128, SPLIT_SUMS_ATOMIC: 128, ONE_KERNEL: 128}
+ONE_HEAD_DIM = {ATOMIC: 64, SPLIT_SUMS: 128, SPLIT_SUMS_ATOMIC: 128, ONE_KERNEL: 128,
+                DV_WALKS_32: 128, DV_WALKS_48: 128}
 
 
 def autograd64(q, k, v, dout, causal):
@@ -203,7 +209,9 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
     SPLIT_SUMS and SPLIT_SUMS_ATOMIC, dK and dV in two kernels
     (backward_configs(head_dim, split_sums=True)), dQ in its own kernel or
     added atomically by the dK kernel; ONE_KERNEL, dK and dV in one kernel
-    (split_sums=False), dQ in its own."""
+    (split_sums=False), dQ in its own; DV_WALKS_32 and DV_WALKS_48, the
+    default split sums (dQ added atomically) with the dV kernel walking 32
+    or 48 queries at a time instead of 64 (dv_block_cols)."""
     from dataclasses import replace
 
     from gpucourse.kernels.attention.tf32_backward import (backward_configs,
@@ -215,6 +223,11 @@ def v6_variant(name, q, k, v, out, lse, dout, causal):
         return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
                                        configs=backward_configs(q.shape[3], split_sums=True),
                                        atomic_dq=name == SPLIT_SUMS_ATOMIC)
+    if name in (DV_WALKS_32, DV_WALKS_48):
+        dkdv, dq = backward_configs(q.shape[3], split_sums=True, atomic_dq=True)
+        dkdv = replace(dkdv, dv_block_cols=int(name.rsplit("_", 1)[1]))
+        return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
+                                       configs=(dkdv, dq), atomic_dq=True)
     if name == ONE_KERNEL:
         return tf32_attention_backward(q, k, v, out, lse, dout, causal=causal,
                                        configs=backward_configs(q.shape[3], split_sums=False))

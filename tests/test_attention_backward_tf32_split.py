@@ -87,6 +87,47 @@ def test_nan_and_infinity_where_the_one_kernel_has_them():
         np.testing.assert_array_equal(g, w, err_msg=name)  # NaN where NaN
 
 
+@simulator_only
+def test_the_dv_kernel_walks_its_own_width():
+    # dv_block_cols: the dV kernel (which keeps K alone in shared memory, no
+    # V) walks 16 queries at a time while the dK kernel walks 8. dV is then
+    # the bits of split sums walking 16 throughout, dK and dQ those of 8.
+    from gpucourse.kernels.attention.tf32_backward import dv_tiles
+
+    one = Tf32BackwardConfig(32, warps=1, block_cols=8)
+    split = replace(one, split_sums=True)
+    wide = replace(split, dv_block_cols=16)
+    assert dv_tiles(wide) == replace(split, block_cols=16) and dv_tiles(split) == split
+    for causal in (False, True):
+        xs = inputs(20, 19, causal, seed=11)
+        narrow = tf32_attention_backward(*xs, causal=causal, configs=(split, one))
+        sixteen = tf32_attention_backward(*xs, causal=causal,
+                                          configs=(replace(split, block_cols=16), one))
+        got = tf32_attention_backward(*xs, causal=causal, configs=(wide, one))
+        np.testing.assert_array_equal(got[0], narrow[0], err_msg=f"dq, causal={causal}")
+        np.testing.assert_array_equal(got[1], narrow[1], err_msg=f"dk, causal={causal}")
+        np.testing.assert_array_equal(got[2], sixteen[2], err_msg=f"dv, causal={causal}")
+
+
+def test_the_dv_kernels_walk_is_checked():
+    # The dV kernel holds K alone: at head dim 128, 8 warps walking 64 queries
+    # need K (64 KiB), two stages of Q and dO (128) and their L and D (1):
+    # 193 KiB, where the dK kernel's K and V and 64-query stages would need
+    # 257. 128 queries would need 322 KiB, more than a block may have.
+    from gpucourse.kernels.attention.tf32_backward import DYNAMIC_SHARED_LIMIT_BYTES, dv_tiles
+
+    config = Tf32BackwardConfig(128, warps=8, block_cols=32, split_sums=True, dv_block_cols=64)
+    assert check_tf32_backward_config(config) is config
+    assert dv_tiles(config).shared_bytes(stats=True, own=1) == 1024 * (64 + 128 + 1)
+    assert replace(config, block_cols=64).shared_bytes(stats=True) > DYNAMIC_SHARED_LIMIT_BYTES
+    with pytest.raises(ValueError, match=r"the tiles \(dv_block_cols 128\) need 329728 bytes"):
+        check_tf32_backward_config(replace(config, dv_block_cols=128))
+    with pytest.raises(ValueError, match="dv_block_cols must be a positive multiple of 8"):
+        check_tf32_backward_config(replace(config, dv_block_cols=20))
+    with pytest.raises(ValueError, match="only split_sums=True builds"):
+        check_tf32_backward_config(replace(config, split_sums=False))
+
+
 def test_the_sums_asked_for_are_named():
     config = check_tf32_backward_config(Tf32BackwardConfig(32, warps=1, block_cols=16))
     with pytest.raises(ValueError, match="sums must be 'dkdv', 'dk' or 'dv'"):
@@ -105,7 +146,8 @@ T.on_gpu = lambda: True  # the tiles a GPU gets
 b, f, i = types.Array(types.uint16, 1, "C"), types.Array(types.float32, 1, "C"), types.int32
 signature = (b,) * 4 + (f,) * 5 + (i, i, i, types.float32, types.float32)
 config = T.backward_configs(128, split_sums=True)[0]
-assert config == T.Tf32BackwardConfig(128, warps=8, block_cols=32, split_sums=True), config
+assert config == T.Tf32BackwardConfig(128, warps=8, block_cols=32, split_sums=True,
+                                     dv_block_cols=64), config
 for name, atomic in (("dv", False), ("dk", True)):
     kernel = T.make_dkdv_kernel(config, True, atomic, name)
     ptx, _ = numba.cuda.compile_ptx(kernel.py_func, signature, cc=(9, 0))
@@ -115,7 +157,8 @@ for name, atomic in (("dv", False), ("dk", True)):
 
 def test_the_two_kernels_a_gpu_runs_at_head_dim_128_do_not_spill(tmp_path):
     # 8 warps, 32-row query tiles: 169-173 registers (ptxas 13.5), where the
-    # one kernel took 255 for 8-row tiles. The output groups are written out
+    # one kernel took 255 for 8-row tiles; the dV kernel walks 64 queries at
+    # a time (dv_block_cols), at 255 registers. The output groups are written out
     # in add_product: in a loop the compiler left rolled, the dK kernel's sum
     # went to local memory at these tiles. Under the causal mask (its extra
     # code) and with atomic dQ, the candidate default; the dK kernel alone
@@ -130,7 +173,3 @@ def test_the_two_kernels_a_gpu_runs_at_head_dim_128_do_not_spill(tmp_path):
         assert ".local" not in ptx, name  # tiles and the sum in registers
         report = ptxas_report(ptx)
         assert "0 bytes spill stores" in report and "0 bytes lmem" in report, name
-    # The dV kernel computes neither dP^T nor dS^T: two products a tile (S^T
-    # and dV's), the dK kernel three; 3 mma each 8-deep step of each.
-    mmas = {name: (tmp_path / f"{name}.ptx").read_text().count("mma.sync") for name in names}
-    assert mmas["dv"] < mmas["dk_atomic"], mmas

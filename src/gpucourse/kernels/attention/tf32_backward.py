@@ -97,6 +97,12 @@ TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 # version 4's 0.97-1.44x (N 1024 and 4096, both masks;
 # results/attention_backward-h200-2026-11-29.json).
 SPLIT_SUMS_HEAD_DIMS = (128,)
+# The dV kernel of the split sums keeps K alone in shared memory, which
+# leaves room for 64-query walks (255 registers, no spill, for sm_90), where
+# the dK kernel's K and V allow 32: the H200 timed the backward at head dim
+# 128 in 0.88-1.01x SDPA memory-efficient's time with 64, 0.94-1.06x with
+# 32 (results/reruns/attention_backward_partial-h200-2026-11-29-d128-dv-walks.json).
+DV_BLOCK_COLS = 64
 FLOAT_BYTES = 4
 
 
@@ -110,7 +116,10 @@ class Tf32BackwardConfig(WarpTiles):
     memory, for all the warps (``make_tile_functions`` says why), instead of
     in each warp as it reads them; `split_sums` (dK and dV's tiles alone):
     dK and dV in two kernels, each holding one sum (make_dkdv_kernel's sums),
-    so that wider query tiles fit the registers, for S^T computed twice."""
+    so that wider query tiles fit the registers, for S^T computed twice;
+    `dv_block_cols` (with split_sums): the dV kernel's walked tiles, if not
+    0 (``dv_tiles``): that kernel keeps no V, which leaves room for wider
+    ones."""
 
     head_dim: int
     warps: int = 4
@@ -118,19 +127,28 @@ class Tf32BackwardConfig(WarpTiles):
     round_small: bool = False
     split_walked: bool = False
     split_sums: bool = False
+    dv_block_cols: int = 0
 
-    def shared_bytes(self, stats: bool = False) -> int:
-        """The block's two own tiles, two stages of the two walked ones and,
+    def shared_bytes(self, stats: bool = False, own: int = 2) -> int:
+        """The block's `own` own tiles (two: K and V, or Q and dO; one in
+        split_sums' dV kernel, K), two stages of the two walked ones and,
         with `stats` (dK and dV's kernel), two stages of the walked queries'
         L and D; with split_walked, then the small parts of one stage."""
-        return FLOAT_BYTES * (self.small_base(stats)
+        return FLOAT_BYTES * (self.small_base(stats, own)
                               + (2 * self.block_cols * self.head_dim if self.split_walked else 0))
 
-    def small_base(self, stats: bool = False) -> int:
+    def small_base(self, stats: bool = False, own: int = 2) -> int:
         """Where (in floats) the small parts of the walked tiles start, after
         everything else in the block's shared memory."""
-        floats = self.head_dim * (2 * self.block_rows + 4 * self.block_cols)
+        floats = self.head_dim * (own * self.block_rows + 4 * self.block_cols)
         return floats + (4 * self.block_cols if stats else 0)
+
+
+def dv_tiles(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
+    """The tiles of split_sums' dV kernel: config's, walking dv_block_cols
+    queries at a time where that is not 0. (Its shared memory holds one own
+    tile, K: shared_bytes(stats=True, own=1).)"""
+    return replace(config, block_cols=config.dv_block_cols or config.block_cols, dv_block_cols=0)
 
 
 def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig:
@@ -138,15 +156,28 @@ def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig
     for name in ("round_small", "split_walked", "split_sums"):
         if not isinstance(getattr(config, name), bool):
             raise ValueError(f"{name} must be True or False, got {getattr(config, name)!r}")
+    if config.dv_block_cols:
+        if not config.split_sums:
+            raise ValueError(f"dv_block_cols is the walk of the dV kernel, which only "
+                             f"split_sums=True builds: set split_sums too, or leave it 0, got "
+                             f"{config.dv_block_cols}")
+        _check_tiles(dv_tiles(config), own=1, name="dv_block_cols")
+    return _check_tiles(config, own=2, name="block_cols")
+
+
+def _check_tiles(config: Tf32BackwardConfig, own: int, name: str) -> Tf32BackwardConfig:
+    """check_tf32_backward_config's checks of one kernel's tiles (walked tiles
+    of config.block_cols, named `name` in the messages; `own` own tiles)."""
     d = config.head_dim
     if d not in TF32_BACKWARD_HEAD_DIMS:
         raise ValueError(f"version 6 takes head_dim in {TF32_BACKWARD_HEAD_DIMS} (its output "
                          f"tiles come in groups of 32 columns), got {d}")
-    if config.block_cols % 8 or config.block_cols <= 0 or config.warps < 1:
-        raise ValueError(f"block_cols must be a positive multiple of 8 and warps positive, got "
-                         f"{config.block_cols} and {config.warps}")
+    if not isinstance(config.block_cols, int) or config.block_cols % 8 \
+            or config.block_cols <= 0 or config.warps < 1:
+        raise ValueError(f"{name} must be a positive multiple of 8 and warps positive, got "
+                         f"{config.block_cols!r} and {config.warps}")
     if 2 * config.block_cols > config.threads:
-        raise ValueError(f"block_cols may be at most half the threads ({config.threads}): one "
+        raise ValueError(f"{name} may be at most half the threads ({config.threads}): one "
                          f"thread moves each walked query's L and each one's D, got "
                          f"{config.block_cols}")
     chunks = d // 4  # 16-byte chunks of a row
@@ -155,9 +186,10 @@ def check_tf32_backward_config(config: Tf32BackwardConfig) -> Tf32BackwardConfig
         raise ValueError(f"the tiles' {chunks}-chunk rows ({config.block_rows} and "
                          f"{config.block_cols} of them) must divide among {config.threads} "
                          f"threads, whole rows at a time")
-    if config.shared_bytes(stats=True) > DYNAMIC_SHARED_LIMIT_BYTES:
-        raise ValueError(f"the tiles need {config.shared_bytes(stats=True)} bytes of shared "
-                         f"memory; a block may have at most {DYNAMIC_SHARED_LIMIT_BYTES}")
+    if config.shared_bytes(stats=True, own=own) > DYNAMIC_SHARED_LIMIT_BYTES:
+        raise ValueError(f"the tiles ({name} {config.block_cols}) need "
+                         f"{config.shared_bytes(stats=True, own=own)} bytes of shared memory; "
+                         f"a block may have at most {DYNAMIC_SHARED_LIMIT_BYTES}")
     return config
 
 
@@ -177,9 +209,10 @@ def backward_configs(head_dim: int, split_sums: bool | None = None, atomic_dq: b
     in both kernels, causal or not; 4 warps with 32-row tiles would need
     129 KiB of shared memory in dK's kernel (its K and V, two stages of Q and
     dO), one block of 4 warps a multiprocessor, where 8 warps share one
-    block's 192 KiB (209 with atomic dQ's dS). split_sums None (the default):
-    at SPLIT_SUMS_HEAD_DIMS, where the H200 timed them faster than the one
-    kernel."""
+    block's 192 KiB (209 with atomic dQ's dS); the dV kernel, K alone in
+    its shared memory, walks DV_BLOCK_COLS (64) queries at a time in 193 KiB.
+    split_sums None (the default): at SPLIT_SUMS_HEAD_DIMS, where the H200
+    timed them faster than the one kernel."""
     if split_sums is None:
         split_sums = head_dim in SPLIT_SUMS_HEAD_DIMS
     if not on_gpu():
@@ -189,7 +222,8 @@ def backward_configs(head_dim: int, split_sums: bool | None = None, atomic_dq: b
     if head_dim <= 64:
         return replace(dq, split_sums=split_sums), dq
     if split_sums:
-        return Tf32BackwardConfig(head_dim, warps=8, block_cols=32, split_sums=True), dq
+        return Tf32BackwardConfig(head_dim, warps=8, block_cols=32, split_sums=True,
+                                  dv_block_cols=DV_BLOCK_COLS), dq
     return Tf32BackwardConfig(head_dim, warps=4, block_cols=8), dq
 
 
@@ -223,12 +257,13 @@ def tile_place(row, col, head_dim):
 place_in_tile = device(tile_place)  # the same, for the kernels
 
 
-def make_copies(config: Tf32BackwardConfig, rows: int):
+def make_copies(config: Tf32BackwardConfig, rows: int, pair: bool = True):
     """copy(smem, to, first, second, row_base, row0, count, thread): rows row0
     .. row0 + rows of two flat arrays of head_dim-float rows (rows counted from
     row_base; both given as the uint16 views of their bits) into shared memory
     at float `to`, the second tile right after the first, swizzled, by
-    cp.async 16 bytes at a time; zeros from row `count` on. Each address is
+    cp.async 16 bytes at a time; zeros from row `count` on (pair False: the
+    first array's alone, the second not read). Each address is
     worked out where it is used, from the thread's number: a plan kept in
     registers across the walk (half_backward's) cost dK and dV's kernel 24
     registers, and spills at head dim 128."""
@@ -246,8 +281,9 @@ def make_copies(config: Tf32BackwardConfig, rows: int):
             at = 2 * ((row_base + min(row0 + row, count - 1)) * D + col)  # in halves
             place = to + place_in_tile(row, col, D)
             cp_async_16(shared_address(smem, 2 * place), global_address_flat(first, at), inside)
-            cp_async_16(shared_address(smem, 2 * (place + second)),
-                        global_address_flat(second_array, at), inside)
+            if pair:
+                cp_async_16(shared_address(smem, 2 * (place + second)),
+                            global_address_flat(second_array, at), inside)
 
     return copy
 
@@ -272,17 +308,17 @@ def store_rows(out, base, sums, scale, head_dim):
 
 
 @lru_cache(maxsize=None)
-def make_stage_split(config: Tf32BackwardConfig, stats: bool):
+def make_stage_split(config: Tf32BackwardConfig, stats: bool, own: int = 2):
     """split_stage(smemf, at, thread) -> the walked values' shift to their small
     parts (walked4's small_shift). With split_walked, the block's threads
     split the two walked tiles of a stage (2 block_cols x head_dim floats from
     float `at`) into big parts, left where the values were, and small parts,
-    at the same offsets from config.small_base(stats) (the swizzle is the
+    at the same offsets from config.small_base(stats, own) (the swizzle is the
     tiles'), then wait for each other: between a stage's arrival and its
     first read. Without it, nothing is split and the shift is 0."""
     stage_floats, threads = 2 * config.block_cols * config.head_dim, config.threads
     round_small, split_walked = config.round_small, config.split_walked
-    small_at = unsigned(config.small_base(stats))
+    small_at = unsigned(config.small_base(stats, own))
 
     @device
     def split_stage(smemf, at, thread):
@@ -300,9 +336,19 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool):
     return split_stage
 
 
-@lru_cache(maxsize=None)
 def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
                      sums: str = "dkdv"):
+    """``build_dkdv_kernel``, once per kernel: the dV kernel of split_sums is
+    built on ``dv_tiles``, the others on tiles without dv_block_cols (the
+    same dK kernel whatever the dV kernel's walk)."""
+    check_tf32_backward_config(config)
+    tiles = dv_tiles(config) if sums == "dv" else replace(config, dv_block_cols=0)
+    return build_dkdv_kernel(tiles, causal, atomic_dq, sums)
+
+
+@lru_cache(maxsize=None)
+def build_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
+                      sums: str = "dkdv"):
     """kernel(q, k, v, dout, lse, delta, dk, dv, dq, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
     of config.block_cols; with atomic_dq, each tile's share of dQ added to dq
@@ -310,26 +356,28 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
     k, v, dout as uint16 views of their float32 bits (the copies move bits),
     the rest float32, all flat. sums: "dkdv" both sums; "dk" or "dv" one of
     them (config.split_sums: two kernels), the other gradient not touched.
-    The dV kernel computes S^T and P^T, then dV += P^T dO; the dK kernel all
-    but dV's product (and dQ's share, with atomic_dq)."""
-    check_tf32_backward_config(config)
+    The dV kernel computes S^T and P^T, then dV += P^T dO, with K alone in
+    shared memory (it reads no V); the dK kernel all but dV's product (and
+    dQ's share, with atomic_dq)."""
     if sums not in ("dkdv", "dk", "dv") or atomic_dq and sums == "dv":
         raise ValueError(f"sums must be 'dkdv', 'dk' or 'dv' (atomic dQ needs dS: not 'dv'), "
                          f"got {sums!r} with atomic_dq={atomic_dq}")
+    own = 1 if sums == "dv" else 2  # the own tiles in shared memory: K (and V)
+    _check_tiles(config, own, "block_cols")
     with_dk, with_dv = sums != "dv", sums != "dk"
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     tiles, sums_size = BQ // 8, D // 2
     fragments = 4 * tiles  # a lane's values of a 16 x BQ tile
     tile_floats = BQ * D  # a Q (or dO) tile
     stage_floats = 2 * tile_floats  # a stage: Q, then dO
-    kv_floats = 2 * BK * D  # K and V, before the stages
+    kv_floats = own * BK * D  # K and V (or K alone), before the stages
     stats_base = kv_floats + 2 * stage_floats  # then two stages of L (times log2 e) and D
     stats_stage = 2 * BQ
     branch_free = D <= 64 and not causal  # P and dS without a branch (else: spills)
     scores, split_c, add_product = make_tile_functions(config)
-    copy_keys, copy_queries = make_copies(config, BK), make_copies(config, BQ)
+    copy_keys, copy_queries = make_copies(config, BK, pair=own == 2), make_copies(config, BQ)
     wait_all = cp_async_wait(0)
-    split_stage = make_stage_split(config, stats=True)
+    split_stage = make_stage_split(config, stats=True, own=own)
     store_ds, add_dq = make_atomic_dq(config, device, make_3xtf32(config.round_small)[0],
                                       make_four_products(config.round_small), atomic_dq)
     ds_base = config.shared_bytes(stats=True) // FLOAT_BYTES  # the block's dS, after the rest
@@ -397,11 +445,12 @@ def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool =
                     p = float32(0.0)
                     ds = float32(0.0)
                     if branch_free or kept:  # branch-free: a masked exponent is -1e30
-                        at = stats_base + stat + query - q_start  # (L, D: 0 past seq)
+                        # (L, D: 0 past seq; unsigned: no fix-up of negative indices)
+                        at = unsigned(stats_base + stat + 8 * n + 2 * t + e % 2)
                         power = s[4 * n + e] * scale2 - smemf[at]
                         p = math.exp2(power if kept or not branch_free else float32(-1e30))
                         if with_dk:
-                            ds = p * (dp[4 * n + e] - smemf[at + BQ])
+                            ds = p * (dp[4 * n + e] - smemf[at + unsigned(BQ)])
                     s[4 * n + e] = p
                     dp[4 * n + e] = ds
             if atomic_dq:
@@ -559,16 +608,19 @@ def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     scale = d ** -0.5 if scale is None else scale
     dkdv_config, dq_config = (configs if configs is not None
                               else backward_configs(d, atomic_dq=atomic_dq))
-    # (kernel, its tiles, whether it owns keys, whether it adds dQ atomically)
+    # (kernel, its tiles, whether it owns keys, its shared memory in bytes)
     if dkdv_config.split_sums:
-        kernels = [(make_dkdv_kernel(dkdv_config, causal, False, "dv"), dkdv_config, True, False),
+        dv_config = dv_tiles(dkdv_config)
+        kernels = [(make_dkdv_kernel(dkdv_config, causal, False, "dv"), dv_config, True,
+                    dv_config.shared_bytes(stats=True, own=1)),
                    (make_dkdv_kernel(dkdv_config, causal, atomic_dq, "dk"), dkdv_config, True,
-                    atomic_dq)]
+                    _shared_bytes(dkdv_config, True, atomic_dq))]
     else:
         kernels = [(make_dkdv_kernel(dkdv_config, causal, atomic_dq), dkdv_config, True,
-                    atomic_dq)]
+                    _shared_bytes(dkdv_config, True, atomic_dq))]
     if not atomic_dq:
-        kernels.append((make_dq_kernel(dq_config, causal), dq_config, False, False))
+        kernels.append((make_dq_kernel(dq_config, causal), dq_config, False,
+                        _shared_bytes(dq_config, False, False)))
     sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
     launch = _launch_on_gpu if hasattr(q, "is_cuda") and q.is_cuda else _launch_on_simulator
     return launch(kernels, atomic_dq, (q, k, v, out, lse, dout), sizes)
@@ -593,12 +645,11 @@ def _launch_on_simulator(kernels, atomic_dq, tensors, sizes):
     bits = [x.reshape(-1).view(np.uint16) for x in (q, k, v, dout)]
     scalars = (np.int32(sizes[0]), np.int32(sizes[1]), np.int32(sizes[2]),
                np.float32(sizes[3]), np.float32(sizes[4]))
-    for kernel, config, keys, adds_dq in kernels:
+    for kernel, config, keys, shared in kernels:
         forget_earlier_moves()
         forget_earlier_calls()
         grads = (dk, dv, dq if atomic_dq else delta) if keys else (dq,)
-        kernel[config.grid(batch, heads, key_seq if keys else seq), config.threads, 0,
-               _shared_bytes(config, keys, adds_dq)](
+        kernel[config.grid(batch, heads, key_seq if keys else seq), config.threads, 0, shared](
             *bits, lse.reshape(-1), delta, *(x.reshape(-1) for x in grads), *scalars)
     if torch_in:
         import torch
@@ -637,9 +688,8 @@ def _launch_on_gpu(kernels, atomic_dq, tensors, sizes):
     scalars = (ctypes.c_int32(sizes[0]), ctypes.c_int32(sizes[1]), ctypes.c_int32(sizes[2]),
                ctypes.c_float(sizes[3]), ctypes.c_float(sizes[4]))
     inputs = (*bits(q), *bits(k), *bits(v), *bits(dout), *floats(lse), *floats(delta))
-    for kernel, config, keys, adds_dq in kernels:
+    for kernel, config, keys, shared in kernels:
         grads = (dk, dv, dq if atomic_dq else delta) if keys else (dq,)
-        shared = _shared_bytes(config, keys, adds_dq)
         function, stream = compiled_launchable(kernel, _DKDV_SIGNATURE if keys else _DQ_SIGNATURE,
                                                shared, device)
         launch(stream, launch_config(config.grid(batch, heads, key_seq if keys else seq),
