@@ -21,7 +21,7 @@ causal mask (version 6, on 3xTF32: one dK/dV kernel that adds dQ atomically;
 `backward_fp32_128`: flash_attention_backward in float32 at B4 H16 N4096
 d128, not causal (version 6's split sums: a dV kernel, then a dK kernel that
 adds dQ atomically, both named kernel in build_dkdv_kernel; 1.05x SDPA
-memory-efficient's backward on the H200): each call launches the two in that
+memory-efficient's backward on the H200 when first profiled, 0.93x after): each call launches the two in that
 order, so the profiled call's dV kernel is launch 2 x WARM_UP of the name and
 its dK kernel the next.
 `sgemm_ragged`: matmul (auto, float32) on 1537 x 1023 x 771, the grid's

@@ -3,7 +3,7 @@
 Version 4 computes the backward's five tile products on the CUDA cores and
 took 1.01-1.46 times the time of PyTorch's memory-efficient backward on an
 H100, whose products run on the tensor cores in 3xTF32. This version took
-0.59-1.06 times it on the H200 (results/attention_backward-h200-2026-11-29.json).
+0.61-0.96 times it on the H200 (results/attention_backward-h200-2026-11-29.json).
 This module is ``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
 one kernel or two) with float32 operands split into a big TF32 part and a
 small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
@@ -95,14 +95,18 @@ TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 # on the H200 the two kernels with dQ added atomically took 0.83-1.06x SDPA
 # memory-efficient's backward against the one kernel's 1.10-1.66x and
 # version 4's 0.97-1.44x (N 1024 and 4096, both masks;
-# results/attention_backward-h200-2026-11-29.json).
+# results/reruns/attention_backward-h200-2026-11-29-third.json); with the
+# dV kernel's wider walks below and unsigned indices in dQ's atomic adds,
+# 0.81-0.96x, the one kernel 1.15-1.64x (results/attention_backward-h200-2026-11-29.json).
 SPLIT_SUMS_HEAD_DIMS = (128,)
 # The dV kernel of the split sums keeps K alone in shared memory, which
 # leaves room for 64-query walks (255 registers, no spill, for sm_90), where
 # the dK kernel's K and V allow 32: the H200 timed the backward at head dim
 # 128 in 0.88-1.01x SDPA memory-efficient's time with 64, 0.94-1.06x with
-# 32 (results/reruns/attention_backward_partial-h200-2026-11-29-d128-dv-walks.json).
+# 32 (results/reruns/attention_backward_partial-h200-2026-11-29-d128-dv-walks.json;
+# after the unsigned indices, 0.87-0.95x and 0.86-0.98x: -d128-dv-walks-32.json).
 DV_BLOCK_COLS = 64
+SPLIT_SUMS_BLOCK_COLS = 32  # the dK kernel's walks (and the dV kernel's where dv_block_cols is 0)
 FLOAT_BYTES = 4
 
 
@@ -222,8 +226,8 @@ def backward_configs(head_dim: int, split_sums: bool | None = None, atomic_dq: b
     if head_dim <= 64:
         return replace(dq, split_sums=split_sums), dq
     if split_sums:
-        return Tf32BackwardConfig(head_dim, warps=8, block_cols=32, split_sums=True,
-                                  dv_block_cols=DV_BLOCK_COLS), dq
+        return Tf32BackwardConfig(head_dim, warps=8, block_cols=SPLIT_SUMS_BLOCK_COLS,
+                                  split_sums=True, dv_block_cols=DV_BLOCK_COLS), dq
     return Tf32BackwardConfig(head_dim, warps=4, block_cols=8), dq
 
 
