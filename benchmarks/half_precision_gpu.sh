@@ -42,6 +42,8 @@
 #   sgemm_explore benchmarks/sgemm_grid.py --explore (issue 33: the model's cheapest
 #              plans timed at the grid's shapes under their target);
 #              sgemm_explore_off_grid, the same at shapes off the grid;
+#              sgemm_explore_deep, the same at the five shapes under 85% alone
+#              (the 32-deep candidate tiles among the plans; about 2 minutes);
 #   sgemm_grid benchmarks/sgemm_grid.py (auto and level 7 on the grid, beside cuBLAS);
 #   grad_check benchmarks/tinygpt_grad_check.py (the tiny GPT's gradients in each
 #              precision and kernel mix against float64);
@@ -126,6 +128,10 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/sgemm_shape_model-after-padding.json" ;;
     sgemm_explore)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+    sgemm_explore_deep)  # --explore at the five shapes under 85%, with DEEP_STEP_CANDIDATES
+        timeout 500 python3 benchmarks/sgemm_grid.py --explore --out "$OUT" \
+            --shapes 1000x1000x1000,1537x1023x771,3001x2999x1009,1024x1024x16384,512x512x512 2>&1 \
+            | grep -v Warning | tail -20 ;;
     sgemm_explore_off_grid)
         timeout 500 python3 benchmarks/sgemm_grid.py --explore-off-grid --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20 ;;

@@ -158,6 +158,13 @@ RATE_KS = (512, 1024, 4096, 12288)
 # without spills, scalar loads too (ptxas 13.5). They join a GPU's menu in the
 # model's JSON only on the evidence of a grid run.
 RATE_CANDIDATES = [(96, 128, 16, 12, 8), (192, 128, 16, 12, 8)]
+# --explore times these too: 32-deep steps, half the barriers a tile of K
+# (the profile at 1000^3, sgemm_ragged_ncu-h200-2026-11-29.json, found its
+# warps waiting on shared memory first, 28% of the samples, and a second
+# copy of the fragments did not change that: sgemm_fragments-h200-2026-11-29.json).
+# For sm_90: 64 x 128 x 32 109 registers (96 with loads of one float), two
+# copies of the tiles in 49 KiB; 128 x 128 x 32 143 (138), one copy.
+DEEP_STEP_CANDIDATES = [(64, 128, 32, 8, 4), (128, 128, 32, 8, 8)]
 # --rates-variants: the depth, the counts of blocks an SM (besides the tile's
 # residency limit), the slices of K, and how long before tiles are skipped.
 VARIANT_K = 4096
@@ -332,13 +339,14 @@ def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float)
 
 
 def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
-                 off_grid: bool = False) -> int:
+                 off_grid: bool = False, shapes=None) -> int:
     """--explore: at EXPLORE_SHAPES, the grid's shapes under their target, time
     cuBLAS and the model's cheapest plans (EXPLORE_PLANS of them, and each menu
     tile's cheapest) as auto runs them, to tell a wrong pick from a menu whose
     best is short of the target. With off_grid (--explore-off-grid), the same
     at OFF_GRID_SHAPES instead, written as sgemm_explore_off_grid: evidence for
-    a change of the model from shapes the grid does not judge it on."""
+    a change of the model from shapes the grid does not judge it on. shapes:
+    these (m, n, k) instead (--shapes)."""
     import numpy as np
 
     from gpucourse.kernels.sgemm import entry_point
@@ -353,7 +361,7 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
     entry = sgemm.gpu_entry(gpu)
     real_plan = entry_point.auto_plan
     try:
-        for shape in OFF_GRID_SHAPES if off_grid else EXPLORE_SHAPES:
+        for shape in shapes or (OFF_GRID_SHAPES if off_grid else EXPLORE_SHAPES):
             if time.perf_counter() - started > BUDGET_S:
                 break
             m, n, k = shape
@@ -363,7 +371,8 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
             for plan in chosen["candidates"]:
                 if all(p["config"] != plan["config"] for p in plans):
                     plans.append(plan)
-            for tile in (sgemm.TileConfig(*t) for t in RATE_CANDIDATES):  # not in the menu
+            for tile in (sgemm.TileConfig(*t)  # not in the menu
+                         for t in RATE_CANDIDATES + DEEP_STEP_CANDIDATES):
                 for splits in [1] + sgemm.shape_model.wave_filling_splits(shape, tile, entry):
                     plans.append({**sgemm.plan_cost(shape, tile, splits, entry), "candidate": True})
             cublas = lambda: torch.mm(a, b)  # noqa: E731
@@ -628,6 +637,19 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
     return 1 if wrong or not rows else 0
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """"MxNxK,MxNxK" as [(m, n, k), ...] ([] for ""); ValueError naming the
+    piece that is not three positive integers joined by x."""
+    shapes = []
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        sizes = piece.lower().split("x")
+        if len(sizes) != 3 or not all(x.isdigit() and int(x) > 0 for x in sizes):
+            raise ValueError(f"--shapes takes MxNxK, three positive integers joined by x "
+                             f"(comma-separated), got {piece!r}")
+        shapes.append(tuple(int(x) for x in sizes))
+    return shapes
+
+
 def build_parser():
     """The script's command line (its options, each with a line of help)."""
     parser = benchmark_parser(__doc__)
@@ -643,6 +665,8 @@ def build_parser():
                         help="time the model's cheapest plans at the shapes under their target")
     parser.add_argument("--explore-off-grid", action="store_true",
                         help="the same as --explore, at shapes off the grid")
+    parser.add_argument("--shapes", default="",
+                        help="with --explore: only these shapes, MxNxK comma-separated")
     parser.add_argument("--padding", action="store_true",
                         help="auto at the grid's ragged shapes with its operands padded and not")
     parser.add_argument("--fit-scalar-loads", action="store_true",
@@ -682,8 +706,12 @@ def main(argv=None) -> int:
     if args.rates:
         return rates_main(sgemm, torch, time_ms, record, out_dir, started)
     if args.explore or args.explore_off_grid:
+        try:
+            shapes = parse_shapes(args.shapes)
+        except ValueError as problem:
+            parser.error(str(problem))
         return explore_main(sgemm, torch, time_ms, record, out_dir, started,
-                            off_grid=args.explore_off_grid)
+                            off_grid=args.explore_off_grid, shapes=shapes)
     if args.calibrate:
         return calibrate_main(sgemm, torch, time_ms, record, out_dir, started)
     record["validation"] = validate(sgemm, torch)

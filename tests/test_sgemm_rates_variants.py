@@ -234,3 +234,24 @@ def test_the_shares_are_written_into_the_models_json(grid, tmp_path):
     assert after == before
     assert block["source"] == "benchmarks/results/x.json (--rates-variants)"
     assert block["share"] == {KEY: 0.04}
+
+
+def test_explore_takes_the_shapes_it_is_given(grid):
+    # --shapes narrows --explore (half_precision_gpu.sh's sgemm_explore_deep);
+    # a piece that is not three positive sizes is named in the error.
+    assert grid.parse_shapes("1000x1000x1000, 1537X1023x771") == [(1000, 1000, 1000),
+                                                                  (1537, 1023, 771)]
+    assert grid.parse_shapes("") == []
+    for bad in ("1000x1000", "0x5x5", "axbxc", "1000x1000x1000,7x7"):
+        with pytest.raises(ValueError, match="three positive integers joined by x"):
+            grid.parse_shapes(bad)
+    assert grid.build_parser().parse_args(["--explore", "--shapes", "8x8x8"]).shapes == "8x8x8"
+    # The deep-step candidates are tiles matmul can run (a thread's outputs
+    # whole, the loads shared evenly), not in the menu.
+    from gpucourse.kernels import sgemm
+
+    menu = sgemm.shape_model.menu(sgemm.gpu_entry("NVIDIA H200"))
+    for fields in grid.DEEP_STEP_CANDIDATES:
+        config = sgemm.TileConfig(*fields)
+        assert config.bk == 32 and config not in menu
+        sgemm.check_config(config)
