@@ -49,7 +49,9 @@ narrow tile. With split_sums ``make_dkdv_kernel`` is built twice: a dV kernel
 dQ's share with atomic dQ), one sum each, so that 8 warps walk 32-row tiles
 (about 6.5 instructions a HMMA) for S^T computed twice: five products a pair
 of tiles instead of four, and with dQ added by the dK kernel six for the
-whole backward instead of seven.
+whole backward instead of seven. The dV kernel reads no V: it keeps K alone
+in shared memory, and walks 64-row tiles in the room that leaves
+(``dv_block_cols``).
 
 **Long sums.** The tensor cores truncate the sums they make, so one chain of
 mma sums along a whole walk drifts (``tf32_fast`` measured 25x cuBLAS fp32's
