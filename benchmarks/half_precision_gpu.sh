@@ -142,7 +142,7 @@ for part in "$@"; do
             | grep -v Warn | tail -40) ;;
     attention_fp32_ncu)  # then the ncu part below, with these jobs (LABEL:TARGET:KERNEL:SKIP)
         NCU_NAME=backward_fp32_128_ncu NCU_TIMEOUT=280  # each job compiles three large kernels
-        NCU_JOBS="dv128:backward_fp32_128:build_dkdv_kernel:6 dk128:backward_fp32_128:build_dkdv_kernel:7"
+        NCU_JOBS="dv128:backward_fp32_128:_build_dkdv_kernel:6 dk128:backward_fp32_128:_build_dkdv_kernel:7"
         NCU_NOTE="float32 backward, version 6 at B4 H16 N4096 d128 not causal: its split sums' dV kernel and dK kernel (which adds dQ atomically)" ;&
     sgemm_ncu)  # then the ncu part below, with these jobs
         NCU_NAME=${NCU_NAME:-sgemm_ragged_ncu}  # not sgemm_ncu: chapter 8 reads that one (4096^3)

@@ -20,7 +20,7 @@ causal mask (version 6, on 3xTF32: one dK/dV kernel that adds dQ atomically;
 1.01x SDPA memory-efficient's backward on the H200, issue 29's target 1.0).
 `backward_fp32_128`: flash_attention_backward in float32 at B4 H16 N4096
 d128, not causal (version 6's split sums: a dV kernel, then a dK kernel that
-adds dQ atomically, both named kernel in build_dkdv_kernel; 1.05x SDPA
+adds dQ atomically, both named kernel in _build_dkdv_kernel; 1.05x SDPA
 memory-efficient's backward on the H200 when first profiled, 0.93x after): each call launches the two in that
 order, so the profiled call's dV kernel is launch 2 x WARM_UP of the name and
 its dK kernel the next.

@@ -333,8 +333,8 @@ def _quick_v4_plan(head_dim: int, causal: bool, config, io: str, device_id: int)
 
 # Head dims at which version 6 (3xTF32 on the tensor cores) is the float32
 # default on a GPU with tensor cores: where the H200 timed it faster than
-# version 4 (results/attention_backward-h200-2026-11-29.json: 1.49-1.95x as
-# fast at head dim 64, in one kernel with dQ added atomically; 1.16-1.36x at
+# version 4 (results/attention_backward-h200-2026-11-29.json: 1.41-2.06x as
+# fast at head dim 64, in one kernel with dQ added atomically; 1.26-1.52x at
 # 128, where dK and dV are two kernels of one sum each,
 # tf32_backward.SPLIT_SUMS_HEAD_DIMS; the one kernel there, whose registers
 # fit 8-row tiles alone, had been 0.72-0.81x on 2026-11-28). Head dim 32 has
@@ -365,7 +365,8 @@ TF32_DEFAULT_HEAD_DIMS = (64, 128)
 # stays (the two took 1.07x-1.13x fp16, 0.90x-1.27x bf16 at N 1024, 1.54-1.59x at
 # N 4096). Version 6 at head dim 128, its dK and dV in two kernels: the dK
 # kernel adding dQ took 0.74-0.81x the time of the two with dQ's own kernel
-# (results/attention_backward-h200-2026-11-29.json, tf32_split_sums_bwd).
+# (results/reruns/attention_backward-h200-2026-11-29-third.json,
+# tf32_split_sums_bwd).
 # Each head dim maps to the masks (causal True or False) under which dQ is
 # added atomically by default.
 ATOMIC_DQ_HEAD_DIMS = {5: {64: (True,), 128: (False, True)},

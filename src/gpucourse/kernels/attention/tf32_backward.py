@@ -342,19 +342,20 @@ def make_stage_split(config: Tf32BackwardConfig, stats: bool, own: int = 2):
     return split_stage
 
 
+@lru_cache(maxsize=None)
 def make_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
                      sums: str = "dkdv"):
-    """``build_dkdv_kernel``, once per kernel: the dV kernel of split_sums is
-    built on ``dv_tiles``, the others on tiles without dv_block_cols (the
-    same dK kernel whatever the dV kernel's walk)."""
+    """``_build_dkdv_kernel`` on checked tiles, once per kernel: the dV kernel
+    of split_sums is built on ``dv_tiles``, the others on tiles without
+    dv_block_cols (the same dK kernel whatever the dV kernel's walk)."""
     check_tf32_backward_config(config)
     tiles = dv_tiles(config) if sums == "dv" else replace(config, dv_block_cols=0)
-    return build_dkdv_kernel(tiles, causal, atomic_dq, sums)
+    return _build_dkdv_kernel(tiles, causal, atomic_dq, sums)
 
 
 @lru_cache(maxsize=None)
-def build_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
-                      sums: str = "dkdv"):
+def _build_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool = False,
+                       sums: str = "dkdv"):
     """kernel(q, k, v, dout, lse, delta, dk, dv, dq, seq, key_seq, heads, scale2,
     scale): dK and dV of the block's keys (16 per warp), walking query tiles
     of config.block_cols; with atomic_dq, each tile's share of dQ added to dq
@@ -369,7 +370,6 @@ def build_dkdv_kernel(config: Tf32BackwardConfig, causal: bool, atomic_dq: bool 
         raise ValueError(f"sums must be 'dkdv', 'dk' or 'dv' (atomic dQ needs dS: not 'dv'), "
                          f"got {sums!r} with atomic_dq={atomic_dq}")
     own = 1 if sums == "dv" else 2  # the own tiles in shared memory: K (and V)
-    _check_tiles(config, own, "block_cols")
     with_dk, with_dv = sums != "dv", sums != "dk"
     D, BK, BQ = config.head_dim, config.block_rows, config.block_cols
     tiles, sums_size = BQ // 8, D // 2
