@@ -7,6 +7,7 @@
 # PART is one of
 #   tests      the tests that only run on a GPU: the HGEMM ladder, tf32_matmul,
 #              attention in half precision (forward; the backward's version 5),
+#              the fp32 backward on tensor cores (version 6; its kernels' local memory),
 #              the tiny GPT;
 #   hgemm      benchmarks/hgemm.py (half_matmul and tf32_matmul against cuBLAS);
 #              hgemm_sweep, the same with --sweep (level 7's other tiles);
@@ -77,9 +78,9 @@ for part in "$@"; do
     echo "=== $part $(date +%T)"
     case "$part" in
     tests)
-        timeout 400 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE tests/test_hgemm.py \
+        timeout 420 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE tests/test_hgemm.py \
             tests/test_attention_backward.py tests/test_attention_half.py \
-            tests/test_attention_backward_tf32.py \
+            tests/test_attention_backward_tf32.py tests/test_attention_backward_tf32_split.py \
             tests/test_tensor_cores.py tests/test_tinygpt.py 2>&1 | tail -150 ;;
     hgemm)
         (cd benchmarks && timeout 400 python3 hgemm.py --out "$OUT" 2>&1 | grep -v Warning | tail -60) ;;

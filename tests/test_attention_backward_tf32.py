@@ -157,6 +157,34 @@ def test_the_kernel_a_gpu_runs_uses_the_tf32_tensor_cores_without_spilling(tmp_p
     assert "0 bytes spill stores" in report and "0 bytes lmem" in report
 
 
+@pytest.mark.skipif(not on_gpu(), reason="what the GPU's own toolchain made of the kernels")
+@pytest.mark.parametrize("head_dim", TF32_BACKWARD_HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_kernels_a_gpu_compiled_keep_their_tiles_in_registers(head_dim, causal):
+    # The PTX tests ask the CUDA wheels' ptxas. The GPU's machine may link
+    # the same PTX with another version, and a kernel at the 255 registers
+    # a thread may have is where versions choose differently: on 2026-11-29
+    # the one kernel at head dim 64 took 255 registers and no stack from
+    # ptxas 13.5 and 254 and an 8-byte stack from the GPU's. The compiled
+    # kernels' own attributes say what runs.
+    from gpucourse.kernels.attention import backward as AB
+    from gpucourse.kernels.attention.tf32_backward import backward_configs, backward_kernels
+
+    rng = np.random.default_rng(head_dim)
+    q, k, v, dout = (rng.standard_normal((1, 2, 40, head_dim)).astype(np.float32)
+                     for _ in range(4))
+    out, lse = A.reference_attention(q, k, v, causal=causal, return_lse=True)
+    inputs = arrays(q, k, v, out.astype(np.float32), lse.astype(np.float32), dout)
+    flash_attention_backward(*inputs, causal=causal, version=6)  # compiles the defaults
+    atomic = AB._atomic_dq(6, head_dim, causal)
+    kernels = backward_kernels(*backward_configs(head_dim, atomic_dq=atomic), causal, atomic)
+    for kernel, tiles, _, _ in kernels:
+        (compiled,) = kernel.overloads.values()
+        assert compiled.local_mem_per_thread == 0, (
+            f"{kernel.py_func.__qualname__} at {tiles}: {compiled.regs_per_thread} registers "
+            f"and {compiled.local_mem_per_thread} bytes of local memory a thread")
+
+
 @pytest.mark.skipif(on_gpu(), reason="the simulator's bit-for-bit comparison")
 def test_splitting_the_walked_tiles_once_gives_the_same_bits():
     # split_walked: each walked tile split into big and small parts once, by

@@ -156,14 +156,16 @@ for name, atomic in (("dv", False), ("dk", True)):
 
 
 def test_the_two_kernels_a_gpu_runs_at_head_dim_128_do_not_spill(tmp_path):
-    # 8 warps, 32-row query tiles: 169-173 registers (ptxas 13.5), where the
-    # one kernel took 255 for 8-row tiles; the dV kernel walks 64 queries at
-    # a time (dv_block_cols), at 255 registers. The output groups are written out
-    # in add_product: in a loop the compiler left rolled, the dK kernel's sum
-    # went to local memory at these tiles. Under the causal mask (its extra
-    # code) and with atomic dQ, the candidate default; the dK kernel alone
-    # and no mask compiled to 169-173 registers too when the tiles were
-    # chosen (about a minute more of the test suite each).
+    # 8 warps, 32-row query tiles: the dK kernel with atomic dQ under the
+    # causal mask at 241-242 registers (ptxas 13.5 here, 13.0 on the H200;
+    # 174 without the mask on the H200), where the one kernel took 255 for
+    # 8-row tiles; the dV kernel walks 64 queries at a time (dv_block_cols),
+    # at 255 registers. The output groups are written out in add_product: in
+    # a loop the compiler left rolled, the dK kernel's sum went to local
+    # memory at these tiles. Under the causal mask (its extra code) and with
+    # atomic dQ, the default; the kernels without the mask are left to the
+    # GPU-only test of the compiled kernels' local memory
+    # (test_attention_backward_tf32), about a minute of compiling each here.
     compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
     names = ("dv", "dk_atomic")
     for name in names:

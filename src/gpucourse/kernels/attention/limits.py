@@ -20,7 +20,10 @@ from numba import int64, uint32, uint64  # noqa: E402 (after gpucourse.device, w
 # costs integer instructions on every access of the inner loops. Numba's
 # simulator runs the kernel as Python, where a plain int is the fast choice.
 unsigned = uint32 if on_gpu() else int
-unsigned64 = uint64 if on_gpu() else int  # for offsets into the whole q, k, v arrays
+# 64-bit for offsets into the whole q, k, v arrays, and where an index's
+# neighbours are read too (one address, several offsets: a 32-bit index
+# plus 1 may wrap, so the compiler cannot make it an offset).
+unsigned64 = uint64 if on_gpu() else int
 signed = int64 if on_gpu() else int  # an unsigned quotient made signed again
 # The tiled kernel's small device functions are inlined into it on a GPU.
 _INLINE = {"forceinline": True} if on_gpu() else {}

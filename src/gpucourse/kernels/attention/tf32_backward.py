@@ -211,8 +211,10 @@ def backward_configs(head_dim: int, split_sums: bool | None = None, atomic_dq: b
     8 rows, or 16 for dK and dV with `atomic_dq` (its pieces are 16 queries).
 
     With split_sums (dK and dV in two kernels, one sum each), dK and dV's
-    tiles at head dim 128 are 8 warps walking 32-row tiles: 169-173 registers
-    in both kernels, causal or not; 4 warps with 32-row tiles would need
+    tiles at head dim 128 are 8 warps walking 32-row tiles: the dK kernel at
+    174 registers, 242 under the causal mask, and the dV kernel, walking
+    DV_BLOCK_COLS queries, at 255, none with local memory (as the H200
+    compiled them, 2026-11-29); 4 warps with 32-row tiles would need
     129 KiB of shared memory in dK's kernel (its K and V, two stages of Q and
     dO), one block of 4 warps a multiprocessor, where 8 warps share one
     block's 192 KiB (209 with atomic dQ's dS); the dV kernel, K alone in
@@ -612,9 +614,19 @@ def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     batch, heads, seq, d = q.shape
     key_seq = k.shape[2]
     scale = d ** -0.5 if scale is None else scale
-    dkdv_config, dq_config = (configs if configs is not None
-                              else backward_configs(d, atomic_dq=atomic_dq))
-    # (kernel, its tiles, whether it owns keys, its shared memory in bytes)
+    configs = configs if configs is not None else backward_configs(d, atomic_dq=atomic_dq)
+    kernels = backward_kernels(*configs, causal, atomic_dq)
+    sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
+    launch = _launch_on_gpu if hasattr(q, "is_cuda") and q.is_cuda else _launch_on_simulator
+    return launch(kernels, atomic_dq, (q, k, v, out, lse, dout), sizes)
+
+
+def backward_kernels(dkdv_config: Tf32BackwardConfig, dq_config: Tf32BackwardConfig,
+                     causal: bool, atomic_dq: bool) -> list:
+    """The kernels one backward pass launches, in order, as (kernel, its
+    tiles, whether its blocks own keys, its shared memory in bytes): dK and
+    dV's (or, with split_sums, the dV kernel and then the dK kernel), and
+    dQ's unless atomic_dq."""
     if dkdv_config.split_sums:
         dv_config = dv_tiles(dkdv_config)
         kernels = [(make_dkdv_kernel(dkdv_config, causal, False, "dv"), dv_config, True,
@@ -627,9 +639,7 @@ def tf32_attention_backward(q, k, v, out, lse, dout, causal: bool = False,
     if not atomic_dq:
         kernels.append((make_dq_kernel(dq_config, causal), dq_config, False,
                         _shared_bytes(dq_config, False, False)))
-    sizes = (seq, key_seq, heads, scale * math.log2(math.e), scale)
-    launch = _launch_on_gpu if hasattr(q, "is_cuda") and q.is_cuda else _launch_on_simulator
-    return launch(kernels, atomic_dq, (q, k, v, out, lse, dout), sizes)
+    return kernels
 
 
 def _launch_on_simulator(kernels, atomic_dq, tensors, sizes):

@@ -39,7 +39,7 @@ import gpucourse.device  # noqa: F401 (chooses Numba's target before numba is im
 from numba import float32  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import load_float4_flat
 from gpucourse.kernels.attention.half_backward_atomic import add_four
-from gpucourse.kernels.attention.limits import unsigned
+from gpucourse.kernels.attention.limits import unsigned64
 
 
 def atomic_dq_pieces(config) -> int:
@@ -91,16 +91,21 @@ def make_atomic_dq(config, device, split4, four_products, atomic_dq: bool):
         x0, x1, x2, x3 = load_float4_flat(smemf, at)
         return split4(x0, x1, x2, x3)
 
-    # Shared-memory indices unsigned (limits.unsigned): a signed one costs
-    # Numba's fix-up of negative indices, which the profile of the dK kernel
-    # at head dim 128 (2026-11-29) found in add_dq's inner loop, 64-bit
-    # compares and selects on every read of dS.
+    # Shared-memory indices unsigned: a signed one costs Numba's fix-up of
+    # negative indices, which the profile of the dK kernel at head dim 128
+    # (2026-11-29) found in add_dq's inner loop, 64-bit compares and selects
+    # on every read of dS. 64-bit (limits.unsigned64), not 32: a 32-bit index
+    # plus 1 may wrap, so each neighbour needs an address of its own, where
+    # a 64-bit one's neighbours are offsets of one address. With 32-bit ones
+    # the one kernel at head dim 64, causal, took 254 registers and 8 bytes
+    # of local memory from the H200's toolchain (ptxas 13.0; 13.5 fitted it
+    # in 255); with 64-bit ones, 255 and none.
     @device
     def store_ds(smemf, base, ds, warp, g, t):
         for n in range(tiles):
             for e in range(4):
                 query = 8 * n + 2 * t + e % 2
-                at = unsigned(base + query * stride + warp * 16 + g + 8 * (e // 2))
+                at = unsigned64(base + query * stride + warp * 16 + g + 8 * (e // 2))
                 smemf[at] = ds[4 * n + e]
 
     @device
@@ -112,12 +117,12 @@ def make_atomic_dq(config, device, split4, four_products, atomic_dq: bool):
             for i in range(16):
                 part[i] = float32(0.0)
             for n in range(BK // 8):  # the block's keys, 8 at a time
-                at = unsigned(base + (rows + g) * stride + 8 * n + 2 * t)
-                a0, a2 = smemf[at], smemf[at + unsigned(1)]  # row g: keys 2t, 2t + 1
-                below = at + unsigned(8 * stride)  # row g + 8
-                a1, a3 = smemf[below], smemf[below + unsigned(1)]
+                at = unsigned64(base + (rows + g) * stride + 8 * n + 2 * t)
+                a0, a2 = smemf[at], smemf[at + unsigned64(1)]  # row g: keys 2t, 2t + 1
+                below = at + unsigned64(8 * stride)  # row g + 8
+                a1, a3 = smemf[below], smemf[below + unsigned64(1)]
                 big, small = split4(a0, a1, a2, a3)
-                k_at = unsigned(8 * n * D + 32 * grp)
+                k_at = unsigned64(8 * n * D + 32 * grp)
                 x, xs = load_pair(smemf, k_at + pair_even)  # K's row 2t
                 y, ys = load_pair(smemf, k_at + pair_odd)  # row 2t + 1
                 four_products(big, small, x, xs, y, ys, part)
