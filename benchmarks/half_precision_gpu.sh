@@ -57,6 +57,9 @@
 #   sgemm_fragments benchmarks/sgemm_fragments.py (issue 33: auto's plan with one and
 #              with two copies of the fragments, vectorized.FRAGMENT_COPIES, at the
 #              grid's shapes under 85%, beside cuBLAS; about a minute);
+#   sgemm_stream benchmarks/sgemm_stream.py (issue 33: stream-K, matmul's splits="stream",
+#              beside auto's plan at the grid's shapes under 85%, beside cuBLAS; about
+#              two minutes);
 #   attention_fp32_ncu the same for version 6's split dV and dK kernels at head dim 128,
 #              N 4096, not causal: backward_fp32_128_ncu-*.json;
 #   sgemm_ncu  the same for matmul's kernel (issue 33) at 1537 x 1023 x 771 (ragged),
@@ -120,6 +123,8 @@ for part in "$@"; do
         timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_stream)
+        timeout 400 python3 benchmarks/sgemm_stream.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_fragments)
         timeout 300 python3 benchmarks/sgemm_fragments.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_padding_parts)

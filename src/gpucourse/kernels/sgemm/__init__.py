@@ -57,7 +57,7 @@ those above it in this list):
     shape_model      auto's cost model: waves, tails, padding, split-K; its calibration
     tuned_table      reading level 6's tuned tiles per GPU, and auto's plan per shape
     kernel_choice    kernel_for: which kernel, grid and block a level runs
-    split_k          cutting K into slices, and adding them up
+    split_k          cutting K into slices (split-K, stream-K), and adding them up
     traffic          flops and bytes: the models the chapter's roofline uses
     entry_point      matmul and its quick paths on a GPU
     autotuning       autotune and resource_usage (a real GPU only)
@@ -92,9 +92,10 @@ from gpucourse.kernels.sgemm.kernel_choice import _compiled, _kernel_for, _tiled
 from gpucourse.kernels.sgemm.naive import sgemm_coalesced, sgemm_naive
 from gpucourse.kernels.sgemm.shared import _make_shared_kernel
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_ALIGN,
-                                             SPLIT_SIGNATURE, SPLIT_SUMS, SUM_BLOCK,
-                                             split_kernel_for, split_ranges, sum_splits,
-                                             zero_matrix)
+                                             SPLIT_SIGNATURE, SPLIT_SUMS, STREAM,
+                                             STREAM_SIGNATURE, SUM_BLOCK, split_kernel_for,
+                                             split_ranges, stream_kernel_for, stream_workers,
+                                             sum_splits, zero_matrix)
 from gpucourse.kernels.sgemm.shape_model import (MODEL_PATH, SPLITS, calibrate, choose_plan,
                                                  gpu_entry, plan_cost, plan_summary, planned,
                                                  resident_blocks, tail_efficiency)

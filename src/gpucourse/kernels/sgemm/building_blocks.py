@@ -48,6 +48,14 @@ UNROLLS = (1, 2, 4, 8, 16, 32)  # steps per pass a kernel may be built with ("ti
 # before a register cap would make the compiler spill (see (7) below).
 REGISTERS_PER_SM = 65536
 REGISTER_ROOM = 32
+# The stream-K kernel's cap where a level asks for "auto": none. Under two
+# blocks' cap (128 registers for 256 threads) the loop over a run's pieces
+# around the walk spilled 132 bytes at 128 x 128 tiles of 8 x 8 (ptxas 13.5,
+# sm_90), where the whole-K and split-K kernels spill nothing; uncapped it
+# takes 164 registers, one block an SM, which is what stream-K plans for
+# (one wave of workers). "auto" gives it the others' cap (a benchmark's
+# comparison, benchmarks/sgemm_stream.py).
+STREAM_REGISTERS = None
 
 
 # -----------------------------------------------------------------------------
@@ -303,12 +311,16 @@ def _steps_per_pass(unroll, bk: int) -> int:
     return unroll
 
 
-def _register_cap(max_registers, threads: int, outputs: int, fragments: int) -> dict:
+def _register_cap(max_registers, threads: int, outputs: int, fragments: int,
+                  split=False) -> dict:
     """cuda.jit's keyword capping registers per thread: `max_registers` if it is
     a number, none if None, and with "auto" (see (7) above) the registers that
     let two blocks of `threads` share an SM (65,536 of them), where a thread's
     `outputs` accumulators and `fragments` values of A and B leave room in
-    that budget; otherwise none. The simulator has no registers to cap."""
+    that budget; otherwise none. For the stream-K kernel (`split` "stream"),
+    "auto" is STREAM_REGISTERS. The simulator has no registers to cap."""
+    if split == "stream" and max_registers == "auto":
+        max_registers = STREAM_REGISTERS
     if max_registers == "auto":
         two_blocks = min(255, REGISTERS_PER_SM // (2 * threads)) // 8 * 8
         max_registers = two_blocks if outputs + fragments + REGISTER_ROOM <= two_blocks else None
@@ -362,20 +374,21 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
     return walk_k
 
 
-def _make_store_four(vectorized: bool, atomic: bool):
+def _make_store_four(vectorized: bool):
     """A device function putting four neighbouring outputs of a thread into C,
-    shared by levels 5-7: `store_four(c, acc, base, row, col, n)` writes
+    shared by levels 5-7: `store_four(c, acc, base, row, col, n, add)` writes
     acc[base] ... acc[base + 3] to columns col ... col + 3 of row `row`, those
     inside C (n columns). Stored four floats in one 128-bit store where rows
-    allow (`vectorized`), one at a time otherwise; or, for split-K (`atomic`),
-    added with float32 atomic adds into a C zeroed before the launch, since
-    every slice's block adds to the same outputs."""
-    ATOMIC = atomic
+    allow (`vectorized`), one at a time otherwise; or, with `add` (split-K,
+    and stream-K's pieces of a tile), added with float32 atomic adds into a C
+    zeroed before the launch, since several blocks add to the same outputs.
+    The kernels pass `add` as a constant where they can (whole K: False,
+    split-K: True), and the compiler keeps only that branch."""
     TWO, THREE, FOUR = _u(2, 3, 4)
 
     @cuda.jit(device=True, **_INLINE)
-    def store_four(c, acc, base, row, col, n):
-        if ATOMIC:
+    def store_four(c, acc, base, row, col, n, add):
+        if add:
             for q in range(FOUR):
                 if col + q < n:
                     cuda.atomic.add(c, (row, col + q), acc[base + q])
@@ -395,26 +408,28 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
                          accumulators: int, a_fragment: int, b_fragment: int, a_staged: int,
                          b_staged: int):
     """The whole work of one block of levels 5-7, given its shared tiles: a
-    device function `multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)`
-    that computes the block's bm x bn tile of C over columns k_start <= kk <
-    k_end of A (the whole of K, or one split-K slice) and writes it. Each level
+    device function `multiply_block(a, b, c, a_tile, b_tile, tile_row,
+    tile_col, k_start, k_end, add)` that computes the bm x bn tile of C in
+    that row and column of tiles over columns k_start <= kk < k_end of A (the
+    whole of K, one split-K slice, or one stream-K piece) and writes it, or
+    with `add` adds it into C (`_make_store_four`). Each level
     brings its own pieces: `place_thread(tid)` says where a thread works in the
     tile, as the two numbers (p, q) its `walk_k` (from `_make_k_loop`) and
-    `write_outputs(c, acc, row0, col0, p, q, m, n)` take; each thread keeps
+    `write_outputs(c, acc, row0, col0, p, q, m, n, add)` take; each thread keeps
     `accumulators` outputs, fragments of `a_fragment` values of A and
     `b_fragment` of B, and the next tiles in `a_staged` and `b_staged`
-    registers. The kernels themselves, one per level and kind (whole K or
-    split), only declare the shared tiles and say which part of K is theirs."""
+    registers. The kernels themselves, one per level and kind (whole K,
+    split-K or stream-K), only declare the shared tiles and say which part of K is theirs."""
     BM, BN = _u(bm, bn)
 
     @cuda.jit(device=True, **_INLINE)
-    def multiply_block(a, b, c, a_tile, b_tile, k_start, k_end):
+    def multiply_block(a, b, c, a_tile, b_tile, tile_row, tile_col, k_start, k_end, add):
         # C's columns bound the work: B may be wider, padded to a multiple of 4
         # for 128-bit loads (entry_point's padded plans; see shape_model).
         m, n = uint64(a.shape[0]), uint64(c.shape[1])
         tid = uint64(cuda.threadIdx.x)
-        row0 = uint64(cuda.blockIdx.y) * BM  # first row of C this block computes
-        col0 = uint64(cuda.blockIdx.x) * BN
+        row0 = tile_row * BM  # first row of C this block computes
+        col0 = tile_col * BN
         p, q = place_thread(tid)
         acc = cuda.local.array(accumulators, float32)
         a_frag = cuda.local.array(a_fragment, float32)
@@ -425,20 +440,22 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
             acc[i] = 0.0
         walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
                m, n, k_start, k_end, p, q)
-        write_outputs(c, acc, row0, col0, p, q, m, n)
+        write_outputs(c, acc, row0, col0, p, q, m, n, add)
 
     return multiply_block
 
 
 def _make_kernel(multiply_block, a_shared: int, b_shared: int, cap: dict, name: str,
-                 split: bool):
+                 split):
     """The kernel of levels 5-7 around `multiply_block` (from
     `_make_multiply_block`): it declares the shared tiles (`a_shared` and
-    `b_shared` floats, 16-byte aligned) and gives the block its part of K.
-    kernel(a, b, c) walks the whole of K; with `split`, kernel(a, b, c,
-    chunk) walks one slice of it (see "Split-K" in split_k). `cap` is
+    `b_shared` floats, 16-byte aligned) and gives the block its tiles and its
+    part of K. kernel(a, b, c) walks the whole of K; with `split` True,
+    kernel(a, b, c, chunk) walks one slice of it (see "Split-K" in split_k);
+    with `split` "stream", kernel(a, b, c, tiles_across, steps, step, total,
+    workers) walks a stream-K share (see "Stream-K" in split_k). `cap` is
     cuda.jit's register cap (`_register_cap`). The kernel is called `name`
-    (`name` + "_split" with `split`): each level names its own kernels, and
+    (`name` + "_split" or "_stream"): each level names its own kernels, and
     these are the names profiles and PTX show."""
 
     def whole_k(a, b, c):
@@ -447,7 +464,8 @@ def _make_kernel(multiply_block, a_shared: int, b_shared: int, cap: dict, name: 
         # With double buffering, two copies of each, one after the other.
         a_tile = cuda.shared.array(a_shared, float32, alignment=SHARED_ALIGNMENT)
         b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
-        multiply_block(a, b, c, a_tile, b_tile, ZERO, uint64(a.shape[1]))
+        multiply_block(a, b, c, a_tile, b_tile, uint64(cuda.blockIdx.y),
+                       uint64(cuda.blockIdx.x), ZERO, uint64(a.shape[1]), False)
 
     def one_slice_of_k(a, b, c, chunk):
         # The same block, over one slice of K: columns z*chunk ... of A for
@@ -457,10 +475,36 @@ def _make_kernel(multiply_block, a_shared: int, b_shared: int, cap: dict, name: 
         b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
         k_start = uint64(cuda.blockIdx.z) * uint64(chunk)
         k_end = min(uint64(a.shape[1]), k_start + uint64(chunk))
-        multiply_block(a, b, c, a_tile, b_tile, k_start, k_end)
+        multiply_block(a, b, c, a_tile, b_tile, uint64(cuda.blockIdx.y),
+                       uint64(cuda.blockIdx.x), k_start, k_end, True)
 
-    kernel = one_slice_of_k if split else whole_k
+    def stream_share(a, b, c, tiles_across, steps, step, total, workers):
+        # Worker w (one block) takes steps w*total/workers up to
+        # (w+1)*total/workers of all the tiles' steps of K, laid end to end
+        # (tile t's are t*steps ... (t+1)*steps - 1, each `step` columns of
+        # K): the end of one tile, whole tiles, the start of another. Each
+        # piece of a tile is one walk along its part of K, added into C
+        # (zeroed first) with atomic adds, as split-K's slices are; a whole
+        # tile is stored.
+        a_tile = cuda.shared.array(a_shared, float32, alignment=SHARED_ALIGNMENT)
+        b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
+        # Only the tile is carried from one piece to the next: the walk holds
+        # every register the cap allows.
+        worker = uint64(cuda.blockIdx.x)
+        tile = worker * total // workers // steps
+        while tile * steps < (worker + ONE) * total // workers:
+            first = tile * steps  # the tile's first step, and its piece's
+            start = max(first, worker * total // workers)
+            stop = min(first + steps, (worker + ONE) * total // workers)
+            # A piece that is the whole tile is stored; others are added.
+            multiply_block(a, b, c, a_tile, b_tile, tile // tiles_across, tile % tiles_across,
+                           (start - first) * step, min(uint64(a.shape[1]), (stop - first) * step),
+                           start > first or stop < first + steps)
+            tile += ONE
+
+    kernel, suffix = {False: (whole_k, ""), True: (one_slice_of_k, "_split"),
+                      "stream": (stream_share, "_stream")}[split]
     # Named before it is compiled: Numba takes the kernel's name in the PTX
     # (and in profiles) from the Python function's.
-    kernel.__name__ = kernel.__qualname__ = (name + "_split") if split else name
+    kernel.__name__ = kernel.__qualname__ = name + suffix
     return cuda.jit(**cap)(kernel)

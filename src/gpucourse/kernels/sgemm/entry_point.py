@@ -31,8 +31,10 @@ from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pa
                                              padded_operands, padded_sizes, scratch)
 from gpucourse.kernels.sgemm.shape_model import padded_plan
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
-                                             SUM_BLOCK, _check_split_sum, _check_splits, _split_kernel,
-                                             _sum_grid, split_ranges, sum_splits, zero_matrix)
+                                             STREAM, STREAM_SIGNATURE, SUM_BLOCK,
+                                             _check_split_sum, _check_splits, _split_kernel,
+                                             _stream_kernel, _sum_grid, split_ranges, sum_splits,
+                                             zero_matrix)
 from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan, gpu_model
 
 
@@ -157,7 +159,7 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
         return out
     vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
     key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
-    ranges = split_ranges(k, splits) if k else [(0, 0)]
+    ranges = split_ranges(k, splits) if k and splits != STREAM else [(0, 0)]
     if len(ranges) == 1 or split_sum == "atomic":
         _quick_plan(key, m, n, k, vectorized, device_id, config, splits)(a_ptr, b_ptr, c_ptr)
         return out
@@ -355,7 +357,7 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
     b_head, b_tail = (0, 0, k * b_cols, 4), (k, b_cols, b_cols * 4, 4)
     c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
-    if k == 0 or len(split_ranges(k, splits)) == 1:
+    if k == 0 or splits != STREAM and len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
         shape = launch_config(grid, block)
@@ -368,20 +370,27 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     # slices into it; both on Numba's default stream, in that order. (Not
     # torch's zero_: it would run on torch's current stream, which need not be
     # this one.)
-    kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+    # Stream-K likewise, its blocks adding their runs of steps (split_k).
+    if splits == STREAM:
+        kernel, grid, block, last = _stream_kernel(key, m, n, k, vectorized, config)
+        signature = STREAM_SIGNATURE
+    else:
+        kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
+        signature, last = SPLIT_SIGNATURE, (chunk,)
+    last = tuple(int(x) for x in last)
     zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
-    function, _ = _launchable(kernel, device_id, SPLIT_SIGNATURE)
+    function, _ = _launchable(kernel, device_id, signature)
     zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
 
     def go_split(a_ptr, b_ptr, c_ptr):
         launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
         launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
-               *c_head, c_ptr, *c_tail, chunk)
+               *c_head, c_ptr, *c_tail, *last)
     return go_split
 
 
 def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
-           splits: int | None = None, split_sum: str = "atomic", out=None):
+           splits: int | str | None = None, split_sum: str = "atomic", out=None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
     "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
 
@@ -396,7 +405,12 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     and add their products (split-K: more blocks for a product with few tiles
     of C and a deep K; levels 5, 6, 7 and auto; default 1, or what auto
     measured best near this shape). Slices are multiples of 16 columns, so
-    a short K gets fewer.
+    a short K gets fewer. Or "stream" (stream-K): as many blocks as the
+    GPU runs at once, each taking an equal run of all the tiles' steps of K
+    (crossing from one tile to the next): pieces of a tile added into C,
+    zeroed first, with atomic adds as split_sum "atomic" does, whole tiles
+    stored. Every SM is busy for the same time whatever the number of tiles;
+    split_sum does not apply.
     split_sum: how the slices are added when there are several. "atomic"
     (default): one launch whose blocks take their slice from blockIdx.z and
     add their outputs into C, zeroed first, with float32 atomic adds. The
@@ -483,8 +497,12 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             if pad:  # ragged rows copied into padded buffers (see padding)
                 a_dev, b_dev = padded_operands(a_dev, b_dev)
                 k, vectorized = a_dev.shape[1], True if n % 4 == 0 else LOADS_ONLY
-        ranges = split_ranges(k, splits or 1) if k else [(0, 0)]
-        if len(ranges) == 1:
+        ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
+        if k and splits == STREAM:
+            kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)
+            zero_matrix[_sum_grid(m, n), SUM_BLOCK](c_dev)
+            kernel[grid, block](a_dev, b_dev, c_dev, *arguments)
+        elif len(ranges) == 1:
             kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
             kernel[grid, block](a_dev, b_dev, c_dev)
         elif split_sum == "atomic":

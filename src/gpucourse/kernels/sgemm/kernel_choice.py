@@ -75,14 +75,20 @@ def _kernel_for(key: str, m: int, n: int, vectorized, config, split: bool = Fals
         return (_compiled("shared"), (_blocks(n, SHARED_TILE), _blocks(m, SHARED_TILE)),
                 (SHARED_TILE, SHARED_TILE))
     if config is None:
-        config = {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5, "7": WARP_TILE_DEFAULT}.get(key) \
-            or _tuned_here(gpu_model())
-    interior = bool(vectorized is True and not split and k and key in ("5", "6", "7") and
+        config = _default_config(key)
+    interior = bool(vectorized is True and split is False and k and key in ("5", "6", "7") and
                     not (m % config.bm or n % config.bn or k % config.bk))
     # "loads": 128-bit loads from padded A and B, single stores into C.
     vectorized = LOADS_ONLY if vectorized == LOADS_ONLY else bool(vectorized)
     return _tiled_kernel(key, config, vectorized, split, interior), \
         (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
+
+
+def _default_config(key: str):
+    """The tiles level `key` (4a-7) runs with when none are given: level 6
+    this GPU's tuned ones."""
+    return {"4a": CONFIG_4A, "4b": CONFIG_4B, "5": CONFIG_5, "7": WARP_TILE_DEFAULT}.get(key) \
+        or _tuned_here(gpu_model())
 
 
 @lru_cache(maxsize=None)

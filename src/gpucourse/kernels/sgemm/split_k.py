@@ -3,22 +3,24 @@ deep K still gives every SM work, and adding the slices' products up.
 
 The kernels of levels 5 to 7 each come in a split variant (their factories'
 ``split=True``) that walks one slice of K, taken from blockIdx.z, and adds its
-outputs into C with atomic adds. This module holds what is split-K's own:
-how K is cut (``split_ranges``), the kernel that zeroes C first
-(``zero_matrix``) and the one that adds partial products in order
-(``sum_splits``), the argument checks, and ``split_kernel_for``, the kernel,
-grid and block of one split launch. The entry point (``entry_point``) makes
-the launches. The note below says when each way of adding pays.
+outputs into C with atomic adds, and a stream-K variant (``split="stream"``)
+whose blocks each walk an equal run of all the tiles' steps of K. This module
+holds what is theirs: how K is cut (``split_ranges``, ``stream_arguments``),
+the kernel that zeroes C first (``zero_matrix``) and the one that adds
+partial products in order (``sum_splits``), the argument checks, and
+``split_kernel_for`` and ``stream_kernel_for``, the kernel, grid and block of
+one launch. The entry point (``entry_point``) makes the launches. The notes
+below say when each way of adding pays.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
+from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _blocks, _level,
                                             _whole_or_zero)
-from gpucourse.kernels.sgemm.kernel_choice import _kernel_for
+from gpucourse.kernels.sgemm.kernel_choice import _default_config, _kernel_for
 from gpucourse.kernels.sgemm.tuned_table import auto_config
 from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
@@ -52,6 +54,24 @@ from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, 
 
 SPLIT_ALIGN = 16
 SPLIT_SUMS = ("atomic", "partials")
+
+# -----------------------------------------------------------------------------
+# Stream-K (splits="stream"). Split-K cuts every tile's K the same way, so a
+# product whose tiles are one wave short of the SMs (104 tiles of 128 x 128
+# for 1537 x 1023 x 771 on 132 SMs) still leaves SMs idle, and one a little
+# over a whole number of waves pays for a nearly empty last wave. Stream-K
+# lays all the tiles' steps of K end to end, tile after tile, and gives each
+# of `workers` blocks (as many as the GPU holds at once: one wave, no tail)
+# an equal run of them. A run starts partway through one tile and may end
+# partway through another; each piece is a walk along that part of the
+# tile's K, added into C (zeroed first) with atomic adds, as split-K's
+# slices are, and a run's whole tiles are stored. So each SM does the same
+# number of steps, whatever the number of tiles, for atomic additions on
+# the tiles that two runs share (at most one where each run ends).
+STREAM = "stream"
+# On the simulator, where blocks run one after another, a few workers: enough
+# for runs that cross tiles.
+SIMULATOR_WORKERS = 3
 
 
 def _split_chunk(k: int, splits: int) -> int:
@@ -95,14 +115,17 @@ def _sum_grid(m: int, n: int) -> tuple:
     return (_blocks(n, SUM_BLOCK[0]), _blocks(m, SUM_BLOCK[1]))
 
 
-def _check_splits(splits, key) -> int:
+def _check_splits(splits, key) -> int | str:
     if splits is None:
         return None
     if key not in ("5", "6", "7", "auto"):
         raise ValueError(f"splits applies to levels 5, 6, 7 and auto only, got level {key!r}")
+    if isinstance(splits, str) and splits == STREAM:
+        return STREAM
     if isinstance(splits, (bool, np.bool_)) or not isinstance(splits, (int, np.integer)) \
             or not 1 <= splits <= 64:
-        raise ValueError(f"splits must be a whole number from 1 to 64, got {splits!r}")
+        raise ValueError(f"splits must be a whole number from 1 to 64 or {STREAM!r} "
+                         f"(stream-K), got {splits!r}")
     return int(splits)
 
 
@@ -127,8 +150,9 @@ def split_kernel_for(level, shape, splits, vectorized=True,
     """
     key = _level(level, auto_ok=True)
     splits = _check_splits(splits, key)
-    if splits is None:
-        raise ValueError("splits must be a whole number from 1 to 64, got None")
+    if splits is None or splits == STREAM:
+        raise ValueError(f"splits must be a whole number from 1 to 64, got {splits!r} "
+                         f"(stream-K's launch: stream_kernel_for)")
     if not (isinstance(shape, tuple) and len(shape) == 3):
         raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
     m, n, k = (_whole_or_zero(name, v) for name, v in zip("mnk", shape))
@@ -143,6 +167,65 @@ def _split_kernel(key, m, n, k, splits, vectorized, config) -> tuple:
     return kernel, grid + (max(1, _blocks(k, chunk)),), block, chunk
 
 
+def stream_kernel_for(level, shape, vectorized=True,
+                      config: TileConfig | WarpTileConfig | None = None,
+                      workers: int | None = None):
+    """The stream-K kernel matmul launches with splits="stream" for `level`
+    (5, 6, 7 or "auto") at shape (m, n, k).
+
+    Returns (kernel, grid, block, arguments): `workers` blocks (default: as
+    many as the GPU holds at once, ``stream_workers``; at most one per step
+    of K of all the tiles), each adding its run of steps into C, so C must be
+    zeroed first: zero_matrix[...](c), then kernel[grid, block](a, b, c,
+    *arguments), the arguments five numpy.uint64 (see ``stream_arguments``).
+    """
+    key = _level(level, auto_ok=True)
+    _check_splits(STREAM, key)
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    m, n, k = (_whole_or_zero(name, v) for name, v in zip("mnk", shape))
+    if workers is not None and (isinstance(workers, (bool, np.bool_))
+                                or not isinstance(workers, (int, np.integer)) or workers < 1):
+        raise ValueError(f"workers must be a whole number of at least 1, got {workers!r}")
+    if key == "auto":
+        key, config = "6", config or auto_config((m, n, k))
+    return _stream_kernel(key, m, n, k, vectorized, config, workers)
+
+
+def _stream_kernel(key, m, n, k, vectorized, config, workers=None) -> tuple:
+    kernel, grid, block = _kernel_for(key, m, n, vectorized, config, split=STREAM)
+    if workers is None:
+        workers = stream_workers(kernel, block)
+    arguments = stream_arguments(m, n, k, grid, _config_of(key, config), workers)
+    return kernel, (int(arguments[-1]),), block, arguments
+
+
+def _config_of(key, config):
+    """The tiles level `key`'s kernel runs with: `config`, or the level's own."""
+    return config if config is not None else _default_config(key)
+
+
+def stream_arguments(m: int, n: int, k: int, grid: tuple, config, workers: int) -> tuple:
+    """The stream-K kernel's last five arguments, as numpy.uint64: tiles
+    across C (grid[0]), steps of K a tile (each `step` columns: the tile's bk,
+    at least 16, so that every piece starts on 16 floats), step, all the
+    tiles' steps, and the workers (at most one per step)."""
+    step = max(SPLIT_ALIGN, config.bk)
+    steps = max(1, -(-k // step))
+    total = grid[0] * grid[1] * steps
+    return tuple(np.uint64(x) for x in (grid[0], steps, step, total, min(workers, total)))
+
+
+def stream_workers(kernel, block) -> int:
+    """As many blocks of `kernel` (compiled for STREAM_SIGNATURE) as the GPU
+    runs at once: its SMs times the blocks that fit on one (registers, shared
+    memory, threads), on the current GPU. On the simulator, SIMULATOR_WORKERS."""
+    if not on_gpu():
+        return SIMULATOR_WORKERS
+    compiled = kernel.compile(STREAM_SIGNATURE)
+    return max(1, compiled.max_cooperative_grid_blocks(block))
+
+
 # Numba's types of the launch path's arguments (see entry_point): a C-contiguous
 # float32 matrix, any float32 matrix (a slice of K of A), and the partial
 # products' (slices, m, n) buffer.
@@ -151,3 +234,5 @@ A_MATRIX = types.Array(float32, 2, "A")
 C_BLOCK = types.Array(float32, 3, "C")
 # The split-K kernel's arguments: A, B, C and the slice length.
 SPLIT_SIGNATURE = (C_MATRIX, C_MATRIX, C_MATRIX, types.uint64)
+# The stream-K kernel's: A, B, C, tiles across, steps a tile, step, total steps, workers.
+STREAM_SIGNATURE = (C_MATRIX, C_MATRIX, C_MATRIX) + (types.uint64,) * 5

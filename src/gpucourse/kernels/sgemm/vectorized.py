@@ -66,7 +66,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                          f"{config.bk} steps), got {unroll} steps per pass")
     AHEAD = copies == 2
     cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
-                        copies * (config.tm + config.tn))
+                        copies * (config.tm + config.tn), split)
     threads = config.threads
     a_elements, b_elements = config.bm * config.bk, config.bk * config.bn
     double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
@@ -143,10 +143,10 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # g*GROUP_STRIDE + thread_col*4 + 0..3 (group g < GROUPS).
         return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
 
-    store_four = _make_store_four(vectorized is True, atomic=bool(split))
+    store_four = _make_store_four(vectorized is True)
 
     @cuda.jit(device=True, **_INLINE)
-    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n):
+    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n, add):
         # The thread's TM x TN outputs into C, the parts inside it, four
         # neighbouring columns of a group at a time.
         for i in range(TM):
@@ -154,7 +154,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             if row < m:
                 for g in range(GROUPS):
                     col = col0 + g * GROUP_STRIDE + thread_col * FOUR
-                    store_four(c, acc, i * TN + g * FOUR, row, col, n)
+                    store_four(c, acc, i * TN + g * FOUR, row, col, n, add)
 
     multiply_block = _make_multiply_block(place_thread, walk_k, write_patch, config.bm, config.bn,
                                           patch, copies * tm, copies * tn, a_staged, b_staged)

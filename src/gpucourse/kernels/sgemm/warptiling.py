@@ -69,7 +69,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     bm, bn, bk, threads = config.bm, config.bn, config.bk, config.threads
     wm_iter, wn_iter, tm, tn = config.wm_iter, config.wn_iter, config.tm, config.tn
     cap = _register_cap(max_registers, threads, wm_iter * wn_iter * tm * tn,
-                        wm_iter * tm + wn_iter * tn)
+                        wm_iter * tm + wn_iter * tn, split)
     a_elements, b_elements = bm * bk, bk * bn
     a_shared, b_shared = 2 * a_elements, 2 * b_elements  # two copies (double buffering)
     accumulators = wm_iter * wn_iter * tm * tn
@@ -130,10 +130,10 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
         b_offset = warp_col * WN + thread_col * TN  # ... and its columns
         return a_offset, b_offset
 
-    store_four = _make_store_four(vectorized is True, atomic=bool(split))
+    store_four = _make_store_four(vectorized is True)
 
     @cuda.jit(device=True, **_INLINE)
-    def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n):
+    def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n, add):
         # Each patch's rows of C, four columns at a time; a patch that hangs
         # over the edge writes only what is inside.
         for wm in range(WM_ITER):
@@ -144,7 +144,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
                         for j in range(ZERO, TN, FOUR):
                             col = col0 + b_offset + wn * WSUB_N + j
                             store_four(c, acc, (wm * TM + i) * ROW_OUTPUTS + wn * TN + j, row,
-                                       col, n)
+                                       col, n, add)
 
     multiply_block = _make_multiply_block(place_thread, walk_k, write_patches, bm, bn,
                                           accumulators, a_fragment, b_fragment, a_staged,
