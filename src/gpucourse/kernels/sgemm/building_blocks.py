@@ -13,13 +13,16 @@ was measured to be worth; the factories refer to it by number:
 * ``_make_unrolled_steps`` and ``_make_multiply_tile``: a tile's dot product
   written out ``DOT_UNROLL`` steps per pass ((5));
 * ``_make_k_loop``: the walk along K, with one or two copies of the tiles
-  ((4), (6)), over the whole of K or one split-K slice;
-* ``_register_cap``: the cap that lets two blocks share an SM ((7));
+  ((4), (6)), over the whole of K or one split-K slice or stream-K piece;
+* ``_register_cap``: the cap that lets two blocks share an SM ((7)), and
+  none for stream-K (``STREAM_REGISTERS``);
 * ``_make_store_four`` and ``_make_multiply_block``: a thread's outputs
   into C, and the whole work of a block between its kernel's first line and
-  its last, the same for levels 5-7 and for their split-K kernels;
-* ``_make_kernel``: the kernel around that block, over the whole of K or one
-  split-K slice, under the name its level gives it.
+  its last, the same for levels 5-7 and for their split-K and stream-K
+  kernels;
+* ``_make_kernel``: the kernel around that block, over the whole of K, one
+  split-K slice or one stream-K run (split_k's notes), under the name its
+  level gives it.
 
 ``DOT_UNROLL`` is the knob benchmarks turn (set it here, on this module: the
 factories read it when a kernel is built).
