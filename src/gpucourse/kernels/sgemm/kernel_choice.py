@@ -27,9 +27,10 @@ from gpucourse.kernels.sgemm.warptiling import _make_warp_tiled_kernel
 
 @lru_cache(maxsize=None)
 def _compiled(kind: str, config: TileConfig | WarpTileConfig | None = None,
-              vectorized: bool = False, split: bool = False, interior: bool = False):
+              vectorized: bool = False, split: bool | str = False, interior: bool = False):
     """One kernel object per (kind, config): Numba caches its compiled code on it.
-    `split`: the single-launch split-K variant of levels 5-7."""
+    `split`: the single-launch split-K variant of levels 5-7 (True), or their
+    stream-K variant ("stream")."""
     if kind == "shared":
         return _make_shared_kernel(SHARED_TILE)
     if kind == "1d":

@@ -45,13 +45,14 @@ FRAGMENT_COPIES = 1
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
-                            double_buffer: bool = None, split: bool = False,
+                            double_buffer: bool = None, split: bool | str = False,
                             max_registers="auto", interior: bool = False,
                             fragment_copies: int = None):
     """Level 5 and 6's kernel for `config`: kernel(a, b, c) stores C = A @ B; with
     `split`, kernel(a, b, c, chunk) for single-launch split-K instead (see
     "Split-K" in split_k): block z of the grid multiplies columns z*chunk ...
-    (z+1)*chunk of A by those rows of B and adds its outputs into C.
+    (z+1)*chunk of A by those rows of B and adds its outputs into C; with
+    `split` "stream", the stream-K kernel (see "Stream-K" in split_k).
     `vectorized`: True, 128-bit loads and stores; False, one float at a time;
     "loads", 128-bit loads and single stores, for a C whose rows are not a
     multiple of 4 long, with A and B padded (entry_point's padded plans).

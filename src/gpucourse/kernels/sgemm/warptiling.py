@@ -61,10 +61,11 @@ from gpucourse.kernels._vector_load import load_float4_flat
 
 
 def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: int = None,
-                            split: bool = False, max_registers="auto",
+                            split: bool | str = False, max_registers="auto",
                             interior: bool = False):
     """Level 7's kernel for `config`: kernel(a, b, c), or with `split`,
-    kernel(a, b, c, chunk) for single-launch split-K (as level 6's)."""
+    kernel(a, b, c, chunk) for single-launch split-K, or with `split`
+    "stream" the stream-K kernel (as level 6's)."""
     unroll = _steps_per_pass(unroll, config.bk)
     bm, bn, bk, threads = config.bm, config.bn, config.bk, config.threads
     wm_iter, wn_iter, tm, tn = config.wm_iter, config.wn_iter, config.tm, config.tn
