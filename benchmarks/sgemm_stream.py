@@ -55,11 +55,12 @@ def plan_for(torch, key, m, n, k, config, splits, capped=False):
     building_blocks.STREAM_REGISTERS = "auto" if capped else None
     for cache in caches:
         cache.cache_clear()  # kernels and plans are built once per key: build them anew
+    aligned = not (k % 4 or n % 4)  # matmul's test for 128-bit loads
     try:
-        go = entry_point._quick_plan(key, m, n, k, not (k % 4 or n % 4), device, config, splits)
+        go = entry_point._quick_plan(key, m, n, k, aligned, device, config, splits)
         workers = None
         if splits == "stream":
-            kernel, _, block = kernel_choice._kernel_for("6", m, n, not (k % 4 or n % 4), config,
+            kernel, _, block = kernel_choice._kernel_for("6", m, n, aligned, config,
                                                          split="stream")
             workers = split_k.stream_workers(kernel, block)
     finally:
@@ -78,7 +79,6 @@ def main(argv=None) -> int:
     from gpucourse.kernels import sgemm
     from gpucourse.kernels.sgemm import TileConfig, entry_point
 
-    torch.backends.cuda.matmul.allow_tf32 = False
     record = record_start(
         "sgemm_stream", sgemm.gpu_model(), versions(),
         "matmul as a user calls it (auto), and the launches matmul makes for auto's plan "

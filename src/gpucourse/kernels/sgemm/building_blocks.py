@@ -491,14 +491,14 @@ def _make_kernel(multiply_block, a_shared: int, b_shared: int, cap: dict, name: 
         # tile is stored.
         a_tile = cuda.shared.array(a_shared, float32, alignment=SHARED_ALIGNMENT)
         b_tile = cuda.shared.array(b_shared, float32, alignment=SHARED_ALIGNMENT)
-        # Only the tile is carried from one piece to the next: the walk holds
-        # every register the cap allows.
         worker = uint64(cuda.blockIdx.x)
-        tile = worker * total // workers // steps
-        while tile * steps < (worker + ONE) * total // workers:
-            first = tile * steps  # the tile's first step, and its piece's
-            start = max(first, worker * total // workers)
-            stop = min(first + steps, (worker + ONE) * total // workers)
+        begin = worker * total // workers  # the run's first step
+        end = (worker + ONE) * total // workers  # and the step after its last
+        tile = begin // steps
+        while tile * steps < end:
+            first = tile * steps  # the tile's first step
+            start = max(first, begin)  # its piece's
+            stop = min(first + steps, end)
             # A piece that is the whole tile is stored; others are added.
             multiply_block(a, b, c, a_tile, b_tile, tile // tiles_across, tile % tiles_across,
                            (start - first) * step, min(uint64(a.shape[1]), (stop - first) * step),

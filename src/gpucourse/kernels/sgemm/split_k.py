@@ -196,13 +196,9 @@ def _stream_kernel(key, m, n, k, vectorized, config, workers=None) -> tuple:
     kernel, grid, block = _kernel_for(key, m, n, vectorized, config, split=STREAM)
     if workers is None:
         workers = stream_workers(kernel, block)
-    arguments = stream_arguments(m, n, k, grid, _config_of(key, config), workers)
+    tiles = config if config is not None else _default_config(key)
+    arguments = stream_arguments(m, n, k, grid, tiles, workers)
     return kernel, (int(arguments[-1]),), block, arguments
-
-
-def _config_of(key, config):
-    """The tiles level `key`'s kernel runs with: `config`, or the level's own."""
-    return config if config is not None else _default_config(key)
 
 
 def stream_arguments(m: int, n: int, k: int, grid: tuple, config, workers: int) -> tuple:
