@@ -135,8 +135,8 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, causal=False, scale=Non
     ``attention.tf32_backward``: head_dim 32, 64 or 128; float32 CUDA torch
     tensors on a GPU with tensor cores, numpy arrays or CPU torch tensors on
     the simulator; the float32 default at head dims 64 and 128 on a GPU with
-    tensor cores: 0.61-0.78x and 0.81-0.96x SDPA memory-efficient's backward
-    on the H200, version 4 0.86-1.48x and 1.01-1.45x,
+    tensor cores: 0.63-0.75x and 0.81-0.95x SDPA memory-efficient's backward
+    on the H200, version 4 0.95-1.48x and 1.01-1.45x,
     results/attention_backward-h200-2026-11-29.json).
     config: version 2's, 3's or 4's tiles, (tile, threads, SQ, SK, VK, VC)
     (versions 3 and 4: optionally a seventh number, registers per thread);

@@ -3,7 +3,7 @@
 Version 4 computes the backward's five tile products on the CUDA cores and
 took 1.01-1.46 times the time of PyTorch's memory-efficient backward on an
 H100, whose products run on the tensor cores in 3xTF32. This version took
-0.61-0.96 times it on the H200 (results/attention_backward-h200-2026-11-29.json).
+0.63-0.95 times it on the H200 (results/attention_backward-h200-2026-11-29.json).
 This module is ``half_backward``'s structure (FlashAttention-2's backward: a pre-pass, then
 one kernel or two) with float32 operands split into a big TF32 part and a
 small rest, each product three ``mma.sync.m16n8k8`` TF32 instructions, a_small
@@ -99,7 +99,7 @@ TF32_BACKWARD_HEAD_DIMS = (32, 64, 128)
 # version 4's 0.97-1.44x (N 1024 and 4096, both masks;
 # results/reruns/attention_backward-h200-2026-11-29-third.json); with the
 # dV kernel's wider walks below and unsigned indices in dQ's atomic adds,
-# 0.81-0.96x, the one kernel 1.15-1.64x (results/attention_backward-h200-2026-11-29.json).
+# 0.81-0.95x, the one kernel 1.14-1.63x (results/attention_backward-h200-2026-11-29.json).
 SPLIT_SUMS_HEAD_DIMS = (128,)
 # The dV kernel of the split sums keeps K alone in shared memory, which
 # leaves room for 64-query walks (255 registers, no spill, for sm_90), where
