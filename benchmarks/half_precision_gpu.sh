@@ -58,11 +58,10 @@
 #              with two copies of the fragments, vectorized.FRAGMENT_COPIES, at the
 #              grid's shapes under 85%, beside cuBLAS; about a minute);
 #   sgemm_stream benchmarks/sgemm_stream.py (issue 33: stream-K, matmul's splits="stream",
-#              and auto's plan with split-K's atomic adds four floats at a time and one,
-#              at the grid's shapes under 85% and three deep-K ones, beside cuBLAS;
-#              about four minutes);
-#   sgemm_split_tests  the split-K and stream-K tests on the GPU (the atomic adds'
-#              widths by address on ragged rows run only there);
+#              beside auto's plan at the grid's shapes under 85%, beside cuBLAS; about
+#              two minutes);
+#   sgemm_split_tests  the split-K and stream-K tests on the GPU (their atomic adds
+#              into C on real hardware);
 #   attention_fp32_ncu the same for version 6's split dV and dK kernels at head dim 128,
 #              N 4096, not causal: backward_fp32_128_ncu-*.json;
 #   sgemm_ncu  the same for matmul's kernel (issue 33) at 1537 x 1023 x 771 (ragged),
@@ -130,7 +129,7 @@ for part in "$@"; do
         timeout 300 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE \
             tests/test_sgemm_split_k.py tests/test_sgemm_stream_k.py 2>&1 | tail -40 ;;
     sgemm_stream)
-        timeout 560 python3 benchmarks/sgemm_stream.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+        timeout 400 python3 benchmarks/sgemm_stream.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_fragments)
         timeout 300 python3 benchmarks/sgemm_fragments.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_padding_parts)

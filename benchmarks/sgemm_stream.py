@@ -18,18 +18,12 @@ calls matmul, in turns with cuBLAS (torch.mm, TF32 off):
   spilled offline: 132 bytes at 128 x 128);
 - ``stream_128``: stream-K on 128 x 128 tiles (8 x 8 a thread) where auto's
   tiles are others;
-- ``auto_scalar_atomics``: auto's plan with split-K's atomic adds one float
-  at a time (building_blocks.VECTOR_ATOMICS off), as before 16-byte
-  reductions (where auto's plan has one slice of K, the same kernel as
-  auto_plan: a measure of the noise);
 - ``cublas``.
-
-The stream variants add their pieces four floats at a time, as matmul does.
 
 Each is checked first against float64, then timed: the median of CUDA-event
 timings of back-to-back calls (benchmarks/sgemm.py's time_ms), in turns over
 ROUNDS rounds. Writes DIR/sgemm_stream-<gpu-slug>-<date>.json (rows: m, n,
-k, variant, ms, vs_cublas, config, splits, workers, max_rel_err). About four
+k, variant, ms, vs_cublas, config, splits, workers, max_rel_err). About two
 minutes.
 """
 
@@ -41,28 +35,24 @@ from dataclasses import asdict
 from pathlib import Path
 
 from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
-from sgemm_fragments import SHAPES as UNDER_85
+from sgemm_fragments import SHAPES
 from sgemm_grid import relative_error
 
 ROUNDS = 3
 ONE_WAVE = (128, 128, 16, 8, 8)
-# The shapes under 85% (and controls), then three deep-K shapes of the grid
-# whose plans split K, for the atomic adds.
-SHAPES = UNDER_85 + [(512, 512, 32768), (768, 768, 12288), (2048, 2048, 8192)]
 
 
-def plan_for(torch, key, m, n, k, config, splits, capped=False, vector_atomics=True):
+def plan_for(torch, key, m, n, k, config, splits, capped=False):
     """(go(a_ptr, b_ptr, c_ptr), workers): the launches matmul makes for this
     plan (entry_point._quick_plan), with stream-K's kernel built uncapped or
-    under two blocks' register cap, atomic adds four floats at a time or one,
-    and its number of workers (None without stream-K)."""
+    under two blocks' register cap, and its number of workers (None
+    without stream-K)."""
     from gpucourse.kernels.sgemm import building_blocks, entry_point, kernel_choice, split_k
 
     caches = (kernel_choice._compiled, kernel_choice._tiled_kernel, entry_point._quick_plan)
     device = torch.cuda.current_device()
-    before = building_blocks.STREAM_REGISTERS, building_blocks.VECTOR_ATOMICS
+    before = building_blocks.STREAM_REGISTERS
     building_blocks.STREAM_REGISTERS = "auto" if capped else None
-    building_blocks.VECTOR_ATOMICS = vector_atomics
     for cache in caches:
         cache.cache_clear()  # kernels and plans are built once per key: build them anew
     aligned = not (k % 4 or n % 4)  # matmul's test for 128-bit loads
@@ -74,7 +64,7 @@ def plan_for(torch, key, m, n, k, config, splits, capped=False, vector_atomics=T
                                                          split="stream")
             workers = split_k.stream_workers(kernel, block)
     finally:
-        building_blocks.STREAM_REGISTERS, building_blocks.VECTOR_ATOMICS = before
+        building_blocks.STREAM_REGISTERS = before
         for cache in caches:
             cache.cache_clear()
     return go, workers
@@ -92,7 +82,6 @@ def main(argv=None) -> int:
     record = record_start(
         "sgemm_stream", sgemm.gpu_model(), versions(),
         "matmul as a user calls it (auto), and the launches matmul makes for auto's plan "
-        "(with atomic adds four floats at a time, and one at a time: auto_scalar_atomics) "
         "and for splits='stream' on auto's tiles (uncapped, and under two blocks' register "
         "cap) and on 128 x 128 tiles (entry_point._quick_plan), beside torch.mm; each "
         "checked against float64 first, then the median of CUDA-event timings of "
@@ -109,17 +98,15 @@ def main(argv=None) -> int:
         if config != one_wave:
             plans["stream_128"] = (one_wave, "stream")
         outs = {v: torch.full((m, n), float("nan"), device="cuda")
-                for v in ["auto", "auto_plan", "auto_scalar_atomics", *plans, "cublas"]}
+                for v in ["auto", "auto_plan", *plans, "cublas"]}
         calls, workers = {}, {}
         # Auto as a user calls it, and every plan (auto's too) through the
         # launches matmul makes for it, so that the stream-K builds, which
         # share matmul's keys, can be timed side by side.
         calls["auto"] = lambda: sgemm.matmul(a, b, out=outs["auto"])
-        for variant, (tiles, how) in {"auto_plan": (None, None),
-                                      "auto_scalar_atomics": (None, None), **plans}.items():
+        for variant, (tiles, how) in {"auto_plan": (None, None), **plans}.items():
             go, workers[variant] = plan_for(torch, "auto" if tiles is None else "6", m, n, k,
-                                            tiles, how, variant == "stream_two_blocks",
-                                            variant != "auto_scalar_atomics")
+                                            tiles, how, variant == "stream_two_blocks")
             calls[variant] = (lambda go=go, c=outs[variant]: go(a.data_ptr(), b.data_ptr(),
                                                                 c.data_ptr()))
         calls["cublas"] = lambda: torch.mm(a, b, out=outs["cublas"])

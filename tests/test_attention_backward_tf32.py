@@ -143,7 +143,7 @@ def test_the_kernel_a_gpu_runs_uses_the_tf32_tensor_cores_without_spilling(tmp_p
     # no GPU runs it unless asked for version 6 at 128).
     compile_without_a_gpu(PTX_SCRIPT, str(tmp_path))
     ptx = (tmp_path / "atomic.ptx").read_text()
-    # dQ's atomic additions four neighbours at a time (_vector_atomic.add_four)
+    # dQ's atomic additions four neighbours at a time (half_backward_atomic.add_four)
     assert "red.global.add.v4.f32" in ptx and "atom.global.add.f32" not in ptx
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
     assert "cp.async.cg.shared.global" in ptx

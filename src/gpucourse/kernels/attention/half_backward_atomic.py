@@ -36,12 +36,77 @@ mode is on.
 
 from __future__ import annotations
 
-from gpucourse.device import cuda
+from gpucourse.device import cuda, on_gpu
 from numba import float32  # noqa: E402 (after gpucourse.device)
-from gpucourse.kernels._vector_atomic import add_two
 from gpucourse.kernels.attention.half import HalfConfig
 from gpucourse.kernels.tensor_cores.moves import (ldmatrix_x4_trans, shared_address,
                                                  shared_store_word)
+
+# Two or four neighbouring float32 added in one reduction (sm_90 and later:
+# PTX ISA, "red", vector types): a half or a quarter of the atomic
+# instructions of scalar ones, and a warp's lanes that each add four
+# neighbours cover whole 32-byte sectors of L2 instead of 4 bytes of each.
+_RED_VECTOR = {2: "red.global.add.v2.f32 [$0], {$1, $2};",
+               4: "red.global.add.v4.f32 [$0], {$1, $2, $3, $4};"}
+
+if on_gpu():
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.core.errors import NumbaTypeError
+    from numba.cuda.extending import intrinsic
+
+    def _vector_add(array, index, values):
+        """The signature and code of adding len(values) neighbours at once."""
+        count = len(values)
+        if not (isinstance(array, types.Array) and array.ndim == 1
+                and array.dtype == types.float32 and isinstance(index, types.Integer)):
+            raise NumbaTypeError(f"adding {count} neighbours atomically takes a 1D float32 "
+                                 f"array and an index, got {array}, {index}")
+
+        def codegen(context, builder, sig, args):
+            data = context.make_array(sig.args[0])(context, builder, value=args[0])
+            offset = context.cast(builder, args[1], sig.args[1], types.intp)
+            pointer = cgutils.get_item_pointer(context, builder, sig.args[0], data, [offset],
+                                               wraparound=False)
+            f32 = ir.FloatType()
+            converted = [context.cast(builder, v, t, types.float32)
+                         for v, t in zip(args[2:], sig.args[2:])]
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)] + [f32] * count),
+                               _RED_VECTOR[count], "l" + ",f" * count + ",~{memory}",
+                               side_effect=True)
+            builder.call(asm, [builder.ptrtoint(pointer, ir.IntType(64)), *converted])
+            return context.get_dummy_value()
+
+        return types.void(array, index, *values), codegen
+
+    @intrinsic
+    def add_two(typingctx, array, index, first, second):
+        """array[index] += first and array[index + 1] += second, atomically, in
+        one instruction; array a 1D float32 array in global memory, index even
+        (the pair's 8 bytes aligned)."""
+        return _vector_add(array, index, (first, second))
+
+    @intrinsic
+    def add_four(typingctx, array, index, first, second, third, fourth):
+        """The same for four neighbours, index a multiple of 4 (16 bytes
+        aligned)."""
+        return _vector_add(array, index, (first, second, third, fourth))
+else:
+    @cuda.jit(device=True)
+    def add_two(array, index, first, second):
+        """The simulator's stand-in: two atomic additions."""
+        cuda.atomic.add(array, index, first)
+        cuda.atomic.add(array, index + 1, second)
+
+    @cuda.jit(device=True)
+    def add_four(array, index, first, second, third, fourth):
+        """The simulator's stand-in: four atomic additions."""
+        cuda.atomic.add(array, index, first)
+        cuda.atomic.add(array, index + 1, second)
+        cuda.atomic.add(array, index + 2, third)
+        cuda.atomic.add(array, index + 3, fourth)
+
 
 def atomic_dq_layout(config: HalfConfig) -> tuple[int, int, int]:
     """(query groups of 16 a warp sums, columns of D a warp sums, halves a row

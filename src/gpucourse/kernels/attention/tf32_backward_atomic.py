@@ -26,7 +26,7 @@ to dQ itself (float32, zeroed first) by atomic additions.
 * A piece's sums start from zero at each walked tile (the tensor cores
   truncate long chains of sums) and go to dQ by atomic additions, one per
   element of dQ for each block of keys, four neighbours at a time
-  (``_vector_atomic.add_four``: one reduction of 16 bytes, where
+  (``half_backward_atomic.add_four``: one reduction of 16 bytes, where
   scalar ones left the quad's lanes 32 bytes apart, each using 4 bytes of
   its L2 sector: Nsight Compute, results/backward_fp32_ncu-h200-2026-11-29).
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import gpucourse.device  # noqa: F401 (chooses Numba's target before numba is imported)
 from numba import float32  # noqa: E402 (after gpucourse.device)
 from gpucourse.kernels._vector_load import load_float4_flat
-from gpucourse.kernels._vector_atomic import add_four
+from gpucourse.kernels.attention.half_backward_atomic import add_four
 from gpucourse.kernels.attention.limits import unsigned64
 
 

@@ -34,7 +34,6 @@ from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator 
 from gpucourse.kernels.sgemm.config import ONE, ZERO, _INLINE, _u
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4
 from gpucourse.kernels._vector_store import store_float4, store_float4_flat
-from gpucourse.kernels._vector_atomic import add_row_four, add_row_four_aligned
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
@@ -60,12 +59,6 @@ REGISTER_ROOM = 32
 # (one wave of workers). "auto" gives it the others' cap (a benchmark's
 # comparison, benchmarks/sgemm_stream.py).
 STREAM_REGISTERS = None
-# Split-K's and stream-K's atomic adds into C, four neighbours in one 16-byte
-# reduction where the address allows (``_vector_atomic``: red.global.add.v4.f32,
-# sm_90 on; on a ragged row, two v2 or a scalar, a v2 and a scalar), instead
-# of one atomic add an output. False builds the scalar adds (a benchmark's
-# comparison, benchmarks/sgemm_stream.py).
-VECTOR_ATOMICS = True
 
 
 # -----------------------------------------------------------------------------
@@ -390,29 +383,18 @@ def _make_store_four(vectorized: bool):
     acc[base] ... acc[base + 3] to columns col ... col + 3 of row `row`, those
     inside C (n columns). Stored four floats in one 128-bit store where rows
     allow (`vectorized`), one at a time otherwise; or, with `add` (split-K,
-    and stream-K's pieces of a tile), added atomically into a C zeroed before
-    the launch, since several blocks add to the same outputs: four in one
-    16-byte reduction where rows allow, as wide as each address allows on a
-    ragged row (`VECTOR_ATOMICS`, `_vector_atomic`).
+    and stream-K's pieces of a tile), added with float32 atomic adds into a C
+    zeroed before the launch, since several blocks add to the same outputs.
     The kernels pass `add` as a constant where they can (whole K: False,
     split-K: True), and the compiler keeps only that branch."""
     TWO, THREE, FOUR = _u(2, 3, 4)
-    VECTOR = VECTOR_ATOMICS
 
     @cuda.jit(device=True, **_INLINE)
     def store_four(c, acc, base, row, col, n, add):
         if add:
-            if not VECTOR:
-                for q in range(FOUR):
-                    if col + q < n:
-                        cuda.atomic.add(c, (row, col + q), acc[base + q])
-            elif vectorized:
-                if col < n:  # rows of a multiple of 4: one 16-byte reduction
-                    add_row_four_aligned(c, row, col, acc[base], acc[base + ONE],
-                                         acc[base + TWO], acc[base + THREE])
-            else:
-                add_row_four(c, row, col, n, acc[base], acc[base + ONE], acc[base + TWO],
-                             acc[base + THREE])
+            for q in range(FOUR):
+                if col + q < n:
+                    cuda.atomic.add(c, (row, col + q), acc[base + q])
         elif vectorized:
             if col < n:  # n % 4 == 0: the four are all in or all out
                 store_float4(c, row, col, acc[base], acc[base + ONE],
