@@ -151,3 +151,16 @@ def wall_ms(call, calls: int) -> float:
         call()
     torch.cuda.synchronize()
     return (time.perf_counter() - began) / calls * 1e3
+
+
+def medians_in_turns(calls: dict, time_ms, rounds: int) -> dict:
+    """{name: median ms} of each of `calls` (name: call) timed by `time_ms`
+    (a call -> (ms, ...)), the calls in turns, `rounds` times over: a drift of
+    the GPU's clocks during the run reaches every call alike."""
+    import statistics
+
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            times[name].append(time_ms(call)[0])
+    return {name: statistics.median(t) for name, t in times.items()}

@@ -60,8 +60,12 @@
 #   sgemm_stream benchmarks/sgemm_stream.py (issue 33: stream-K, matmul's splits="stream",
 #              beside auto's plan at the grid's shapes under 85%, beside cuBLAS; about
 #              two minutes);
-#   sgemm_split_tests  the split-K and stream-K tests on the GPU (their atomic adds
-#              into C on real hardware);
+#   sgemm_pipelined benchmarks/sgemm_pipelined.py (issue 33: level 6's kernel with the walk
+#              along K by cp.async, vectorized.PIPELINE_STAGES, on auto's tiles and on
+#              cuBLAS's, beside auto's plan and cuBLAS; about three minutes);
+#   sgemm_split_tests  the split-K, stream-K and cp.async ring tests on the GPU (their
+#              atomic adds into C, and the ring's copies racing other warps' reads,
+#              on real hardware);
 #   attention_fp32_ncu the same for version 6's split dV and dK kernels at head dim 128,
 #              N 4096, not causal: backward_fp32_128_ncu-*.json;
 #   sgemm_ncu  the same for matmul's kernel (issue 33) at 1537 x 1023 x 771 (ragged),
@@ -127,7 +131,10 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_split_tests)
         timeout 300 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE \
-            tests/test_sgemm_split_k.py tests/test_sgemm_stream_k.py 2>&1 | tail -40 ;;
+            tests/test_sgemm_split_k.py tests/test_sgemm_stream_k.py tests/test_sgemm_pipelined.py \
+            2>&1 | tail -40 ;;
+    sgemm_pipelined)
+        timeout 500 python3 benchmarks/sgemm_pipelined.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_stream)
         timeout 400 python3 benchmarks/sgemm_stream.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_fragments)

@@ -27,12 +27,12 @@ ms, vs_cublas, config, splits, vectorized, max_rel_err). About a minute.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+from _common import (benchmark_parser, medians_in_turns, need_a_gpu, record_start, start,
+                     versions, write_record)
 from sgemm_grid import relative_error
 
 ROUNDS = 3
@@ -101,11 +101,7 @@ def main(argv=None) -> int:
         # Split-K adds slices atomically, in any order: bits may differ then.
         same = torch.equal(outs["one_copy"], outs["two_copies"])
         ok &= all(e < 1e-5 for e in errors.values()) and (same or plan[1] > 1)
-        times = {v: [] for v in VARIANTS}
-        for _ in range(ROUNDS):
-            for v in VARIANTS:
-                times[v].append(time_ms(launches[v])[0])
-        ms = {v: statistics.median(t) for v, t in times.items()}
+        ms = medians_in_turns({v: launches[v] for v in VARIANTS}, time_ms, ROUNDS)
         config, splits, aligned = plan
         for v in VARIANTS:
             rows.append({"m": m, "n": n, "k": k, "variant": v, "ms": ms[v],

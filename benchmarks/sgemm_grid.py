@@ -324,8 +324,7 @@ def calibrate_main(sgemm, torch, time_ms, record, out_dir: Path, started: float)
         print(f"calibration {m}x{n}x{k}: {len(rows)} plans timed so far", flush=True)
     record["candidate_wins"] = wins
     print(f"candidate tiles that beat the menu: {wins or 'none'}", flush=True)
-    measured = [((r["m"], r["n"], r["k"]), sgemm.TileConfig(**{f: r["config"][f] for f in (
-        "bm", "bn", "bk", "tm", "tn")}), r["config"]["splits"], r["ms"] * 1e3) for r in rows]
+    measured = [((r["m"], r["n"], r["k"]), sgemm.tile_config_of(r["config"]), r["config"]["splits"], r["ms"] * 1e3) for r in rows]
     # The host's costs stay: these calls take the explicit-config path, whose
     # Python costs more than auto's (fitted free on 2026-11-28 they came out
     # at 37 us a call, and every small product then cost the same).

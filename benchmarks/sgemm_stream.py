@@ -29,12 +29,12 @@ minutes.
 
 from __future__ import annotations
 
-import statistics
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+from _common import (benchmark_parser, medians_in_turns, need_a_gpu, record_start, start,
+                     versions, write_record)
 from sgemm_fragments import SHAPES
 from sgemm_grid import relative_error
 
@@ -115,11 +115,7 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         errors = {v: relative_error(outs[v], reference) for v in calls}
         ok &= all(e < 1e-5 for e in errors.values())
-        times = {v: [] for v in calls}
-        for _ in range(ROUNDS):
-            for v, call in calls.items():
-                times[v].append(time_ms(call)[0])
-        ms = {v: statistics.median(t) for v, t in times.items()}
+        ms = medians_in_turns(calls, time_ms, ROUNDS)
         for v in calls:
             tiles, how = plans.get(v, (config, splits) if v.startswith("auto") else (None, None))
             rows.append({"m": m, "n": n, "k": k, "variant": v, "ms": ms[v],

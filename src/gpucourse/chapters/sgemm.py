@@ -435,7 +435,7 @@ def rate_curves(record: dict) -> dict:
     curves = {}
     for r in record["results"]:
         if r["k"] == deepest:
-            config = sgemm.TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+            config = sgemm.tile_config_of(r["config"])
             curves.setdefault(config, {})[r["blocks_per_sm"]] = r["tflops"]
     return curves
 
@@ -673,7 +673,7 @@ def explore_summary(record: dict, rates: dict | None = None) -> dict:
     menu brought to its target: "slow_shape", the best plan's tile
     ("slow_tile") and its TFLOP/s with one block on every SM ("slow_rate"),
     beside the tile of the highest measured rate ("top_tile", "top_rate")."""
-    from gpucourse.kernels.sgemm import TileConfig
+    from gpucourse.kernels.sgemm import tile_config_of
 
     rows = explore_rows(record)
 
@@ -688,7 +688,7 @@ def explore_summary(record: dict, rates: dict | None = None) -> dict:
     slow = next((r for r in rows if r["verdict"] == "kernel"), None)
     if slow is not None and rates is not None:
         curves = rate_curves(rates)
-        tile = TileConfig(*(slow["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        tile = tile_config_of(slow["config"])
         top = max(curves, key=lambda c: max(curves[c].values()))
         found.update(slow_shape=shape(slow), slow_tile=f"{tile.bm} x {tile.bn}",
                      slow_rate=f"{curves[tile][1]:.0f}", top_tile=f"{top.bm} x {top.bn}",

@@ -406,7 +406,10 @@ def unroll_variant(rows: list[dict], config, unroll, max_registers=None, level="
     (a number, or "tile" for all bk of them) and register cap (None: none).
     ValueError if there is not exactly one."""
     if not isinstance(config, dict):
-        config = {f: getattr(config, f) for f in getattr(config, "__dataclass_fields__", {})}
+        # A ring's stages are a field only where there is one: rows of runs before
+        # TileConfig had them hold the five tile sizes.
+        config = {f: getattr(config, f) for f in getattr(config, "__dataclass_fields__", {})
+                  if f != "stages" or getattr(config, f)}
     if not config or "bk" not in config:
         raise ValueError(f"config must be a tile configuration or a dict of its fields, "
                          f"got {config!r}")

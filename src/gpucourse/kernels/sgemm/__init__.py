@@ -83,6 +83,7 @@ from gpucourse.kernels.sgemm.config import (CONFIG_4A, CONFIG_4B, CONFIG_5, DEFA
                                             SHARED_TILE, STATIC_SHARED_LIMIT_BYTES, WARP_SIZE,
                                             WARP_TILE_CANDIDATES, WARP_TILE_DEFAULT,
                                             WARP_TILE_WORKLOG, ZERO, LEVEL_NAMES, LEVELS, TileConfig, WarpTileConfig,
+                                            tile_config_of,
                                             _blocks, _level, _u, _whole, _whole_or_zero,
                                             candidate_configs, check_config, check_warp_config)
 from gpucourse.kernels.sgemm.entry_point import (_aligned_rows, _device_view, _fast_matmul,

@@ -52,6 +52,10 @@ WARP_SIZE = 32
 # Registers a thread needs besides its accumulators and fragments (indices,
 # pointers, loop counters): a rough allowance used only to rule out configs.
 REGISTER_OVERHEAD = 32
+# Copies of the tiles a cp.async ring may have (TileConfig.stages, ``pipelined``),
+# and the floats after each k-row of A's tile there (16 bytes: rows stay aligned).
+PIPELINE_STAGES = (2, 3, 4, 5)
+A_PAD = 4
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,10 @@ class TileConfig:
     """Tile sizes of a register-blocked kernel.
 
     A block computes a bm x bn tile of C, stepping through K bk columns at a
-    time; each thread computes a tm x tn patch of that tile.
+    time; each thread computes a tm x tn patch of that tile. `stages` (levels
+    5-6): 0, each next tile fetched into registers and stored to shared
+    memory a step later (building_blocks, (4)); 2 to 5, a ring of that many
+    copies of the tiles filled by cp.async (``pipelined``).
     """
 
     bm: int
@@ -67,6 +74,7 @@ class TileConfig:
     bk: int
     tm: int
     tn: int
+    stages: int = 0
 
     @property
     def threads(self) -> int:
@@ -75,13 +83,23 @@ class TileConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """Shared memory per block: a bm x bk tile of A and a bk x bn tile of B."""
+        """Shared memory per block: a bm x bk tile of A and a bk x bn tile of B;
+        with stages, that many copies, A's rows padded by A_PAD floats."""
+        if self.stages:
+            return 4 * self.stages * ((self.bm + A_PAD) * self.bk + self.bk * self.bn)
         return 4 * (self.bm * self.bk + self.bk * self.bn)
 
     @property
     def register_estimate(self) -> int:
         """Registers per thread: accumulators, the two fragments, and overhead."""
         return self.tm * self.tn + self.tm + self.tn + REGISTER_OVERHEAD
+
+
+def tile_config_of(fields: dict) -> TileConfig:
+    """The TileConfig a results row or the model's JSON writes as a dict (its
+    other keys, such as "splits", ignored; "stages" 0 where absent)."""
+    return TileConfig(*(fields[f] for f in ("bm", "bn", "bk", "tm", "tn")),
+                      stages=fields.get("stages", 0))
 
 
 # Level 4a and 4b use the worklog's own sizes; level 5 too. Level 6 falls back
@@ -112,11 +130,14 @@ def check_config(config: TileConfig, vectorized: bool = True) -> TileConfig:
 
     * divisibility: tm divides bm and tn divides bn (each thread owns a whole patch);
     * threads: bm*bn/(tm*tn) is a multiple of the warp size (32) and at most 1024;
-    * shared memory: 4*(bm*bk + bk*bn) bytes fit the 48 KiB a block may declare statically;
+    * shared memory: 4*(bm*bk + bk*bn) bytes (with stages, that many copies, A's
+      rows padded by A_PAD floats) fit the 48 KiB a block may declare statically;
+    * stages: 0, or one of PIPELINE_STAGES;
     * registers: tm*tn accumulators + tm + tn fragment values + ~32 for indices stay
       under the 255 registers a thread may have (more would spill to local memory);
     * loading: the block's threads cover the A and B tiles in whole rows, an equal
-      number of loads each;
+      number of loads each (with stages: an equal number of cp.async copies each,
+      a float of A or, vectorized, four floats of B a copy);
     * vector alignment (vectorized kernels): bk, bn, tm and tn are multiples of 4,
       so that every 128-bit load, from global or shared memory, reads four floats
       of one row starting on a 16-byte boundary.
@@ -131,9 +152,14 @@ def check_config(config: TileConfig, vectorized: bool = True) -> TileConfig:
     if threads % WARP_SIZE or threads > MAX_THREADS_PER_BLOCK:
         raise ValueError(f"config breaks the thread limit: bm*bn/(tm*tn) must be a multiple of "
                          f"{WARP_SIZE} and at most {MAX_THREADS_PER_BLOCK}, got {threads}")
-    if config.shared_bytes > STATIC_SHARED_LIMIT_BYTES:
-        raise ValueError(f"config breaks the shared-memory limit: 4*(bm*bk + bk*bn) must be at "
-                         f"most {STATIC_SHARED_LIMIT_BYTES} bytes, got {config.shared_bytes}")
+    if isinstance(config.stages, int) and config.shared_bytes > STATIC_SHARED_LIMIT_BYTES:
+        tiles = ("stages*(4*((bm + 4)*bk + bk*bn))" if config.stages else "4*(bm*bk + bk*bn)")
+        raise ValueError(f"config breaks the shared-memory limit: {tiles} must be at most "
+                         f"{STATIC_SHARED_LIMIT_BYTES} bytes, got {config.shared_bytes}")
+    stages = config.stages
+    if isinstance(stages, bool) or stages not in (0, *PIPELINE_STAGES):
+        raise ValueError(f"config's stages must be 0 (tiles through registers) or one of "
+                         f"{PIPELINE_STAGES} (a cp.async ring), got {stages!r}")
     if config.register_estimate > MAX_REGISTERS_PER_THREAD:
         raise ValueError(f"config breaks the register limit: tm*tn + tm + tn + "
                          f"{REGISTER_OVERHEAD} must be at most {MAX_REGISTERS_PER_THREAD}, "
@@ -142,6 +168,12 @@ def check_config(config: TileConfig, vectorized: bool = True) -> TileConfig:
     if vectorized and (bk % 4 or bn % 4 or tm % 4 or tn % 4):
         raise ValueError(f"config breaks vector alignment: bk, bn, tm and tn must be multiples "
                          f"of 4 for 128-bit loads, got bk={bk}, bn={bn}, tm={tm}, tn={tn}")
+    if stages:  # cp.async: a float of A a copy, `width` of B; equal shares
+        if (bm * bk) % threads or (bk * bn // width) % threads:
+            raise ValueError(f"config breaks tile copying: the {threads} threads must share the "
+                             f"{bm} x {bk} tile of A (a float a copy) and the {bk} x {bn} tile "
+                             f"of B ({width} a copy) equally")
+        return config
     # A's tile is bm rows of bk // width loads; B's is bk rows of bn // width loads.
     for tile, rows, per_row in (("A", bm, bk // width), ("B", bk, bn // width)):
         if threads % per_row or rows % (threads // per_row):

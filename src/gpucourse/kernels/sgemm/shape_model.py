@@ -74,7 +74,7 @@ from pathlib import Path
 from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER_SM
 from gpucourse.kernels.sgemm.padding import padded_sizes
 from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, TileConfig, _whole,
-                                            _whole_or_zero, check_config)
+                                            _whole_or_zero, check_config, tile_config_of)
 
 MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
 # Slices of K the model may choose (split-K); each slice is a multiple of 16 long.
@@ -166,10 +166,14 @@ def kernel_resources(config: TileConfig) -> tuple[int, int]:
     `config`, as the model counts them: the register estimate rounded up to 8,
     held to the cap that lets two blocks share an SM where the accumulators fit
     (building_blocks' `_register_cap`), and two copies of the tiles where they
-    fit in 48 KiB (vectorized's DOUBLE_BUFFER)."""
+    fit in 48 KiB (vectorized's DOUBLE_BUFFER). A cp.async ring (stages) is
+    uncapped (vectorized's PIPELINE_REGISTERS) and its shared memory is the
+    ring's."""
     two_blocks = min(255, REGISTERS_PER_SM // (2 * config.threads)) // 8 * 8
     needed = config.tm * config.tn + config.tm + config.tn
     registers = min(255, -(-config.register_estimate // 8) * 8)
+    if config.stages:
+        return registers, config.shared_bytes
     if needed + REGISTER_ROOM <= two_blocks:
         registers = min(registers, two_blocks)
     double = 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
@@ -202,8 +206,10 @@ def tail_efficiency(blocks: int, sms: int) -> float:
 
 
 def tile_key(config: TileConfig) -> str:
-    """How the model's JSON names a tile configuration in its measured rates."""
-    return f"{config.bm}x{config.bn}x{config.bk} {config.tm}x{config.tn}"
+    """How the model's JSON names a tile configuration in its measured rates
+    (" s2" and so on after it for a cp.async ring of stages)."""
+    ring = f" s{config.stages}" if config.stages else ""
+    return f"{config.bm}x{config.bn}x{config.bk} {config.tm}x{config.tn}{ring}"
 
 
 def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int):
@@ -245,7 +251,7 @@ def rates_from_record(record: dict, entry: dict) -> dict:
     c = entry["constants"]
     timings: dict = {}
     for row in record.get("results", []):
-        config = TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        config = tile_config_of(row["config"])
         q, k, us = row["blocks_per_sm"], row["k"], row["ms"] * 1e3
         timings.setdefault(tile_key(config), {}).setdefault(q, []).append((k, us))
     if not timings:
@@ -449,7 +455,7 @@ def split_shares_from_record(record: dict, entry: dict) -> dict:
     for row in record.get("results", []):
         if row.get("variant") not in ("whole", "split"):
             continue
-        config = TileConfig(*(row["config"][f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        config = tile_config_of(row["config"])
         key, q = tile_key(config), row["blocks_per_sm"]
         if not (isinstance(row.get("ms"), (int, float)) and row["ms"] > 0):
             raise ValueError(f"{key} q {q} {row['variant']}: ms must be > 0, got {row.get('ms')!r}")
@@ -492,7 +498,7 @@ def explore_rows(record: dict) -> list:
     too); or, of a grid record, its rows of auto."""
     if record.get("benchmark", "").startswith("sgemm_explore"):
         return [((r["m"], r["n"], r["k"]),
-                 TileConfig(*(r["config"][f] for f in ("bm", "bn", "bk", "tm", "tn"))),
+                 tile_config_of(r["config"]),
                  r["config"]["splits"], r["ms"] * 1e3) for r in record.get("results", [])]
     return measured_rows(record, variants=("auto",))
 
@@ -705,7 +711,7 @@ def search_bounds(record: dict, entry: dict) -> list:
     found = []
     for best in search.get("by_shape", []):
         shape = (best["m"], best["n"], best["k"])
-        winner = (TileConfig(*(best[f] for f in ("bm", "bn", "bk", "tm", "tn"))), best.get("splits", 1))
+        winner = (tile_config_of(best), best.get("splits", 1))
         split_shape = best.get("splits", 1) > 1 or shape == (2048, 2048, 2048)
         for config in menu(entry):
             if any(getattr(config, f) not in space.get(f, ()) for f in ("bm", "bn", "bk", "tm", "tn")):
@@ -726,7 +732,7 @@ def measured_rows(record: dict, variants=("auto", "level6")) -> list:
         config = row.get("config")
         if row.get("variant") not in variants or not config or row.get("failed"):
             continue
-        tiles = TileConfig(*(config[f] for f in ("bm", "bn", "bk", "tm", "tn")))
+        tiles = tile_config_of(config)
         found.append(((row["m"], row["n"], row["k"]), tiles, config.get("splits", 1),
                       row["ms"] * 1e3))
     return found

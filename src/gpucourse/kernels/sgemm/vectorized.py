@@ -28,6 +28,7 @@ from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_kernel,
 from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO, _INLINE,
                                             TileConfig, _u)
 from gpucourse.kernels._vector_load import load_float4_flat
+from gpucourse.kernels.sgemm import pipelined
 
 
 # Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
@@ -42,6 +43,14 @@ DOUBLE_BUFFER = True
 # at 1000^3 on the H200, benchmarks/NOTES.md). Needs the whole tile written
 # out (DOT_UNROLL "tile"). Not yet timed: benchmarks/sgemm_fragments.py.
 FRAGMENT_COPIES = 1
+# The register cap of the cp.async kernels (TileConfig.stages; pipelined's
+# note) where a caller asks for "auto": none. At 128 x 128 x 16 tiles of 8 x 8
+# (256 threads) two blocks' cap of 128 spilled 208 bytes offline (ptxas 13.5,
+# two stages; 237 registers uncapped), and uncapped they ran 1537 x 1023 x
+# 771 in 89.9 us where auto's plan took 95.3
+# (results/sgemm_pipelined-h200-2026-11-29.json). "auto" gives them the
+# others' cap (benchmarks/sgemm_pipelined.py's comparison).
+PIPELINE_REGISTERS = None
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
@@ -57,7 +66,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     "loads", 128-bit loads and single stores, for a C whose rows are not a
     multiple of 4 long, with A and B padded (entry_point's padded plans).
     `fragment_copies`: 1 or 2 copies of a thread's fragments (default
-    FRAGMENT_COPIES, which says what two do)."""
+    FRAGMENT_COPIES, which says what two do). With `config.stages`, the
+    tiles go from global to shared memory by cp.async, into a ring of that
+    many copies (``pipelined``), instead of through registers."""
     unroll = _steps_per_pass(unroll, config.bk)
     copies = FRAGMENT_COPIES if fragment_copies is None else fragment_copies
     if copies not in (1, 2) or isinstance(copies, bool):
@@ -66,6 +77,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         raise ValueError(f"fragment_copies=2 needs the whole tile written out (unroll 'tile', "
                          f"{config.bk} steps), got {unroll} steps per pass")
     AHEAD = copies == 2
+    stages = config.stages
+    if stages and max_registers == "auto":
+        max_registers = PIPELINE_REGISTERS
     cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
                         copies * (config.tm + config.tn), split)
     threads = config.threads
@@ -73,8 +87,13 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     double_buffer = DOUBLE_BUFFER if double_buffer is None else bool(double_buffer)
     double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
     a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
+    a_row = config.bm  # floats from one k-row of A's shared tile to the next
+    if stages:  # a ring of `stages` copies, A's rows padded (check_config checked it fits)
+        a_row = pipelined.a_stride(config.bm)
+        a_elements = a_row * config.bk
+        a_shared, b_shared = stages * a_elements, stages * b_elements
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
-    BM, BN, BK, TM, TN = _u(config.bm, config.bn, config.bk, config.tm, config.tn)
+    A_ROW, BN, BK, TM, TN = _u(a_row, config.bn, config.bk, config.tm, config.tn)
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
@@ -88,7 +107,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # thread needs at step `dot`, from the copy of the tiles at a_base and
         # b_base, four at a time, into fragment copy `copy` (0 or 1).
         for i in range(ZERO, TM, FOUR):
-            x0, x1, x2, x3 = load_float4_flat(a_tile, a_base + dot * BM + thread_row * TM + i)
+            x0, x1, x2, x3 = load_float4_flat(a_tile, a_base + dot * A_ROW + thread_row * TM + i)
             a_frag[copy * TM + i] = x0
             a_frag[copy * TM + i + ONE] = x1
             a_frag[copy * TM + i + TWO] = x2
@@ -135,8 +154,15 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
             load_fragments(a_tile, b_tile, a_frag, b_frag, ZERO, ZERO, p, q, a_base, b_base)
         all_steps(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base)
 
-    walk_k = _make_k_loop(fetch_tiles, store_tiles, multiply_tile, config.bk, a_elements,
-                          b_elements, double)
+    if stages:
+        copy_tiles = pipelined.make_tile_copies(config.bm, config.bn, config.bk, threads,
+                                                vectorized is True)
+        walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
+                                       b_elements, stages)
+        a_staged = b_staged = 1  # no tiles in flight through registers
+    else:
+        walk_k = _make_k_loop(fetch_tiles, store_tiles, multiply_tile, config.bk, a_elements,
+                              b_elements, double)
 
     @cuda.jit(device=True, **_INLINE)
     def place_thread(tid):
@@ -160,4 +186,5 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     multiply_block = _make_multiply_block(place_thread, walk_k, write_patch, config.bm, config.bn,
                                           patch, copies * tm, copies * tn, a_staged, b_staged)
 
-    return _make_kernel(multiply_block, a_shared, b_shared, cap, "sgemm_vectorized", split)
+    return _make_kernel(multiply_block, a_shared, b_shared, cap,
+                        "sgemm_pipelined" if stages else "sgemm_vectorized", split)

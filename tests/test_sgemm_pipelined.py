@@ -1,0 +1,129 @@
+"""Week 8: level 6's kernel with the walk along K by cp.async (issue 33).
+
+``TileConfig(..., stages=s)`` builds level 6's kernel with a ring of s copies
+of the shared tiles, filled by cp.async s - 1 steps ahead (sgemm.pipelined),
+instead of fetching each next tile into registers. Checked here on Numba's
+CUDA simulator against numpy in float64 (integer-valued inputs: exact), on
+ragged shapes whose K wraps the ring several times, with copies of one float
+and of four, over the whole of K, split-K slices and stream-K pieces; NaN and
+Inf; the configurations it refuses, each named; and, without a GPU, the PTX
+for an H100/H200: cp.async copies of 4 and 16 bytes, no loads from global
+memory into registers, two barriers, no spills. On the simulator every copy
+lands when it is issued, so a race between the ring's copies and the reads of
+another warp shows only on a GPU: ``benchmarks/half_precision_gpu.sh
+sgemm_split_tests`` runs this file there, and benchmarks/sgemm_pipelined.py
+checks every kernel it times against float64 first.
+"""
+
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import TileConfig
+from ptx_helpers import compile_without_a_gpu, ptxas_report
+from test_sgemm import ATOL, RTOL, _random, _reference
+from test_sgemm_split_k import _integers
+
+# 32 x 32 x 8 tiles, 4 x 8 a thread: one warp. K = 70 is nine steps of 8 (the
+# last ragged, 6), enough to go round a ring of 5 more than once; rows of 70
+# floats take copies of one float, rows of 72 (with N = 36) copies of four.
+SMALL = TileConfig(32, 32, 8, 4, 8)
+SHAPES = [((37, 30, 70), "one float"), ((33, 36, 72), "four floats")]
+
+
+@pytest.mark.parametrize("stages", (2, 3, 4, 5))
+def test_every_ring_multiplies_exactly(stages):
+    config = replace(SMALL, stages=stages)
+    for index, ((m, n, k), _) in enumerate(SHAPES):
+        a, b = _integers((m, k), index), _integers((k, n), 10 + index)
+        want = _reference(a, b)
+        for splits in (1, 3, "stream"):
+            got = sgemm.matmul(a, b, 6, config=config, splits=splits)
+            np.testing.assert_array_equal(got, want, err_msg=f"{stages} stages, {m} x {n} x "
+                                                             f"{k}, splits {splits}")
+
+
+def test_the_ring_matches_float64_on_random_floats_and_passes_nan_and_inf():
+    config = TileConfig(32, 32, 16, 4, 8, stages=2)
+    a, b = _random((21, 45), 3), _random((45, 17), 4)
+    np.testing.assert_allclose(sgemm.matmul(a, b, 6, config=config), _reference(a, b),
+                               rtol=RTOL, atol=ATOL)
+    a[2, 5], b[7, 3] = np.nan, np.inf
+    got, want = sgemm.matmul(a, b, 6, config=config), a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=RTOL, atol=ATOL)
+
+
+def test_configurations_the_ring_refuses_are_named():
+    with pytest.raises(ValueError, match=r"stages must be 0 .* or one of \(2, 3, 4, 5\) .*, got 1"):
+        sgemm.check_config(replace(SMALL, stages=1))
+    with pytest.raises(ValueError, match="stages must be 0"):
+        sgemm.check_config(replace(SMALL, stages=True))
+    # Three copies of 128 x 128 x 32 tiles: 3 * 4 * (132 * 32 + 32 * 128) bytes.
+    with pytest.raises(ValueError, match=r"stages\*\(4\*\(\(bm \+ 4\)\*bk \+ bk\*bn\)\) must be "
+                                         r"at most 49152 bytes, got 99840"):
+        sgemm.check_config(TileConfig(128, 128, 32, 8, 8, stages=3))
+    # 768 threads (32 x 96 tiles of 4 x 1) cannot share the 128 floats of A's tile.
+    with pytest.raises(ValueError, match="threads must share the 32 x 4 tile of A"):
+        sgemm.check_config(TileConfig(32, 96, 4, 4, 1, stages=2), vectorized=False)
+    assert TileConfig(64, 128, 16, 8, 8, stages=2).shared_bytes == 2 * 4 * (68 * 16 + 16 * 128)
+
+
+# -----------------------------------------------------------------------------
+# What a GPU would run: the ring's PTX for compute capability 9.0
+
+PTX_SCRIPT = """
+import json, sys
+from gpucourse.kernels import sgemm
+found = []
+for fields, vectorized in json.loads(sys.argv[1]):
+    kernel = sgemm._tiled_kernel("6", sgemm.TileConfig(**fields), vectorized)
+    found.append(numba.cuda.compile_ptx(kernel.py_func, sgemm.SPLIT_SIGNATURE[:3],
+                                        cc=(9, 0))[0])
+print(json.dumps(found))
+"""
+
+# The tiles that ran 1000^3 at 86% of cuBLAS on the H200 (auto's plan 82%):
+# 64 x 128 x 16, 8 x 8 a thread (128 threads), two stages.
+RING = TileConfig(64, 128, 16, 8, 8, stages=2)
+
+
+@pytest.fixture(scope="module")
+def ring_ptx():
+    from dataclasses import asdict
+
+    printed = compile_without_a_gpu(PTX_SCRIPT, json.dumps([[asdict(RING), True],
+                                                            [asdict(RING), False]]))
+    return json.loads(printed.strip().splitlines()[-1])
+
+
+def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
+    a_copies = RING.bm * RING.bk // RING.threads  # a float of A each
+    for text, b_width in zip(ring_ptx, (4, 1)):
+        b_copies = RING.bk * RING.bn // b_width // RING.threads
+        assert ".target sm_90" in text
+        # Each thread's copies of one step, written out twice: the ring's
+        # first tile (stages - 1 of them) and the walk's one ahead.
+        four = text.count("cp.async.ca.shared.global")
+        sixteen = text.count("cp.async.cg.shared.global")
+        if b_width == 4:
+            assert (four, sixteen) == (2 * a_copies, 2 * b_copies)
+        else:
+            assert (four, sixteen) == (2 * (a_copies + b_copies), 0)
+        assert "cp.async.wait_group 0" in text and "cp.async.commit_group" in text
+        # Nothing comes from global memory through registers; the dot loop
+        # reads shared memory 128 bits at a time; one barrier a step and one
+        # at the end of the walk.
+        assert "ld.global" not in text
+        assert text.count("bar.sync") == 2 and ".local" not in text
+        assert text.count("fma.rn.f32") == RING.tm * RING.tn * RING.bk
+        report = ptxas_report(text)
+        assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+        registers = int(re.search(r"[Uu]sed (\d+) registers", report).group(1))
+        assert registers <= 255, report
