@@ -35,6 +35,11 @@
 #              with its grid of tiles turned; about 2 minutes; writes each tile's
 #              split share into the model's JSON in src/ too: copy it back with
 #              the results, keep it only if a grid run with it is no worse);
+#   sgemm_rates_tiles the same as sgemm_rates and then sgemm_rates_variants for the tiles
+#              in TILES alone (BMxBNxBKxTMxTN[sS], comma-separated; sS a cp.async ring),
+#              their rates and split shares joining the others in the model's JSON in
+#              src/ (copy it back with the results; add the tiles to the GPU's menu
+#              there, and keep them only if a grid run with them is no worse);
 #   sgemm_padding benchmarks/sgemm_grid.py --padding (issue 33: auto at the grid's
 #              ragged shapes with its operands copied into padded buffers and not;
 #              where padding won as the model says, writes a "padding" block into
@@ -124,6 +129,12 @@ for part in "$@"; do
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_rates)  # writes the model's JSON in src/ too: copy it back with the results
         timeout 500 python3 benchmarks/sgemm_grid.py --rates --out "$OUT" 2>&1 | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    sgemm_rates_tiles)  # TILES=...: writes the model's JSON in src/ too: copy it back
+        timeout 330 python3 benchmarks/sgemm_grid.py --rates --tiles "$TILES" --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -12
+        timeout 200 python3 benchmarks/sgemm_grid.py --rates-variants --tiles "$TILES" \
+            --out "$OUT" 2>&1 | grep -v Warning | tail -8
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_rates_variants)  # writes the model's JSON in src/ too: copy it back with the results
         timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \

@@ -495,14 +495,24 @@ def tile_grid(count: int) -> tuple[int, int]:
     return rows, count // rows
 
 
-def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
-    """--rates: each menu tile at q blocks an SM and RATE_KS's depths (see the docstring)."""
+def rate_tiles(sgemm, entry: dict, tiles) -> list:
+    """The tiles --rates and --rates-variants time: `tiles` (from --tiles) where
+    given, else the menu and RATE_CANDIDATES."""
+    if tiles:
+        return [sgemm.check_config(sgemm.TileConfig(*t)) for t in tiles]
+    menu = sgemm.shape_model.menu(entry)
+    extra = [sgemm.TileConfig(*t) for t in RATE_CANDIDATES]
+    return menu + [t for t in extra if t not in menu]
+
+
+def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
+               tiles=None) -> int:
+    """--rates: each menu tile (or each of `tiles`, whose rates then join the
+    model's others) at q blocks an SM and RATE_KS's depths (see the docstring)."""
     record["benchmark"] = "sgemm_rates"
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows = entry["sms"], []
-    menu = sgemm.shape_model.menu(entry)
-    extra = [sgemm.TileConfig(*t) for t in RATE_CANDIDATES]
-    for config in menu + [t for t in extra if t not in menu]:
+    for config in rate_tiles(sgemm, entry, tiles):
         for q in RATE_BLOCKS:
             tiles_m, tiles_n = tile_grid(q * sms)
             m, n = tiles_m * config.bm, tiles_n * config.bn
@@ -523,7 +533,7 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> 
     path = write_record(record, out_dir)
     wrong = any(r["max_rel_err"] > WRONG_ABOVE for r in rows)
     if not wrong:
-        save_rates(sgemm, record, f"benchmarks/results/{path.name} (--rates)")
+        save_rates(sgemm, record, f"benchmarks/results/{path.name} (--rates)", merge=bool(tiles))
     print(f"wrote {path}" + ("" if wrong else " and the rates into the model's JSON")
           + f"; worst error {max(r['max_rel_err'] for r in rows):.1e}")
     return 1 if wrong else 0
@@ -561,8 +571,10 @@ def variant_blocks(resident: int) -> list[int]:
     return sorted({*VARIANT_BLOCKS, min(8, resident)})
 
 
-def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: float) -> int:
-    """--rates-variants: see the docstring."""
+def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
+                        tiles=None) -> int:
+    """--rates-variants: see the docstring (with `tiles`, those alone, their
+    shares joining the model's others)."""
     import numpy as np
 
     record["benchmark"] = "sgemm_rates_variants"
@@ -577,9 +589,7 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
         % (VARIANT_K, VARIANT_SPLITS))
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows, skipped = entry["sms"], [], []
-    menu = sgemm.shape_model.menu(entry)
-    extra = [sgemm.TileConfig(*t) for t in RATE_CANDIDATES]
-    for config in menu + [t for t in extra if t not in menu]:
+    for config in rate_tiles(sgemm, entry, tiles):
         key = sgemm.shape_model.tile_key(config)
         if time.perf_counter() - started > VARIANT_BUDGET_S:
             skipped.append(key)
@@ -626,7 +636,8 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
     record["seconds"] = time.perf_counter() - started
     path = write_record(record, out_dir)
     if shares:
-        save_split_shares(sgemm, record, f"benchmarks/results/{path.name} (--rates-variants)")
+        save_split_shares(sgemm, record, f"benchmarks/results/{path.name} (--rates-variants)",
+                          merge=bool(tiles))
         print("split shares: " + ", ".join(f"{k} {v:+.1%}" for k, v in shares.items()))
     worst = max((r["max_rel_err"] for r in rows), default=float("nan"))
     turned = [v for t in record["summary"].values() for v in t.get("transposed_over_whole", {}).values()]
@@ -649,6 +660,23 @@ def parse_shapes(text: str) -> list[tuple[int, int, int]]:
     return shapes
 
 
+def parse_tiles(text: str) -> list[tuple[int, ...]]:
+    """"BMxBNxBKxTMxTN[sS],..." (sS: a cp.async ring of S stages) as
+    TileConfig's fields, [(bm, bn, bk, tm, tn, stages), ...] ([] for "");
+    ValueError naming the piece that is not five positive integers joined by
+    x, then optionally s and a number."""
+    tiles = []
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        body, ring, stages = piece.lower().partition("s")
+        sizes = body.split("x")
+        if len(sizes) != 5 or not all(x.isdigit() and int(x) > 0 for x in sizes) or (
+                ring and not stages.isdigit()):
+            raise ValueError(f"--tiles takes BMxBNxBKxTMxTN, five positive integers joined by "
+                             f"x, then optionally sS for S stages (comma-separated), got {piece!r}")
+        tiles.append((*(int(x) for x in sizes), int(stages or 0)))
+    return tiles
+
+
 def build_parser():
     """The script's command line (its options, each with a line of help)."""
     parser = benchmark_parser(__doc__)
@@ -666,6 +694,9 @@ def build_parser():
                         help="the same as --explore, at shapes off the grid")
     parser.add_argument("--shapes", default="",
                         help="with --explore: only these shapes, MxNxK comma-separated")
+    parser.add_argument("--tiles", default="",
+                        help="with --rates or --rates-variants: only these tiles, "
+                             "BMxBNxBKxTMxTN[sS] comma-separated; their numbers join the JSON's")
     parser.add_argument("--padding", action="store_true",
                         help="auto at the grid's ragged shapes with its operands padded and not")
     parser.add_argument("--fit-scalar-loads", action="store_true",
@@ -698,12 +729,16 @@ def main(argv=None) -> int:
          "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
          "max|C - C_cublas| / max|C_cublas|"),
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+    try:
+        tiles = parse_tiles(args.tiles)
+    except ValueError as problem:
+        parser.error(str(problem))
     if args.padding:
         return padding_main(sgemm, torch, record, out_dir, started)
     if args.rates_variants:
-        return rates_variants_main(sgemm, torch, time_ms, record, out_dir, started)
+        return rates_variants_main(sgemm, torch, time_ms, record, out_dir, started, tiles)
     if args.rates:
-        return rates_main(sgemm, torch, time_ms, record, out_dir, started)
+        return rates_main(sgemm, torch, time_ms, record, out_dir, started, tiles)
     if args.explore or args.explore_off_grid:
         try:
             shapes = parse_shapes(args.shapes)

@@ -24,26 +24,42 @@ COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
              "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
 
 
-def save_split_shares(sgemm, record: dict, source: str) -> None:
+def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
     """Write an sgemm_rates_variants record's split shares
     (shape_model.split_shares_from_record, priced by the entry's rates) into
-    the model's JSON for its GPU, as "split_kernel", with their source."""
+    the model's JSON for its GPU, as "split_kernel", with their source; with
+    `merge`, beside the shares of the tiles the record did not time."""
     def update(entry):
         shares = sgemm.shape_model.split_shares_from_record(record, {"name": record["gpu"], **entry})
-        entry["split_kernel"] = {"source": source, "share": {
-            key: round(value, 4) for key, value in shares.items()}}
+        new = {key: round(value, 4) for key, value in shares.items()}
+        old = entry.get("split_kernel") if merge else None
+        entry["split_kernel"] = ({"source": f"{old['source']}; {source} ({', '.join(new)})",
+                                  "share": {**old["share"], **new}} if old
+                                 else {"source": source, "share": new})
 
     update_entry(sgemm, record["gpu"], update)
 
 
-def save_rates(sgemm, record: dict, source: str) -> None:
+def save_rates(sgemm, record: dict, source: str, merge: bool = False) -> None:
     """Write an sgemm_rates record's measured rates (shape_model.rates_from_record)
-    into the model's JSON for its GPU, with their source."""
+    into the model's JSON for its GPU, with their source; with `merge`, beside
+    the rates of the tiles the record did not time (each kind of rate the
+    entry holds must come with the record's too)."""
     def update(entry):
         rates = sgemm.shape_model.rates_from_record(record, {"name": record["gpu"], **entry})
-        entry["rates"] = {"source": source, **{
-            name: {key: [round(v, 7) for v in values] for key, values in by_tile.items()}
-            for name, by_tile in rates.items()}}
+        new = {name: {key: [round(v, 7) for v in values] for key, values in by_tile.items()}
+               for name, by_tile in rates.items()}
+        old = entry.get("rates") if merge else None
+        if old:
+            missing = [name for name in old if name != "source" and name not in new]
+            if missing:
+                raise ValueError(f"the record's rates lack {missing}, which the entry's other "
+                                 f"tiles have: time the tiles at three depths of K or more")
+            tiles = sorted(new["us_per_column"])
+            new = {name: {**old.get(name, {}), **by_tile} for name, by_tile in new.items()}
+            entry["rates"] = {"source": f"{old['source']}; {source} ({', '.join(tiles)})", **new}
+        else:
+            entry["rates"] = {"source": source, **new}
 
     update_entry(sgemm, record["gpu"], update)
 

@@ -234,6 +234,15 @@ def test_the_shares_are_written_into_the_models_json(grid, tmp_path):
     assert after == before
     assert block["source"] == "benchmarks/results/x.json (--rates-variants)"
     assert block["share"] == {KEY: 0.04}
+    # With merge (--tiles), the tile's share joins the others the JSON holds.
+    path.write_text(sgemm.MODEL_PATH.read_text())
+    old = json.loads(path.read_text())["gpus"][H200]["split_kernel"]
+    grid.save_split_shares(fake, _record(rows), "benchmarks/results/x.json (--rates-variants)",
+                           merge=True)
+    merged = json.loads(path.read_text())["gpus"][H200]["split_kernel"]
+    assert merged["share"] == {**old["share"], KEY: 0.04} and len(old["share"]) > 1
+    assert merged["source"] == (f"{old['source']}; benchmarks/results/x.json (--rates-variants) "
+                                f"({KEY})")
 
 
 def test_explore_takes_the_shapes_it_is_given(grid):
@@ -255,3 +264,50 @@ def test_explore_takes_the_shapes_it_is_given(grid):
         config = sgemm.TileConfig(*fields)
         assert config.bk == 32 and config not in menu
         sgemm.check_config(config)
+
+
+RING = TileConfig(64, 128, 16, 8, 8, stages=2)
+RING_KEY = "64x128x16 8x8 s2"
+
+
+def test_tiles_narrow_the_rates_to_new_ones_and_their_numbers_join_the_others(grid, tmp_path):
+    # --tiles names tiles by their five sizes and, for a cp.async ring, its
+    # stages; a piece that is not that is named in the error.
+    assert grid.parse_tiles("64x128x16x8x8s2, 128x128x16x8x8") == [(64, 128, 16, 8, 8, 2),
+                                                                  (128, 128, 16, 8, 8, 0)]
+    assert grid.parse_tiles("") == []
+    for bad in ("64x128x16x8", "64x128x16x8x8s", "64x128x16x8x8t2", "0x128x16x8x8"):
+        with pytest.raises(ValueError, match="five positive integers joined by x"):
+            grid.parse_tiles(bad)
+    entry = sgemm.gpu_entry(H200)
+    assert grid.rate_tiles(sgemm, entry, [(64, 128, 16, 8, 8, 2)]) == [RING]
+    assert shape_model.tile_key(RING) == RING_KEY
+    assert grid.rate_tiles(sgemm, entry, []) == shape_model.menu(entry) + [
+        TileConfig(*t) for t in grid.RATE_CANDIDATES if TileConfig(*t) not in shape_model.menu(entry)]
+    # A rates record of the ring alone, by hand: at q blocks an SM, 1 us of
+    # fixed time (after the 5 us launch the line's intercept holds) and 0.01 q
+    # us a column, at three depths; merged, the ring's rates join the H200's,
+    # which stay as they were.
+    import types
+
+    path = tmp_path / "model.json"
+    path.write_text(sgemm.MODEL_PATH.read_text())
+    before = json.loads(path.read_text())
+    launch = before["gpus"][H200]["constants"]["gpu_launch_us"]
+    rows = [{"config": {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "stages": 2},
+             "blocks_per_sm": q, "k": k, "ms": (launch + 1.0 + 0.01 * q * k) / 1e3}
+            for q in range(1, 9) for k in (512, 1024, 4096)]
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    grid.save_rates(fake, {"gpu": H200, "results": rows}, "benchmarks/results/r.json (--rates)",
+                    merge=True)
+    after = json.loads(path.read_text())["gpus"][H200]["rates"]
+    old = before["gpus"][H200]["rates"]
+    assert after["source"] == f"{old['source']}; benchmarks/results/r.json (--rates) ({RING_KEY})"
+    assert after["us_per_column"] == {**old["us_per_column"],
+                                      RING_KEY: [pytest.approx(0.01 * q) for q in range(1, 9)]}
+    assert after["us_fixed"][RING_KEY] == [pytest.approx(1.0)] * 8
+    assert {k: v for k, v in after["us_fixed"].items() if k != RING_KEY} == old["us_fixed"]
+    # Two depths leave no fixed time, which the entry's other tiles have: refused.
+    two = [r for r in rows if r["k"] != 4096]
+    with pytest.raises(ValueError, match=r"the record's rates lack \['us_fixed'\]"):
+        grid.save_rates(fake, {"gpu": H200, "results": two}, "x", merge=True)
