@@ -68,6 +68,8 @@
 #   sgemm_pipelined benchmarks/sgemm_pipelined.py (issue 33: level 6's kernel with the walk
 #              along K by cp.async, vectorized.PIPELINE_STAGES, on auto's tiles and on
 #              cuBLAS's, beside auto's plan and cuBLAS; about three minutes);
+#   cublas_kernels benchmarks/cublas_kernels.py (issue 33: the kernels torch.mm runs for fp32
+#              products, their tiles, stages, grids and registers; about 20 seconds);
 #   sgemm_split_tests  the split-K, stream-K and cp.async ring tests on the GPU (their
 #              atomic adds into C, and the ring's copies racing other warps' reads,
 #              on real hardware);
@@ -140,6 +142,8 @@ for part in "$@"; do
         timeout 300 python3 benchmarks/sgemm_grid.py --rates-variants --out "$OUT" 2>&1 \
             | grep -v Warning | tail -20
         cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
+    cublas_kernels)
+        timeout 200 python3 benchmarks/cublas_kernels.py --out "$OUT" 2>&1 | grep -v Warning | tail -16 ;;
     sgemm_split_tests)
         timeout 300 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE \
             tests/test_sgemm_split_k.py tests/test_sgemm_stream_k.py tests/test_sgemm_pipelined.py \
