@@ -19,14 +19,14 @@ matmul launches them (entry_point's launches, splits as given), in turns with
 cuBLAS (TF32 off):
 
 - ``auto_plan``: auto's plan as matmul runs it today;
-- ``pipe_auto``: auto's tiles and slices of K with the cp.async walk (bk 8,
-  three stages); ``pipe_auto_16``: the same with auto's own 16-deep steps,
-  two stages;
-- ``pipe_64x128_16``: 64 x 128 x 16 tiles, 8 x 8 a thread (128 threads),
-  three stages, K whole: cuBLAS's tiles at 1000^3 and 1537 x 1023 x 771, 16
-  deep; ``pipe_64x128_16_2`` with two stages;
-- ``pipe_128x128_16``: 128 x 128 x 16, 8 x 8 (256 threads), two stages,
+- ``pipe_64x128_8x8``: 64 x 128 x 16 tiles, 8 x 8 a thread (128 threads),
+  two stages, auto's slices of K: cuBLAS's tiles at 1000^3 and 1537 x 1023 x
+  771, 16 deep;
+- ``pipe_128x128_8x8``: 128 x 128 x 16, 8 x 8 (256 threads), two stages,
   uncapped registers;
+- ``pipe_64x256_8x16``: 64 x 256 x 16, 8 x 16 (128 threads), two stages;
+- ``pipe_64x128_8x8_stream``, ``pipe_128x128_8x8_stream``: the first two
+  with stream-K (splits="stream");
 - ``cublas``.
 
 Each is checked first against float64, then timed: the median of CUDA-event
@@ -56,15 +56,16 @@ SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024
 # else (75% of cuBLAS at 4096^3 against auto's 90%). The second (-second)
 # timed 16-deep steps: 64 x 128 x 16, 8 x 8 a thread, two stages, 86% at
 # 1000^3 (auto 82%), and 128 x 128 x 16 uncapped 80% at 1537 x 1023 x 771
-# (auto 76%). This one times more tiles of 16-deep steps, two stages, each
-# with auto's slices of K.
-PIPELINED = {"pipe_auto_16": ("auto16", None, "auto", 2),
-             "pipe_64x128_8x8": ((64, 128, 16, 8, 8), None, "auto", 2),
-             "pipe_128x64_8x8": ((128, 64, 16, 8, 8), None, "auto", 2),
-             "pipe_64x64_8x8": ((64, 64, 16, 8, 8), None, "auto", 2),
+# (auto 76%). The third (results/sgemm_pipelined-h200-2026-11-29.json) more
+# tiles of 16-deep steps, each with auto's slices of K: 64 x 256 x 16 of 8 x
+# 16 91% at 4096^3 (auto 90%). This one: the three best, and the first two
+# with stream-K (every SM busy: at 1537 x 1023 x 771 the 104 tiles of 128 x
+# 128 leave 28 of 132 SMs idle).
+PIPELINED = {"pipe_64x128_8x8": ((64, 128, 16, 8, 8), None, "auto", 2),
              "pipe_128x128_8x8": ((128, 128, 16, 8, 8), None, None, 2),
-             "pipe_128x128_16x8": ((128, 128, 16, 16, 8), None, None, 2),
-             "pipe_64x256_8x16": ((64, 256, 16, 8, 16), None, None, 2)}
+             "pipe_64x256_8x16": ((64, 256, 16, 8, 16), None, None, 2),
+             "pipe_64x128_8x8_stream": ((64, 128, 16, 8, 8), "stream", "auto", 2),
+             "pipe_128x128_8x8_stream": ((128, 128, 16, 8, 8), "stream", None, 2)}
 
 
 def launches(torch, m, n, k, config, splits, stages, registers=None):
