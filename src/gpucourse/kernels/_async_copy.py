@@ -6,34 +6,45 @@ The registers that hold the next tile in flight are registers the
 accumulators cannot have, and each value costs two instructions. From sm_80
 on, ``cp.async`` copies from global to shared memory directly, and the
 thread goes on while the copy is in flight (PTX ISA, "Data Movement and
-Conversion Instructions: cp.async"):
+Conversion Instructions: cp.async").
 
-* ``copy_float_async(tile, index, matrix, row, col, valid)``: 4 bytes,
-  ``matrix[row, col]`` into ``tile[index]`` (``cp.async.ca``: the only
-  variant that copies fewer than 16 bytes). Four bytes at a time is what
-  lets a copy transpose: A's tile is stored k-major, each float to its own
-  place, and a row of A need not start on a 16-byte boundary.
-* ``copy_float4_async(tile, index, matrix, row, col, valid)``: 16 bytes,
-  ``matrix[row, col:col + 4]`` into ``tile[index:index + 4]``
-  (``cp.async.cg``, which bypasses L1); the caller promises both 16-byte
-  aligned.
+A kernel copies into the same places step after step, from places a fixed
+distance further on each step, so it works out each address once and then
+adds offsets:
+
+* ``tile_address(tile, index)``: the shared-memory address, in bytes (32
+  bits), of ``tile[index]``;
+* ``matrix_address(matrix, row, col)``: the global address, in bytes (64
+  bits), of ``matrix[row, col]``;
+* ``copy_float_async_from(tile, to, matrix, source, valid)``: the 4 bytes at
+  global address ``source`` (in ``matrix``) to shared address ``to`` (in
+  ``tile``): ``cp.async.ca``, the only variant that copies fewer than 16
+  bytes. Four bytes at a time is what lets a copy transpose (A's tile is
+  stored k-major, each float in its own place) and read a row that does not
+  start on a 16-byte boundary;
+* ``copy_float4_async_from``: the same for 16 bytes (``cp.async.cg``, which
+  bypasses L1), both addresses 16-byte aligned.
 
 When ``valid`` is false nothing is read and the destination gets zeros (a
 source size of 0), which pads tiles past the matrices' edges. The copies of
 a thread are grouped by ``cp_async_commit()`` and waited for by
-``cp_async_wait(n)`` (``tensor_cores.moves``: at most n groups still in
-flight); a barrier then makes every thread's copies visible to the block.
+``cp_async_wait(n)`` (at most n groups still in
+flight: one function per n, since n must be a constant); a barrier then
+makes every thread's copies visible to the block. (The HGEMM ladder's
+copies of halves, ``tensor_cores.moves``, commit and wait with these too.)
 
-On Numba's simulator the copies happen at once, as plain assignments, and
-committing and waiting do nothing.
+On Numba's simulator an address is the element's byte offset in its tile or
+matrix (the arrays the copies name), the copies happen at once, as plain
+assignments, and committing and waiting do nothing.
 """
 
 from __future__ import annotations
 
-from gpucourse.device import cuda, on_gpu
-from gpucourse.kernels.tensor_cores.moves import cp_async_commit, cp_async_wait
+import numpy as np
 
-__all__ = ["copy_float_async", "copy_float4_async", "cp_async_commit", "cp_async_wait"]
+from gpucourse.device import cuda, on_gpu
+
+SHARED_SPACE = 3  # NVVM's address space of shared memory
 
 _COPIES = {4: "cp.async.ca.shared.global [$0], [$1], 4, $2;",
            16: "cp.async.cg.shared.global [$0], [$1], 16, $2;"}
@@ -44,50 +55,142 @@ if on_gpu():
     from numba.cuda.core.errors import NumbaTypeError
     from numba.cuda.extending import intrinsic
 
-    from gpucourse.kernels.tensor_cores.moves import _element_pointer, _shared_address
+    from numba.cuda import cgutils
 
-    def _copy(nbytes, name):
-        def typer(typingctx, tile, index, matrix, row, col, valid):
-            if not (isinstance(tile, types.Array) and tile.ndim == 1
-                    and tile.dtype == types.float32 and isinstance(matrix, types.Array)
-                    and matrix.ndim == 2 and matrix.dtype == types.float32):
-                raise NumbaTypeError(f"{name} copies a 2D float32 matrix's elements into a "
-                                     f"1D float32 shared array, got {matrix}, {tile}")
+    def _element_pointer(context, builder, array_type, array_value, indices, index_types):
+        """The generic address of array[indices] (no bounds check, no wrap-around)."""
+        array = context.make_array(array_type)(context, builder, value=array_value)
+        indices = [context.cast(builder, value, kind, types.intp)
+                   for value, kind in zip(indices, index_types)]
+        return cgutils.get_item_pointer(context, builder, array_type, array, indices,
+                                        wraparound=False)
+
+    def _shared_address(builder, pointer):
+        """A generic pointer into shared memory as the 32-bit shared-space
+        address that ldmatrix and cp.async take (the compiler folds the casts
+        when it knows the pointer came from a shared array)."""
+        shared = builder.addrspacecast(pointer, ir.PointerType(pointer.type.pointee,
+                                                               SHARED_SPACE))
+        return builder.ptrtoint(shared, ir.IntType(32))
+
+    def _make_asm_statement(text, name):
+        @intrinsic
+        def statement(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
+                                   side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        statement.__name__ = name
+        return statement
+
+    cp_async_commit = _make_asm_statement("cp.async.commit_group;", "cp_async_commit")
+    _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
+              for n in range(8)}
+
+    def _copy_from(nbytes, name):
+        def typer(typingctx, tile, address, matrix, source, valid):
+            if not (isinstance(address, types.Integer) and isinstance(source, types.Integer)):
+                raise NumbaTypeError(f"{name} copies from a global address to a shared one, "
+                                     f"got {source}, {address}")
 
             def codegen(context, builder, sig, args):
                 i32, i64 = ir.IntType(32), ir.IntType(64)
-                destination = _shared_address(builder, _element_pointer(
-                    context, builder, sig.args[0], args[0], [args[1]], [sig.args[1]]))
-                source = builder.ptrtoint(_element_pointer(
-                    context, builder, sig.args[2], args[2], args[3:5], sig.args[3:5]), i64)
-                valid_value = context.cast(builder, args[5], sig.args[5], types.boolean)
+                destination = builder.trunc(context.cast(builder, args[1], sig.args[1],
+                                                         types.uint64), i32)
+                from_ = context.cast(builder, args[3], sig.args[3], types.uint64)
+                valid_value = context.cast(builder, args[4], sig.args[4], types.boolean)
                 size = builder.select(valid_value, ir.Constant(i32, nbytes), ir.Constant(i32, 0))
                 asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
                                    _COPIES[nbytes], "r,l,r,~{memory}", side_effect=True)
-                builder.call(asm, [destination, source, size])
+                builder.call(asm, [destination, from_, size])
                 return context.get_dummy_value()
 
-            return types.void(tile, index, matrix, row, col, valid), codegen
+            return types.void(tile, address, matrix, source, valid), codegen
         return typer
 
     @intrinsic
-    def copy_float_async(typingctx, tile, index, matrix, row, col, valid):
-        """tile[index] = matrix[row, col] (0 where not valid), asynchronously."""
-        return _copy(4, "copy_float_async")(typingctx, tile, index, matrix, row, col, valid)
+    def tile_address(typingctx, tile, index):
+        """The 32-bit shared-memory address, in bytes, of tile[index] (a 1D
+        float32 shared array)."""
+        if not (isinstance(tile, types.Array) and tile.ndim == 1
+                and tile.dtype == types.float32 and isinstance(index, types.Integer)):
+            raise NumbaTypeError(f"tile_address takes a 1D float32 shared array and an "
+                                 f"index, got {tile}, {index}")
+
+        def codegen(context, builder, sig, args):
+            return _shared_address(builder, _element_pointer(
+                context, builder, sig.args[0], args[0], [args[1]], [sig.args[1]]))
+
+        return types.uint32(tile, index), codegen
 
     @intrinsic
-    def copy_float4_async(typingctx, tile, index, matrix, row, col, valid):
-        """tile[index:index + 4] = matrix[row, col:col + 4] (zeros where not
-        valid), asynchronously; both 16-byte aligned."""
-        return _copy(16, "copy_float4_async")(typingctx, tile, index, matrix, row, col, valid)
+    def matrix_address(typingctx, matrix, row, col):
+        """The 64-bit global address, in bytes, of matrix[row, col] (no bounds checked)."""
+        if not (isinstance(matrix, types.Array) and matrix.ndim == 2
+                and matrix.dtype == types.float32):
+            raise NumbaTypeError(f"matrix_address takes a 2D float32 matrix, got {matrix}")
+
+        def codegen(context, builder, sig, args):
+            return builder.ptrtoint(_element_pointer(context, builder, sig.args[0], args[0],
+                                                     args[1:], sig.args[1:]), ir.IntType(64))
+
+        return types.uint64(matrix, row, col), codegen
+
+    @intrinsic
+    def copy_float_async_from(typingctx, tile, address, matrix, source, valid):
+        """The float at global address `source` (in `matrix`; 0 where not valid)
+        to the shared address (in `tile`), asynchronously."""
+        return _copy_from(4, "copy_float_async_from")(typingctx, tile, address, matrix, source,
+                                                      valid)
+
+    @intrinsic
+    def copy_float4_async_from(typingctx, tile, address, matrix, source, valid):
+        """The four floats at global address `source` (in `matrix`, 16-byte
+        aligned; zeros where not valid) to the 16-byte aligned shared address
+        (in `tile`), asynchronously."""
+        return _copy_from(16, "copy_float4_async_from")(typingctx, tile, address, matrix, source,
+                                                        valid)
 else:
-    @cuda.jit(device=True)
-    def copy_float_async(tile, index, matrix, row, col, valid):
-        """The simulator's stand-in: the copy, at once."""
-        tile[index] = matrix[row, col] if valid else 0.0
+    def cp_async_commit():
+        """Nothing to do: the stand-in's copies are done when issued."""
+
+    def _wait():
+        """Nothing to wait for on the simulator."""
+
+    _WAITS = {n: _wait for n in range(8)}
 
     @cuda.jit(device=True)
-    def copy_float4_async(tile, index, matrix, row, col, valid):
+    def tile_address(tile, index):
+        """The simulator's stand-in: tile[index]'s byte offset in the tile."""
+        return np.uint32(4 * int(index))
+
+    @cuda.jit(device=True)
+    def matrix_address(matrix, row, col):
+        """The simulator's stand-in: matrix[row, col]'s byte offset in the matrix."""
+        return np.uint64(int(row) * matrix.strides[0] + int(col) * matrix.strides[1])
+
+    def _element(matrix, source):
+        row, rest = divmod(int(source), matrix.strides[0])
+        return row, rest // matrix.strides[1]
+
+    @cuda.jit(device=True)
+    def copy_float_async_from(tile, address, matrix, source, valid):
+        """The simulator's stand-in: the copy, at once."""
+        tile[int(address) // 4] = matrix[_element(matrix, source)] if valid else 0.0
+
+    @cuda.jit(device=True)
+    def copy_float4_async_from(tile, address, matrix, source, valid):
         """The simulator's stand-in: the four copies, at once."""
+        row, col = _element(matrix, source) if valid else (0, 0)
         for j in range(4):
-            tile[index + j] = matrix[row, col + j] if valid else 0.0
+            tile[int(address) // 4 + j] = matrix[row, col + j] if valid else 0.0
+
+
+def cp_async_wait(n: int):
+    """The device function that waits until at most `n` groups of copies are
+    in flight (`cp.async.wait_group n`), for n from 0 to 7."""
+    return _WAITS[n]

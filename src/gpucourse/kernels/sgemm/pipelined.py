@@ -25,63 +25,121 @@ ragged K costs nothing here. Its rows in shared memory are bm + 4 floats
 apart (A_PAD): a warp's 32 copies cover bk columns of K for 32 / bk rows of A,
 and without the pad every copy of one row of A would land in the same bank.
 B's tile comes 16 bytes a copy where its rows allow (n a multiple of 4), else
-4 bytes a copy.
+4 bytes a copy. ``config.check_config`` checks that the block's threads share
+the copies equally and that the ring fits in shared memory.
+
+What a copy costs besides the copy. A thread's copies of a tile lie a fixed
+distance apart, and a step's lie a fixed distance from the last step's, so
+each copy's addresses are worked out once (``_async_copy.tile_address``,
+``matrix_address``) and each step adds an offset; with two stages each step
+names its copy of the tiles by a constant, as levels 5-7 do; and a tile that
+lies inside the matrices (one test for the whole block) is copied unchecked,
+only the tiles at an edge copy by each element's test. Inside the matrices
+the main loop then issues as many instructions besides its FMAs as level 6's
+through registers (tests/test_sgemm_pipelined.py counts them in the PTX).
 
 Measured on the H200 against auto's plan (which walks through registers) and
 cuBLAS, as matmul launches them (results/sgemm_pipelined-h200-2026-11-29.json;
-benchmarks/NOTES.md has the runs before it). With 16-deep steps in two
-stages: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128 threads) at 86% of
-cuBLAS, auto's plan 82%; 1537 x 1023 x 771 on 128 x 128 x 16 (uncapped) at
-81%, auto 76%; 4096^3 on 64 x 256 x 16 of 8 x 16 at 91%, auto 90%. Slower
-than auto where auto runs two blocks an SM or splits K (3001 x 2999 x 1009,
-1024 x 1024 x 16384). With 8-deep steps in three stages, slower nearly
-everywhere. Not yet in auto's menu: the shape model needs each tile's
-measured rates first. ``config.check_config`` checks that the block's threads share
-the copies equally and that the ring fits in shared memory.
+benchmarks/NOTES.md has the runs before it), with a first build that worked
+out each copy's addresses from its row and column every step (commit
+6cfdb74: about twice the instructions besides the FMAs of this one). With
+16-deep steps in two stages: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128
+threads) at 86% of cuBLAS, auto's plan 82%; 1537 x 1023 x 771 on 128 x 128 x
+16 (uncapped) at 81%, auto 76%; 4096^3 on 64 x 256 x 16 of 8 x 16 at 91%,
+auto 90%. Slower than auto where auto runs two blocks an SM or splits K
+(3001 x 2999 x 1009, 1024 x 1024 x 16384). With 8-deep steps in three
+stages, slower nearly everywhere. Not yet in auto's menu: the shape model
+needs each tile's measured rates first.
 """
 
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels._async_copy import (copy_float4_async, copy_float_async, cp_async_commit,
-                                           cp_async_wait)
+from gpucourse.kernels._async_copy import (copy_float4_async_from, copy_float_async_from,
+                                           cp_async_commit, cp_async_wait, matrix_address,
+                                           tile_address)
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
+from numba import uint64  # noqa: E402 (after gpucourse.device)
 
 def a_stride(bm: int) -> int:
     """The floats from one k-row of A's shared tile to the next."""
     return bm + A_PAD
 
 
-def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool):
-    """copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k,
-    a_base, b_base): start copying the tiles at column k_next of A (rows row0
-    ...) and row k_next of B (columns col0 ...) into the copy at a_base and
-    b_base; zeros past the matrices' edges, K ending at k. A k-major
-    (a_tile[kk * (bm + A_PAD) + r]), B as is (b_tile[kk * bn + col])."""
-    A_COPIES, BK, BN, A_STRIDE, THREADS = _u(bm * bk // threads, bk, bn, a_stride(bm), threads)
-    B_WIDTH = _u(4 if vectorized else 1)
-    B_COPIES, B_PER_ROW = _u(bk * bn // (4 if vectorized else 1) // threads,
-                             bn // (4 if vectorized else 1))
-    VECTOR = bool(vectorized)
+def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
+                     interior: bool = False):
+    """copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_to,
+    b_to): start copying the tiles at column k_next of A (rows row0 ...) and
+    row k_next of B (columns col0 ...) into the copy of the tiles whose first
+    floats are at shared addresses a_to and b_to (``_async_copy.tile_address``);
+    zeros past the matrices' edges, K ending at k. A k-major (a_tile[kk * (bm +
+    A_PAD) + r]), B as is (b_tile[kk * bn + col]). With `interior` (128-bit
+    loads only), the caller promises tiles that cover the matrices exactly: no
+    copy is checked against the edges.
+
+    A thread's copies of one tile lie a fixed distance apart, in global memory
+    and in shared memory, so each is its first's address plus a constant: the
+    thread's column of A's tile (tid % bk) is the same in all of them, its
+    rows threads / bk apart; B's the same along its rows (or, where a row of B
+    takes several of the block's passes, along the row)."""
+    width = 4 if vectorized else 1
+    per_row = bn // width  # copies a row of B's tile takes
+    if threads % bk or not (threads % per_row == 0 or per_row % threads == 0):
+        raise ValueError(f"cp.async tiles: {threads} threads must cover whole rows of the "
+                         f"{bm} x {bk} tile of A and of the {bk} x {bn} tile of B ({width} a copy)")
+    A_COPIES, A_ROWS_APART, BM, BK, BN, A_STRIDE = _u(bm * bk // threads, threads // bk, bm, bk,
+                                                      bn, a_stride(bm))
+    B_COPIES, PER_ROW, WIDTH = _u(bk * bn // width // threads, per_row, width)
+    ROWS_OF_B = threads % per_row == 0  # a pass covers whole rows of B
+    B_ROWS_APART = _u(threads // per_row if ROWS_OF_B else 0)
+    PASSES = _u(1 if ROWS_OF_B else per_row // threads)  # passes a row of B takes
+    THREADS, FLOAT_BYTES = _u(threads, 4)
+    INTERIOR = bool(interior and vectorized)
+    # n % 4 == 0: a copy's four floats are all inside or all outside.
+    copy_b = copy_float4_async_from if vectorized else copy_float_async_from
 
     @cuda.jit(device=True, **_INLINE)
-    def copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_base, b_base):
-        # A: element e = tid + s * threads of the tile is row e // bk, column
-        # e % bk: a warp's lanes read bk neighbours of each of 32 / bk rows.
-        for s in range(A_COPIES):
-            e = tid + s * THREADS
-            r, kk = e // BK, e % BK
-            row, col = row0 + r, k_next + kk
-            copy_float_async(a_tile, a_base + kk * A_STRIDE + r, a, row, col, row < m and col < k)
-        # B: element (or four) e is row e // (bn / width), its place in the row next.
-        for s in range(B_COPIES):
-            e = tid + s * THREADS
-            kk, j = e // B_PER_ROW, (e % B_PER_ROW) * B_WIDTH
-            row, col = k_next + kk, col0 + j
-            if VECTOR:  # n % 4 == 0: the four are all inside or all outside
-                copy_float4_async(b_tile, b_base + kk * BN + j, b, row, col, row < k and col < n)
-            else:
-                copy_float_async(b_tile, b_base + kk * BN + j, b, row, col, row < k and col < n)
+    def b_place(tid, s):
+        # Copy s of B's tile: its row kb and first column j in the tile.
+        if ROWS_OF_B:
+            return tid // PER_ROW + s * B_ROWS_APART, (tid % PER_ROW) * WIDTH
+        return s // PASSES, (tid + (s % PASSES) * THREADS) * WIDTH
+
+    @cuda.jit(device=True, **_INLINE)
+    def copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_to, b_to):
+        # Most tiles lie inside the matrices: there (one test for the block,
+        # the same in every thread) no copy is checked; at an edge, each is.
+        k_inside = INTERIOR or k_next + BK <= k
+        # A: the thread's column kk of the tile, rows r, r + threads / bk, ...
+        # Each copy's source is its row's address at column kk (the same
+        # every step: the compiler works it out once) plus k_next floats.
+        kk, r = tid % BK, tid // BK
+        col = k_next + kk
+        along = k_next * uint64(a.strides[1])
+        first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
+        if k_inside and (INTERIOR or row0 + BM <= m):
+            for s in range(A_COPIES):
+                copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
+                                      matrix_address(a, row0 + r + s * A_ROWS_APART, kk)
+                                      + along, True)
+        else:
+            for s in range(A_COPIES):
+                row = row0 + r + s * A_ROWS_APART
+                copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
+                                      matrix_address(a, row, kk) + along, row < m and col < k)
+        # B: row kb of the tile, its `width` floats from column j; the source
+        # its address in the tile's first row of B, plus k_next rows.
+        down = k_next * uint64(b.strides[0])
+        if k_inside and (INTERIOR or col0 + BN <= n):
+            for s in range(B_COPIES):
+                kb, j = b_place(tid, s)
+                copy_b(b_tile, b_to + (kb * BN + j) * FLOAT_BYTES, b,
+                       matrix_address(b, kb, col0 + j) + down, True)
+        else:
+            for s in range(B_COPIES):
+                kb, j = b_place(tid, s)
+                copy_b(b_tile, b_to + (kb * BN + j) * FLOAT_BYTES, b,
+                       matrix_address(b, kb, col0 + j) + down, k_next + kb < k and col0 + j < n)
 
     return copy_tiles
 
@@ -92,34 +150,55 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
     split-K slice or a stream-K piece), with the same signature as
     building_blocks' ``_make_k_loop``'s (its a_next and b_next unused): a ring
     of `stages` copies of the tiles (a_elements and b_elements floats each),
-    filled by cp.async stages - 1 steps ahead (the module's note)."""
+    filled by cp.async stages - 1 steps ahead (the module's note). With two
+    stages each step's copy is named by a constant, as levels 5-7's two
+    copies are, which the compiler folds into the addresses."""
     BK, A_ELEMENTS, B_ELEMENTS, STAGES_U = _u(bk, a_elements, b_elements, stages)
+    A_BYTES, B_BYTES = _u(4 * a_elements, 4 * b_elements)
     AHEAD = _u(stages - 1)
+    TWO = stages == 2
     wait_oldest = cp_async_wait(stages - 2)
     wait_all = cp_async_wait(0)
 
     @cuda.jit(device=True, **_INLINE)
     def walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
                m, n, k_start, k_end, p, q):
+        a0, b0 = tile_address(a_tile, ZERO), tile_address(b_tile, ZERO)
         for s in range(ZERO, AHEAD):  # the first stages - 1 tiles, a group each
             k_next = k_start + s * BK
             if k_next < k_end:
                 copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
-                           s * A_ELEMENTS, s * B_ELEMENTS)
+                           a0 + s * A_BYTES, b0 + s * B_BYTES)
             cp_async_commit()
         read, write = ZERO, AHEAD  # the copy multiplied this step, the one refilled
         for k_now in range(k_start, k_end, BK):
             wait_oldest()  # this thread's copies of tile k_now have landed
             cuda.syncthreads()  # everyone's have; nobody still reads copy `write`
             k_next = k_now + AHEAD * BK
-            if k_next < k_end:
-                copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
-                           write * A_ELEMENTS, write * B_ELEMENTS)
-            cp_async_commit()
-            multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
-                          read * B_ELEMENTS)
-            read = ZERO if read + ONE == STAGES_U else read + ONE
-            write = ZERO if write + ONE == STAGES_U else write + ONE
+            if TWO:  # copy 1 - read is refilled; each branch names its copies
+                if read == ZERO:
+                    if k_next < k_end:
+                        copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
+                                   a0 + A_BYTES, b0 + B_BYTES)
+                    cp_async_commit()
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, ZERO, ZERO)
+                else:
+                    if k_next < k_end:
+                        copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
+                                   a0, b0)
+                    cp_async_commit()
+                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, A_ELEMENTS,
+                                  B_ELEMENTS)
+                read = ONE - read
+            else:
+                if k_next < k_end:
+                    copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
+                               a0 + write * A_BYTES, b0 + write * B_BYTES)
+                cp_async_commit()
+                multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
+                              read * B_ELEMENTS)
+                read = ZERO if read + ONE == STAGES_U else read + ONE
+                write = ZERO if write + ONE == STAGES_U else write + ONE
         # Nothing in flight, and nobody reading, before the tiles are written
         # again (stream-K's next piece) or the block ends.
         wait_all()

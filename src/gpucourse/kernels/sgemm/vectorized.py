@@ -45,9 +45,9 @@ DOUBLE_BUFFER = True
 FRAGMENT_COPIES = 1
 # The register cap of the cp.async kernels (TileConfig.stages; pipelined's
 # note) where a caller asks for "auto": none. At 128 x 128 x 16 tiles of 8 x 8
-# (256 threads) two blocks' cap of 128 spilled 208 bytes offline (ptxas 13.5,
-# two stages; 237 registers uncapped), and uncapped they ran 1537 x 1023 x
-# 771 in 89.9 us where auto's plan took 95.3
+# (256 threads) two blocks' cap of 128 spilled 80-172 bytes offline (ptxas
+# 13.5, two stages; 166-173 registers uncapped), and uncapped a first build
+# ran 1537 x 1023 x 771 in 89.9 us where auto's plan took 95.3
 # (results/sgemm_pipelined-h200-2026-11-29.json). "auto" gives them the
 # others' cap (benchmarks/sgemm_pipelined.py's comparison).
 PIPELINE_REGISTERS = None
@@ -156,7 +156,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 
     if stages:
         copy_tiles = pipelined.make_tile_copies(config.bm, config.bn, config.bk, threads,
-                                                vectorized is True)
+                                                vectorized is True, interior)
         walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
                                        b_elements, stages)
         a_staged = b_staged = 1  # no tiles in flight through registers

@@ -63,6 +63,10 @@ import threading
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu
+# Committing and waiting for cp.async groups are the float32 copies' too
+# (_async_copy, below this package); the kernels here import them from moves.
+from gpucourse.kernels._async_copy import (SHARED_SPACE, cp_async_commit,  # noqa: F401
+                                           cp_async_wait)
 from gpucourse.kernels.tensor_cores.fragments import C_FRAGMENT, WARP, K, M, N
 
 _MMA = {"f16": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
@@ -73,31 +77,15 @@ _LDMATRIX = {False: "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0,$1,$2,$3}, [$4
              True: "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0,$1,$2,$3}, [$4];"}
 _CP_ASYNC = "cp.async.cg.shared.global [$0], [$1], 16, $2;"
 _PACK = {"f16": "cvt.rn.f16x2.f32 $0, $1, $2;", "bf16": "cvt.rn.bf16x2.f32 $0, $1, $2;"}
-SHARED_SPACE = 3  # NVVM's address space of shared memory
 
 
 if on_gpu():
     from llvmlite import ir
     from numba import types
-    from numba.cuda import cgutils
     from numba.cuda.core.errors import NumbaTypeError
     from numba.cuda.extending import intrinsic
 
-    def _element_pointer(context, builder, array_type, array_value, indices, index_types):
-        """The generic address of array[indices] (no bounds check, no wrap-around)."""
-        array = context.make_array(array_type)(context, builder, value=array_value)
-        indices = [context.cast(builder, value, kind, types.intp)
-                   for value, kind in zip(indices, index_types)]
-        return cgutils.get_item_pointer(context, builder, array_type, array, indices,
-                                        wraparound=False)
-
-    def _shared_address(builder, pointer):
-        """A generic pointer into shared memory as the 32-bit shared-space
-        address that ldmatrix and cp.async take (the compiler folds the casts
-        when it knows the pointer came from a shared array)."""
-        shared = builder.addrspacecast(pointer, ir.PointerType(pointer.type.pointee,
-                                                               SHARED_SPACE))
-        return builder.ptrtoint(shared, ir.IntType(32))
+    from gpucourse.kernels._async_copy import _element_pointer, _shared_address
 
     def _check_tile(name, tile, index):
         if not (isinstance(tile, types.Array) and tile.ndim == 1
@@ -191,24 +179,6 @@ if on_gpu():
             return context.get_dummy_value()
 
         return types.void(destination, source, valid), codegen
-
-    def _make_asm_statement(text, name):
-        @intrinsic
-        def statement(typingctx):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}",
-                                   side_effect=True)
-                builder.call(asm, [])
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        statement.__name__ = name
-        return statement
-
-    cp_async_commit = _make_asm_statement("cp.async.commit_group;", "cp_async_commit")
-    _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
-              for n in range(8)}
 
     def _make_mma(kind):
         @intrinsic
@@ -400,14 +370,6 @@ else:
         for j in range(8):
             tile[first + j] = _read(int(source) + 2 * j, _GLOBAL_BITS) if valid else 0
 
-    def cp_async_commit():
-        """Nothing to do: the stand-in's copies are done when issued."""
-
-    def _wait():
-        """Nothing to wait for on the simulator."""
-
-    _WAITS = {n: _wait for n in range(8)}
-
     @cuda.jit(device=True)
     def _ldmatrix(address, trans):
         key, lane = _warp_and_lane()
@@ -514,12 +476,6 @@ else:
     def bf16_to_float(bits):
         """A bf16's bits as the float32 it is."""
         return np.float32(_halves_as_float([bits], "bf16")[0])
-
-
-def cp_async_wait(n: int):
-    """The device function that waits until at most `n` groups of copies are
-    in flight (`cp.async.wait_group n`), for n from 0 to 7."""
-    return _WAITS[n]
 
 
 def forget_earlier_moves():
