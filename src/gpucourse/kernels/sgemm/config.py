@@ -168,11 +168,15 @@ def check_config(config: TileConfig, vectorized: bool = True) -> TileConfig:
     if vectorized and (bk % 4 or bn % 4 or tm % 4 or tn % 4):
         raise ValueError(f"config breaks vector alignment: bk, bn, tm and tn must be multiples "
                          f"of 4 for 128-bit loads, got bk={bk}, bn={bn}, tm={tm}, tn={tn}")
-    if stages:  # cp.async: a float of A a copy, `width` of B; equal shares
-        if (bm * bk) % threads or (bk * bn // width) % threads:
-            raise ValueError(f"config breaks tile copying: the {threads} threads must share the "
-                             f"{bm} x {bk} tile of A (a float a copy) and the {bk} x {bn} tile "
-                             f"of B ({width} a copy) equally")
+    if stages:  # cp.async: a float of A a copy, one or four of B; equal shares, whole rows
+        for floats in sorted({1, width}):  # a ragged product's B copies one float at a time
+            per_row = bn // floats
+            if ((bm * bk) % threads or (bk * bn // floats) % threads or threads % bk
+                    or not (threads % per_row == 0 or per_row % threads == 0)):
+                raise ValueError(f"config breaks tile copying: the {threads} threads must share "
+                                 f"the {bm} x {bk} tile of A (a float a copy) and the {bk} x "
+                                 f"{bn} tile of B ({floats} a copy) equally, in whole rows or "
+                                 f"whole passes over a row")
         return config
     # A's tile is bm rows of bk // width loads; B's is bk rows of bn // width loads.
     for tile, rows, per_row in (("A", bm, bk // width), ("B", bk, bn // width)):
