@@ -49,9 +49,9 @@ from sgemm_grid import relative_error
 ROUNDS = 3
 SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024, 16384),
           (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096)]
-# variant: (tiles, or None for auto's with bk 8, "auto16" for auto's own;
-# slices of K, None for auto's; register cap; stages). The first run
-# (reruns/sgemm_pipelined-h200-2026-11-29-first.json) timed 8-deep steps in
+# variant: (tiles; slices of K, None for auto's; register cap; stages).
+# Earlier runs also timed auto's own tiles as a ring (bk 8, then 16). The
+# first run (reruns/sgemm_pipelined-h200-2026-11-29-first.json) timed 8-deep steps in
 # three stages: within 2% of auto at 1537 x 1023 x 771, slower everywhere
 # else (75% of cuBLAS at 4096^3 against auto's 90%). The second (-second)
 # timed 16-deep steps: 64 x 128 x 16, 8 x 8 a thread, two stages, 86% at
@@ -112,10 +112,8 @@ def main(argv=None) -> int:
         _, auto_config, auto_splits = entry_point._resolved("auto", m, n, k, None, None, device)
         plans = {"auto_plan": (auto_config, auto_splits, 0, None)}
         for variant, (tiles, splits, registers, stages) in PIPELINED.items():
-            config = (replace(auto_config, bk=8) if tiles is None else auto_config
-                      if tiles == "auto16" else TileConfig(*tiles))
-            plans[variant] = (config, auto_splits if splits is None else splits, stages,
-                              registers)
+            plans[variant] = (TileConfig(*tiles), auto_splits if splits is None else splits,
+                              stages, registers)
         outs = {v: torch.full((m, n), float("nan"), device="cuda") for v in [*plans, "cublas"]}
         calls, failed = {}, {}
         for variant, (config, splits, stages, registers) in plans.items():

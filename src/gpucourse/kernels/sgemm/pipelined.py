@@ -82,11 +82,10 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
     thread's column of A's tile (tid % bk) is the same in all of them, its
     rows threads / bk apart; B's the same along its rows (or, where a row of B
     takes several of the block's passes, along the row)."""
+    # check_config has made sure that the threads share each tile's copies
+    # equally, in whole rows of the tile or whole passes over a row.
     width = 4 if vectorized else 1
     per_row = bn // width  # copies a row of B's tile takes
-    if threads % bk or not (threads % per_row == 0 or per_row % threads == 0):
-        raise ValueError(f"cp.async tiles: {threads} threads must cover whole rows of the "
-                         f"{bm} x {bk} tile of A and of the {bk} x {bn} tile of B ({width} a copy)")
     A_COPIES, A_ROWS_APART, BM, BK, BN, A_STRIDE = _u(bm * bk // threads, threads // bk, bm, bk,
                                                       bn, a_stride(bm))
     B_COPIES, PER_ROW, WIDTH = _u(bk * bn // width // threads, per_row, width)
