@@ -509,7 +509,9 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
                tiles=None) -> int:
     """--rates: each menu tile (or each of `tiles`, whose rates then join the
     model's others) at q blocks an SM and RATE_KS's depths (see the docstring)."""
-    record["benchmark"] = "sgemm_rates"
+    # Named tiles alone are a partial record: under its own name, so that the
+    # newest sgemm_rates (the whole menu, which chapter 8 plots) stays whole.
+    record["benchmark"] = "sgemm_rates_tiles" if tiles else "sgemm_rates"
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows = entry["sms"], []
     for config in rate_tiles(sgemm, entry, tiles):
@@ -577,7 +579,7 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
     shares joining the model's others)."""
     import numpy as np
 
-    record["benchmark"] = "sgemm_rates_variants"
+    record["benchmark"] = "sgemm_rates_variants_tiles" if tiles else "sgemm_rates_variants"
     record["method"] = (
         "each tile of --rates at K = %d and q blocks an SM, level 6's kernel as matmul(a, b) "
         "runs auto's plan (matmul(a, b, 6, config=tile, splits=s): the same launches; with "

@@ -1,7 +1,7 @@
 """The walk along K with cp.async: tiles copied from global to shared memory
 several steps ahead, with no round trip through registers (level 6's kernel
-with ``TileConfig(..., stages=2 to 5)``; issue 33's work, not yet in auto's
-menu).
+with ``TileConfig(..., stages=2 to 5)``; issue 33's work: four rings are
+in the H200's menu).
 
 Levels 5-7 fetch the next tiles into registers while they multiply the
 current ones, and store them to shared memory after (building_blocks, (4)).
@@ -31,25 +31,29 @@ the copies equally and that the ring fits in shared memory.
 What a copy costs besides the copy. A thread's copies of a tile lie a fixed
 distance apart, and a step's lie a fixed distance from the last step's, so
 each copy's addresses are worked out once (``_async_copy.tile_address``,
-``matrix_address``) and each step adds an offset; with two stages each step
-names its copy of the tiles by a constant, as levels 5-7 do; and a tile that
-lies inside the matrices (one test for the whole block) is copied unchecked,
-only the tiles at an edge copy by each element's test. Inside the matrices
-the main loop then issues as many instructions besides its FMAs as level 6's
-through registers (tests/test_sgemm_pipelined.py counts them in the PTX).
+``matrix_address``) and each step adds an offset; and a tile that lies inside
+the matrices (one test for the whole block) is copied unchecked, only the
+tiles at an edge copy by each element's test. The walk picks its copy of the
+ring at run time. Written out once per copy instead (two branches, each
+naming its copy by a constant, as levels 5-7 do), the loop issued fewer
+instructions but ran 1000^3 at half the speed on the H200 (64 x 128 x 16, 8
+x 8: 116 against 61 us; benchmarks/NOTES.md): the loop, two steps of 1,024
+FMAs each, no longer fits the SM's instruction cache, and with one block an
+SM nothing hides the fetches.
 
-Measured on the H200 against auto's plan (which walks through registers) and
-cuBLAS, as matmul launches them (results/sgemm_pipelined-h200-2026-11-29.json;
-benchmarks/NOTES.md has the runs before it), with a first build that worked
-out each copy's addresses from its row and column every step (commit
-6cfdb74: about twice the instructions besides the FMAs of this one). With
-16-deep steps in two stages: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128
-threads) at 86% of cuBLAS, auto's plan 82%; 1537 x 1023 x 771 on 128 x 128 x
-16 (uncapped) at 81%, auto 76%; 4096^3 on 64 x 256 x 16 of 8 x 16 at 91%,
-auto 90%. Slower than auto where auto runs two blocks an SM or splits K
-(3001 x 2999 x 1009, 1024 x 1024 x 16384). With 8-deep steps in three
-stages, slower nearly everywhere. Not yet in auto's menu: the shape model
-needs each tile's measured rates first.
+Measured on the H200 (benchmarks/NOTES.md has every run), 16-deep steps in
+two stages, through matmul: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128
+threads) at 81-86% of cuBLAS, auto's tiles through registers 82%; 1537 x
+1023 x 771 on 128 x 128 x 16 (uncapped) at 81%, auto 76%; 4096^3 on 64 x 256
+x 16 of 8 x 16 at 91%, auto 90%; slower than auto where n is ragged (B
+copied a float at a time) or auto runs two blocks an SM or splits K. With
+8-deep steps in three stages, slower nearly everywhere. Four rings are in
+the H200's menu, priced by their own measured rates
+(results/sgemm_rates_tiles-h200-2026-11-30.json); in the grid of 2026-11-30
+auto picked them at eleven shapes. Against the day before's grid, in share
+of cuBLAS: 2-9% more at the five transformer layers, 1-3% more at 8192^3,
+128 x 8192 x 2048 and 4096 x 4096 x 96, the same at 1000^3 and 512 x 4096 x
+4096, 2% less at 256 x 384 x 65536.
 """
 
 from __future__ import annotations
@@ -149,13 +153,10 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
     split-K slice or a stream-K piece), with the same signature as
     building_blocks' ``_make_k_loop``'s (its a_next and b_next unused): a ring
     of `stages` copies of the tiles (a_elements and b_elements floats each),
-    filled by cp.async stages - 1 steps ahead (the module's note). With two
-    stages each step's copy is named by a constant, as levels 5-7's two
-    copies are, which the compiler folds into the addresses."""
+    filled by cp.async stages - 1 steps ahead (the module's note)."""
     BK, A_ELEMENTS, B_ELEMENTS, STAGES_U = _u(bk, a_elements, b_elements, stages)
     A_BYTES, B_BYTES = _u(4 * a_elements, 4 * b_elements)
     AHEAD = _u(stages - 1)
-    TWO = stages == 2
     wait_oldest = cp_async_wait(stages - 2)
     wait_all = cp_async_wait(0)
 
@@ -174,30 +175,14 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
             wait_oldest()  # this thread's copies of tile k_now have landed
             cuda.syncthreads()  # everyone's have; nobody still reads copy `write`
             k_next = k_now + AHEAD * BK
-            if TWO:  # copy 1 - read is refilled; each branch names its copies
-                if read == ZERO:
-                    if k_next < k_end:
-                        copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
-                                   a0 + A_BYTES, b0 + B_BYTES)
-                    cp_async_commit()
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, ZERO, ZERO)
-                else:
-                    if k_next < k_end:
-                        copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
-                                   a0, b0)
-                    cp_async_commit()
-                    multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, A_ELEMENTS,
-                                  B_ELEMENTS)
-                read = ONE - read
-            else:
-                if k_next < k_end:
-                    copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
-                               a0 + write * A_BYTES, b0 + write * B_BYTES)
-                cp_async_commit()
-                multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
-                              read * B_ELEMENTS)
-                read = ZERO if read + ONE == STAGES_U else read + ONE
-                write = ZERO if write + ONE == STAGES_U else write + ONE
+            if k_next < k_end:
+                copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
+                           a0 + write * A_BYTES, b0 + write * B_BYTES)
+            cp_async_commit()
+            multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
+                          read * B_ELEMENTS)
+            read = ZERO if read + ONE == STAGES_U else read + ONE
+            write = ZERO if write + ONE == STAGES_U else write + ONE
         # Nothing in flight, and nobody reading, before the tiles are written
         # again (stream-K's next piece) or the block ends.
         wait_all()

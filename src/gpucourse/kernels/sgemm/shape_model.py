@@ -428,7 +428,8 @@ def split_kernel_share(entry: dict, config: TileConfig) -> float:
 
 def split_shares_from_record(record: dict, entry: dict) -> dict:
     """{tile key: split share} from an sgemm_rates_variants record
-    (benchmarks/sgemm_grid.py --rates-variants): for each tile, the median
+    (benchmarks/sgemm_grid.py --rates-variants; sgemm_rates_variants_tiles
+    with --tiles): for each tile, the median
     over its counts of blocks an SM (q) of the share x that makes plan_cost
     give the measured split time from the measured time with K whole. At
     one q, with T1 and T2 the measured microseconds with K whole and with
@@ -446,9 +447,10 @@ def split_shares_from_record(record: dict, entry: dict) -> dict:
     twice, of another shape than its partner, a time that is not > 0, a tile
     the entry has no measured rates for, or a time below the model's fixed
     costs."""
-    if not isinstance(record, dict) or record.get("benchmark") != "sgemm_rates_variants":
+    if not isinstance(record, dict) or record.get("benchmark") not in (
+            "sgemm_rates_variants", "sgemm_rates_variants_tiles"):
         raise ValueError("the record must be an sgemm_rates_variants record (benchmarks/"
-                         "sgemm_grid.py --rates-variants), got "
+                         "sgemm_grid.py --rates-variants, or _tiles with --tiles), got "
                          f"{record.get('benchmark') if isinstance(record, dict) else record!r}")
     bare = {key: value for key, value in entry.items() if key != "split_kernel"}
     pairs: dict = {}
@@ -596,7 +598,7 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     splits_of_k = _splits_worth_pricing(max(k, 1))
     padding = padding_on(entry)
     priced = [plan_cost((m, n, k), config, splits, entry, padding)
-              for config in menu(entry)
+              for config in menu(entry) if ring_priced((m, n, k), config)
               for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
                                                                           entry))]
     # Cheapest first; among equals (a call the host's cost decides), fewer
@@ -607,6 +609,18 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
         else whole
     return {**chosen, "gpu": entry["name"], "calibrated": entry.get("calibrated"),
             "candidates": priced}
+
+
+def ring_priced(shape, config: TileConfig) -> bool:
+    """Whether choose_plan prices `config` on an (m, n, k) product: every
+    configuration, except a cp.async ring (config.stages) where n or k is not
+    a multiple of 4. There B's tile is copied a float at a time, four times
+    the copies, which the measured rates (16-byte copies) do not price; on
+    the H200 rings ran 3001 x 2999 x 1009 at 0.72-0.78 of cuBLAS and 777 x
+    1313 x 2047 at 0.52-0.58 where auto's tiles through registers ran 0.84
+    and 0.87 (benchmarks/results/reruns/sgemm_pipelined-h200-2026-11-29-*)."""
+    m, n, k = _shape(shape)
+    return not (config.stages and (n % 4 or k % 4))
 
 
 def padding_on(entry: dict) -> bool:
