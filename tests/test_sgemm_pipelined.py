@@ -128,8 +128,7 @@ def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
         # in each place where tiles may lie across an edge (unchecked inside,
         # checked at the edge). Not more: a walk written out once per copy of
         # the ring (two branches, each copy named by a constant) ran 1000^3
-        # at half the speed on the H200 (its loop no longer fits the
-        # instruction cache; benchmarks/NOTES.md).
+        # at half the speed on the H200 (benchmarks/NOTES.md).
         sites = 2 if interior else 4
         four = text.count("cp.async.ca.shared.global")
         sixteen = text.count("cp.async.cg.shared.global")

@@ -37,9 +37,10 @@ tiles at an edge copy by each element's test. The walk picks its copy of the
 ring at run time. Written out once per copy instead (two branches, each
 naming its copy by a constant, as levels 5-7 do), the loop issued fewer
 instructions but ran 1000^3 at half the speed on the H200 (64 x 128 x 16, 8
-x 8: 116 against 61 us; benchmarks/NOTES.md): the loop, two steps of 1,024
-FMAs each, no longer fits the SM's instruction cache, and with one block an
-SM nothing hides the fetches.
+x 8: 116 against 61 us; benchmarks/NOTES.md). Not measured why; a plausible
+reading is the loop's size, two steps of 1,024 FMAs each (about 41 KB of
+instructions), beyond what the SM's instruction caches hold, with one block
+an SM to hide the fetches.
 
 Measured on the H200 (benchmarks/NOTES.md has every run), 16-deep steps in
 two stages, through matmul: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128
