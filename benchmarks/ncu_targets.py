@@ -30,7 +30,9 @@ float and edge checks); `sgemm_aligned`: the same plan (tiles, slices) on
 1536 x 1024 x 768, where every load is 128 bits and no tile crosses an edge,
 so that the two profiles tell what the ragged edges cost; `sgemm_1000`:
 auto on 1000^3 (0.81: loads of 128 bits, but 1000 is no multiple of the
-tiles). Kernel name: sgemm_vectorized. The warm-up calls
+tiles). Kernel name: sgemm_vectorized. `cublas_1000`: torch.mm on the same
+1000^3 (TF32 off; cuBLAS's 64 x 128 x 8 kernel of three cp.async stages, whose
+name holds "xmma"). The warm-up calls
 compile the kernels; Nsight Compute's filter (-k, -c 1) then profiles the
 first launch whose kernel name matches, so warm-up launches are skipped with
 --launch-skip where a name repeats (the script prints how many launches of
@@ -55,9 +57,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv not in (["hgemm"], ["hgemm_k768"], ["attention"], ["tf32"], ["backward"],
                     ["backward_fp32_causal"], ["backward_fp32_128"], ["sgemm_ragged"],
-                    ["sgemm_aligned"], ["sgemm_1000"]):
+                    ["sgemm_aligned"], ["sgemm_1000"], ["cublas_1000"]):
         sys.exit("usage: python3 benchmarks/ncu_targets.py hgemm|hgemm_k768|attention|tf32|backward"
-                 "|backward_fp32_causal|backward_fp32_128|sgemm_ragged|sgemm_aligned|sgemm_1000")
+                 "|backward_fp32_causal|backward_fp32_128|sgemm_ragged|sgemm_aligned|sgemm_1000"
+                 "|cublas_1000")
     import torch
 
     torch.manual_seed(0)
@@ -98,6 +101,10 @@ def main(argv=None) -> int:
                                         splits=plan["splits"])  # auto's plans are level 6's
         else:
             call = lambda: sgemm.matmul(a, b)  # noqa: E731
+    elif argv == ["cublas_1000"]:  # what matmul's 1000^3 is measured against
+        a, b = torch.randn(1000, 1000, device="cuda"), torch.randn(1000, 1000, device="cuda")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        call = lambda: torch.mm(a, b)  # noqa: E731
     elif argv == ["backward_fp32_causal"]:
         from gpucourse.kernels.attention import flash_attention, flash_attention_backward
 
