@@ -107,8 +107,9 @@ the committed sgemm_shapes results (their rows of auto and level 6, and the
 plans their searches found slower as lower bounds) and writes them into the
 model's JSON: how the constants in it now were made. **--fit-scalar-loads**
 (CPU only) fits the H200's scalar-load shares, one a tile, to the committed
-explores (shape_model.fit_scalar_load_shares). Both writers, and those of the
-GPU runs above, live in sgemm_model_json.py.
+explores (shape_model.fit_scalar_load_shares). **--fit-stream-share** (CPU
+only) fits the H200's stream-K share to the committed sgemm_stream run. These
+writers, and those of the GPU runs above, live in sgemm_model_json.py.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ from pathlib import Path
 
 from _common import (benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
                      write_record)
-from sgemm_model_json import (fit_committed, fit_scalar_loads, save_constants, save_rates,
-                              save_split_shares, update_entry)
+from sgemm_model_json import (fit_committed, fit_scalar_loads, fit_stream_share, save_constants,
+                              save_rates, save_split_shares, update_entry)
 
 GPT2_TOKENS, TINY_TOKENS = 8 * 1024, 256 * 39
 GRID = {
@@ -703,6 +704,8 @@ def build_parser():
                         help="auto at the grid's ragged shapes with its operands padded and not")
     parser.add_argument("--fit-scalar-loads", action="store_true",
                         help="fit the scalar-load shares to the committed explores (no GPU)")
+    parser.add_argument("--fit-stream-share", action="store_true",
+                        help="fit the stream-K share to the committed sgemm_stream run (no GPU)")
     parser.add_argument("--fit-committed", action="store_true",
                         help="fit the constants to the committed sgemm_shapes results (no GPU)")
     return parser
@@ -714,6 +717,8 @@ def main(argv=None) -> int:
         return fit_committed()
     if "--fit-scalar-loads" in (sys.argv[1:] if argv is None else argv):
         return fit_scalar_loads()
+    if "--fit-stream-share" in (sys.argv[1:] if argv is None else argv):
+        return fit_stream_share()
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_grid.py", "--fit-committed fits the model to the committed results without one"))
     import torch

@@ -22,6 +22,10 @@ SCALAR_EXPLORES = ("sgemm_explore-h200-2026-11-29.json",
                    "sgemm_explore_off_grid-h200-2026-11-29.json")
 COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
              "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
+# The stream-K run whose kernel under two blocks' register cap (the one auto
+# runs, building_blocks.STREAM_REGISTERS) gives the H200's stream share
+# (--fit-stream-share), and its rows of that kernel.
+STREAM_RECORD, STREAM_VARIANT = "sgemm_stream-h200-2026-11-29.json", "stream_two_blocks"
 
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
@@ -125,4 +129,49 @@ def fit_scalar_loads() -> int:
         "tile_share": {key: round(value, 4) for key, value in fit["tile_share"].items()}}))
     print(f"scalar-load share {fit['share']:.3f}; by tile " + ", ".join(
         f"{key} {value:.3f}" for key, value in fit["tile_share"].items()))
+    return 0
+
+
+def stream_shares(record: dict, entry: dict, variant: str = STREAM_VARIANT) -> dict:
+    """{(m, n, k): share} from an sgemm_stream record: at each shape where the
+    model puts both on the GPU for 50 us or more, the share x of stream-K's
+    busiest SM that makes plan_cost (entry without a stream share) give the
+    measured time of `variant`, the rates' drift between runs cancelled by
+    the same record's auto_plan row, as split_shares_from_record does:
+    f = (T_auto - rest_auto) / sm_auto, x = (T_stream - rest) / (f sm) - 1."""
+    from gpucourse.kernels.sgemm import shape_model, tile_config_of
+
+    bare = {key: value for key, value in entry.items() if key != "stream_kernel"}
+    rows = {(r["m"], r["n"], r["k"], r["variant"]): r for r in record["results"] if "ms" in r}
+    shares = {}
+    for (m, n, k, name), row in rows.items():
+        auto = rows.get((m, n, k, "auto_plan"))
+        if name != variant or auto is None:
+            continue
+        plans = [shape_model.plan_cost((m, n, k), tile_config_of(r["config"]), splits, bare)
+                 for r, splits in ((auto, auto["splits"]), (row, shape_model.STREAM))]
+        if min(p["gpu_us"] for p in plans) < 50:
+            continue
+        (t_auto, t_stream), (whole, stream) = (auto["ms"] * 1e3, row["ms"] * 1e3), plans
+        drift = (t_auto - (whole["gpu_us"] - whole["sm_us"])) / whole["sm_us"]
+        shares[(m, n, k)] = (t_stream - (stream["gpu_us"] - stream["sm_us"])) / (
+            drift * stream["sm_us"]) - 1
+    return shares
+
+
+def fit_stream_share() -> int:
+    """--fit-stream-share: the H200's stream share, the median of stream_shares
+    over STREAM_RECORD, into the model's JSON (then auto prices stream-K)."""
+    import statistics
+
+    from gpucourse.kernels import sgemm
+
+    shares = stream_shares(json.loads((RESULTS / STREAM_RECORD).read_text()),
+                           sgemm.gpu_entry("NVIDIA H200"))
+    share = statistics.median(shares.values())
+    update_entry(sgemm, "NVIDIA H200", lambda entry: entry.update(stream_kernel={
+        "source": f"benchmarks/results/{STREAM_RECORD} ({STREAM_VARIANT}; --fit-stream-share)",
+        "share": round(share, 4)}))
+    print(f"stream share {share:.3f}, from " + ", ".join(
+        f"{m}x{n}x{k} {x:+.3f}" for (m, n, k), x in shares.items()))
     return 0

@@ -86,10 +86,14 @@ def test_waves_tail_and_padding_by_hand():
 
 @pytest.mark.parametrize("gpu", [H100, H200])
 def test_skinny_products_with_a_deep_k_are_cut_into_slices(gpu):
+    # Slices of K (split-K), or on the H200, whose entry prices it, stream-K.
     for shape in [(512, 512, 16384), (256, 384, 65536), (128, 512, 32768), (512, 256, 8192)]:
         plan = _plan(shape, gpu)
-        assert plan["splits"] > 1 and plan["blocks"] >= 100, (shape, plan["config"], plan["splits"])
-        assert plan["slice_k"] >= shape_model.MIN_SLICE
+        assert plan["blocks"] >= 100, (shape, plan["config"], plan["splits"])
+        if plan["splits"] != shape_model.STREAM:
+            assert plan["splits"] > 1 and plan["slice_k"] >= shape_model.MIN_SLICE
+        else:
+            assert gpu == H200 and plan["slices"] > 1
 
 
 @pytest.mark.parametrize("gpu", [H100, H200])
@@ -100,7 +104,8 @@ def test_fewer_tiles_than_sms_gets_smaller_tiles_or_slices(gpu):
         assert tiles < 132
         plan = _plan(shape, gpu)
         assert plan["blocks"] >= 100, (shape, plan["config"], plan["splits"])
-        assert plan["config"].bm * plan["config"].bn < tuned.bm * tuned.bn or plan["splits"] > 1
+        assert plan["config"].bm * plan["config"].bn < tuned.bm * tuned.bn \
+            or plan["splits"] == shape_model.STREAM or plan["splits"] > 1
 
 
 @pytest.mark.parametrize("gpu", [H100, H200])
@@ -382,7 +387,10 @@ def test_auto_also_prices_the_slices_that_fill_a_wave_exactly():
     # plans of it; 64 x 256's 39 took 1% less),
     # so the tile is the
     # model's open error and this test asserts the slices, not the tile.
-    plan = SM.choose_plan((768, 768, 12288), "NVIDIA H200")
+    # (Stream-K, which the H200 now picks there, is not a number of slices:
+    # the cheapest plan with slices is what is checked.)
+    plan = next(p for p in SM.choose_plan((768, 768, 12288), "NVIDIA H200")["candidates"]
+                if p["splits"] != SM.STREAM)
     per_wave = entry["sms"] * plan["blocks_per_sm"]
     assert plan["slices"] == 7 and 7 in SM.wave_filling_splits((768, 768, 12288), plan["config"], entry)
     assert plan["blocks"] <= per_wave < plan["blocks"] + plan["tiles"]  # one wave; 8 slices overflow it
@@ -588,8 +596,10 @@ def test_scalar_loads_cost_their_measured_share_and_predict_ragged_shapes_left_o
 def test_the_chapters_scalar_load_text_names_the_tiles_and_the_picks_they_move():
     # chapters.sgemm.scalar_load_summary, the text chapter 8 glues: the
     # shares' range comes from the JSON's tile shares, the errors from the
-    # explore's ragged plans, and the moved picks are the four ragged shapes
-    # that test_the_committed_grid_ran_the_picks_of_its_json names.
+    # explore's ragged plans, and the moved picks are those of the newest
+    # grid's shapes (2026-11-30's, with rings and stream-K priced: two of the
+    # four ragged shapes that test_the_committed_grid_ran_the_picks_of_its_json
+    # names; stream-K is the pick at the other two either way).
     from gpucourse.chapters import sgemm as ladder
 
     entry = sgemm.gpu_entry(H200)
@@ -600,9 +610,87 @@ def test_the_chapters_scalar_load_text_names_the_tiles_and_the_picks_they_move()
     assert said["tile_high"] == f"{high} ({shares[high]:.1%})"
     assert said["share"] == f"{entry['scalar_loads']['share']:.1%}"
     assert float(said["error_with"]) < 0.5 * float(said["error_without"])
-    assert said["moved"] == "4" and "3001 x 2999 x 1009" in said["moved_shapes"]
+    assert said["moved"] == "2" and "3001 x 2999 x 1009" in said["moved_shapes"]
     # A grid of aligned shapes alone: no pick moves.
     grid = {"results": [{"variant": "auto", "m": 4096, "n": 4096, "k": 4096}]}
     assert ladder.scalar_load_summary(grid=grid)["moved_shapes"] == "none"
     # No share in the GPU's entry: nothing to say.
     assert ladder.scalar_load_summary(gpu="a GPU the model does not know") is None
+
+
+# -----------------------------------------------------------------------------
+# Stream-K plans
+
+
+def test_a_stream_plan_is_one_wave_of_equal_runs_plus_its_atomic_adds():
+    # 1024 x 1024 x 16384 on 128 x 128 tiles: 64 tiles of 1024 steps of 16
+    # columns, 65,536 steps over one wave of workers (132 SMs, two blocks an
+    # SM): 249 steps each, 3,984 columns; every output added atomically, the
+    # tiles cut by the runs' ends (64 + 264 - 1 pieces).
+    entry = sgemm.gpu_entry(H200)
+    tile = TileConfig(128, 128, 16, 8, 8)
+    plan = shape_model.plan_cost((1024, 1024, 16384), tile, shape_model.STREAM, entry)
+    resident = plan["blocks_per_sm"]
+    assert resident == 2 and plan["splits"] == shape_model.STREAM
+    assert plan["blocks"] == 132 * resident and plan["busiest_sm_blocks"] == resident
+    columns = math.ceil(64 * 1024 / plan["blocks"]) * 16
+    assert columns == 3984 and plan["slices"] == pytest.approx((64 + 264 - 1) / 64)
+    # Pieces are edge-checked, as split-K's slices are (edge_share).
+    share, c = entry["stream_kernel"]["share"], entry["constants"]
+    bare = {k: v for k, v in entry.items() if k != "stream_kernel"}
+    assert plan["sm_us"] == pytest.approx(
+        shape_model.measured_sm_us(bare, tile, resident, columns) * (1 + share)
+        * (1 + c["edge_share"]))
+    assert plan["gpu_us"] == pytest.approx(
+        c["gpu_launch_us"] + plan["sm_us"] + c["zero_us"] + 1024 * 1024 * plan["slices"]
+        / c["atomics_per_us"])
+    # A share of 0.5 makes the busiest SM's time 1.5 times what it is at 0.
+    half = shape_model.plan_cost((1024, 1024, 16384), tile, shape_model.STREAM,
+                                 {**bare, "stream_kernel": {"share": 0.5}})
+    none = shape_model.plan_cost((1024, 1024, 16384), tile, shape_model.STREAM, bare)
+    assert half["sm_us"] == pytest.approx(1.5 * none["sm_us"])
+
+
+def test_stream_k_is_priced_only_where_its_share_was_fitted():
+    # On the H100 (no "stream_kernel" in its entry) never; on the H200 not for
+    # a cp.async ring and not below STREAM_MIN_US on the GPU; at 1024^2 x
+    # 16384 and 3001 x 2999 x 1009 it is the pick (0.859 and 0.849 of
+    # cuBLAS in the grid of 2026-11-30, against 0.846 and 0.840 before).
+    for shape in [(1024, 1024, 16384), (300, 200, 400), (8192, 768, 3072)]:
+        assert all(p["splits"] != shape_model.STREAM
+                   for p in _plan(shape, H100)["candidates"])
+        for p in _plan(shape, H200)["candidates"]:
+            if p["splits"] == shape_model.STREAM:
+                assert not p["config"].stages and p["gpu_us"] >= shape_model.STREAM_MIN_US
+    assert _plan((1024, 1024, 16384), H200)["splits"] == shape_model.STREAM
+    assert _plan((3001, 2999, 1009), H200)["splits"] == shape_model.STREAM
+    assert all(p["splits"] != shape_model.STREAM for p in _plan((300, 200, 400), H200)["candidates"])
+
+
+def test_the_stream_share_is_recovered_from_timings_made_with_it():
+    # sgemm_model_json.stream_shares on a record made by hand from the model
+    # itself: auto's plan's time as priced, times a drift of 1.1 on the
+    # busiest SM, and stream-K's with a share of 0.07 and the same drift.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from sgemm_model_json import stream_shares
+
+    entry = {k: v for k, v in sgemm.gpu_entry(H200).items() if k != "stream_kernel"}
+    rows = []
+    for shape in [(1024, 1024, 16384), (3001, 2999, 1009), (2048, 2048, 2048)]:
+        auto = shape_model.choose_plan(shape, entry=entry)
+        tile = TileConfig(128, 128, 16, 8, 8)
+        stream = shape_model.plan_cost(shape, tile, shape_model.STREAM,
+                                       {**entry, "stream_kernel": {"share": 0.07}})
+        for plan, name in ((auto, "auto_plan"), (stream, "stream_two_blocks")):
+            rest = plan["gpu_us"] - plan["sm_us"]
+            config = {f: getattr(plan["config"], f) for f in ("bm", "bn", "bk", "tm", "tn",
+                                                              "stages")}
+            rows.append({"m": shape[0], "n": shape[1], "k": shape[2], "variant": name,
+                         "config": config, "splits": plan["splits"],
+                         "ms": (rest + 1.1 * plan["sm_us"]) / 1e3})
+    shares = stream_shares({"results": rows}, entry)
+    assert sorted(shares) == [(1024, 1024, 16384), (2048, 2048, 2048), (3001, 2999, 1009)]
+    assert all(x == pytest.approx(0.07) for x in shares.values()), shares

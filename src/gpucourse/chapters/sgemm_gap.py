@@ -294,6 +294,62 @@ def ragged_profile(record: dict, sms: int) -> dict:
             "lds_aligned": aligned["instruction_mix"].get("LDS", 0.0)}
 
 
+def load_ring_ncu_results(path=None, warm: bool = False) -> dict:
+    """The newest Nsight Compute summary of the cp.async ring against cuBLAS at
+    1000^3 (``sgemm_ring_ncu-<gpu>-<date>.json``, caches flushed before the
+    kernel; with `warm`, ``sgemm_ring_warm_ncu``, caches left warm as in a
+    benchmark's back-to-back launches): profiles "ring1000" and
+    "cublas1000"."""
+    return results.load_ncu_summary("sgemm_ring_warm_ncu" if warm else "sgemm_ring_ncu", path)
+
+
+def ring_profile(cold: dict, warm: dict) -> dict:
+    """What the two ring profiles say, for the chapter: durations in us of
+    ours and cuBLAS's, cold and warm ("ring_cold", "cublas_cold", "ring_warm",
+    "cublas_warm"); warm, each one's issue_busy (a share), its long-wait share
+    (global memory, long scoreboard) and its three other largest waits of the
+    ring's ("wait", "dispatch", "short_sb" as keys ring_<reason> and
+    cublas_<reason>), and the executed warp instructions in millions."""
+    out = {}
+    for label, record in (("cold", cold), ("warm", warm)):
+        record = _ncu_record(record)
+        missing = [p for p in ("ring1000", "cublas1000") if p not in record["profiles"]]
+        if missing:
+            raise ValueError(f"record must profile ring1000 and cublas1000 "
+                             f"(load_ring_ncu_results reads one); it lacks {missing}")
+        for who in ("ring", "cublas"):
+            profile = record["profiles"][f"{who}1000"]
+            out[f"{who}_{label}"] = profile["duration_ms"] * 1e3
+            if label == "warm":
+                stalls = profile["stall_reasons"]
+                out[f"{who}_issue"] = profile["issue_slots_busy_percent"] / 100
+                out[f"{who}_instructions"] = profile["executed_warp_instructions"] / 1e6
+                for reason in ("long_sb", "wait", "dispatch", "short_sb"):
+                    out[f"{who}_{reason}"] = stalls.get(reason, 0.0)
+    return out
+
+
+def grid_plan_changes(new: dict, old: dict) -> dict:
+    """What changed between two sgemm_grid runs' auto rows where the newer
+    picked a cp.async ring (config "stages") or stream-K (splits "stream"):
+    {"ring": [...], "stream": [...]}, each row {"shape": "m x n x k",
+    "before", "after" (shares of cuBLAS)}, in the newer run's order; shapes
+    the older run lacks are left out."""
+    before = {(r["m"], r["n"], r["k"]): r["vs_cublas"] for r in old["results"]
+              if r["variant"] == "auto" and "vs_cublas" in r}
+    found = {"ring": [], "stream": []}
+    for row in new["results"]:
+        shape = (row["m"], row["n"], row["k"])
+        if row["variant"] != "auto" or shape not in before or "vs_cublas" not in row:
+            continue
+        kind = "stream" if row["config"].get("splits") == "stream" else \
+            "ring" if row["config"].get("stages") else None
+        if kind:
+            found[kind].append({"shape": " x ".join(map(str, shape)), "before": before[shape],
+                                "after": row["vs_cublas"]})
+    return found
+
+
 def load_unroll_results(path=None) -> dict:
     """The newest sgemm_unroll results file in `path` (a folder or a file;
     default benchmarks/results), written by benchmarks/sgemm_unroll.py:
@@ -655,7 +711,7 @@ def plot_shapes(record: dict, ax=None):
                     ha="center", va="bottom", fontsize=7)
     ax.axhline(100, color="tab:red", ls="--", lw=1, label="cuBLAS")
     ax.set_xticks(x, [f"{r['m']}x{r['n']}\nx{r['k']}" + (f"\nsplit-K {r['splits']}"
-                                                         if r["splits"] > 1 else "")
+                                                         if r["splits"] != 1 else "")
                       for r in table], fontsize=7)
     ax.set_ylim(0, 115)
     ax.set_ylabel("share of cuBLAS (%)")

@@ -15,7 +15,7 @@ was measured to be worth; the factories refer to it by number:
 * ``_make_k_loop``: the walk along K, with one or two copies of the tiles
   ((4), (6)), over the whole of K or one split-K slice or stream-K piece;
 * ``_register_cap``: the cap that lets two blocks share an SM ((7)), and
-  none for stream-K (``STREAM_REGISTERS``);
+  the same for stream-K (``STREAM_REGISTERS``);
 * ``_make_store_four`` and ``_make_multiply_block``: a thread's outputs
   into C, and the whole work of a block between its kernel's first line and
   its last, the same for levels 5-7 and for their split-K and stream-K
@@ -51,14 +51,17 @@ UNROLLS = (1, 2, 4, 8, 16, 32)  # steps per pass a kernel may be built with ("ti
 # before a register cap would make the compiler spill (see (7) below).
 REGISTERS_PER_SM = 65536
 REGISTER_ROOM = 32
-# The stream-K kernel's cap where a level asks for "auto": none. Under two
-# blocks' cap (128 registers for 256 threads) the loop over a run's pieces
-# around the walk spilled 132 bytes at 128 x 128 tiles of 8 x 8 (ptxas 13.5,
-# sm_90), where the whole-K and split-K kernels spill nothing; uncapped it
-# takes 164 registers, one block an SM, which is what stream-K plans for
-# (one wave of workers). "auto" gives it the others' cap (a benchmark's
-# comparison, benchmarks/sgemm_stream.py).
-STREAM_REGISTERS = None
+# The stream-K kernel's cap where a level asks for "auto": the others' (two
+# blocks an SM where the accumulators fit). Under it the loop over a run's
+# pieces around the walk spills (240 bytes at 128 x 128 tiles of 8 x 8,
+# ptxas 13.5, sm_90), where the whole-K and split-K kernels spill nothing;
+# uncapped it takes 164 registers, one block an SM. Timed both ways on the
+# H200 (benchmarks/results/sgemm_stream-h200-2026-11-29.json), the capped
+# kernel was the faster at six of eight shapes (3001 x 2999 x 1009: 503.6
+# against 541.1 us; 1024^2 x 16384: 767.1 against 851.4), uncapped at
+# 1537 x 1023 x 771 and 1000^3 (3% and 2%). Auto's stream-K plans (the
+# shape model) run this one. None would leave it uncapped.
+STREAM_REGISTERS = "auto"
 
 
 # -----------------------------------------------------------------------------

@@ -392,7 +392,9 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
 def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
            splits: int | str | None = None, split_sum: str = "atomic", out=None):
     """C = A @ B in float32 with the SGEMM kernel of `level` (1, 2, 3, "4a", "4b", 5, 6, 7 or
-    "auto": level 6's kernel with the tiles measured best near this shape, `auto_config`).
+    "auto": level 6's kernel with the plan the shape model prices cheapest for this shape
+    and GPU, ``choose_plan``: tiles, a cp.async ring or not, and K whole, cut into slices
+    or run as stream-K).
 
     a: M x K, b: K x N, both float32 and both of one kind: numpy arrays (the
     result is a numpy array), or device arrays with __cuda_array_interface__
@@ -403,8 +405,7 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     (default WARP_TILE_DEFAULT).
     splits: cut K into this many slices, each multiplied by its own blocks,
     and add their products (split-K: more blocks for a product with few tiles
-    of C and a deep K; levels 5, 6, 7 and auto; default 1, or what auto
-    measured best near this shape). Slices are multiples of 16 columns, so
+    of C and a deep K; levels 5, 6, 7 and auto; default 1, or auto's plan's). Slices are multiples of 16 columns, so
     a short K gets fewer. Or "stream" (stream-K): as many blocks as the
     GPU runs at once, each taking an equal run of all the tiles' steps of K
     (crossing from one tile to the next): pieces of a tile added into C,

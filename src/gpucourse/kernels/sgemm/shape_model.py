@@ -49,7 +49,11 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   (split_k.py's, edge-checked, its slice from blockIdx.z) than the one the
   rates time: where the entry measured it (``split_kernel_share``,
   ``sgemm_grid.py --rates-variants``), each tile's split-K plans take
-  1 + its share of the busiest SM's time.
+  1 + its share of the busiest SM's time. Stream-K (splits "stream",
+  ``split_k``) runs one wave of workers, each an equal run of all the tiles'
+  steps of K: the busiest SM's resident workers at the measured rate, times
+  1 + the entry's "stream_kernel" share, plus zeroing C and the atomic adds
+  of every piece; priced only on a GPU whose entry has that share.
 
 The product takes max(what the host needs to issue the call, what the GPU
 needs to run it). ``choose_plan`` prices every configuration of the GPU's menu
@@ -90,6 +94,11 @@ MIN_SLICE = 256
 # 3072, 512^3, 511^3). So the cheapest plan is chosen; among plans priced
 # equal, the fewest slices.
 SPLIT_MARGIN = 0.0
+STREAM = "stream"  # split_k's stream-K plan, as matmul's splits names it
+# Stream-K is priced only where the GPU works this long or longer: its share
+# was fitted there (benchmarks/sgemm_model_json.py's stream_shares); at 300 x
+# 200 x 400 (19 us predicted) it ran in 23.1 us where K whole ran in 16.3.
+STREAM_MIN_US = 50.0
 # The cost model's constants (see the module's docstring), each > 0.
 CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
              "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
@@ -308,7 +317,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     """
     m, n, k = _shape(shape)
     check_config(config)
-    splits = _whole("splits", splits)
+    stream = splits == STREAM
+    splits = 1 if stream else _whole("splits", splits)
     entry = gpu_entry("default") if entry is None else entry
     c = entry["constants"]
     tiles = -(-max(m, 1) // config.bm) * -(-max(n, 1) // config.bn)
@@ -319,6 +329,12 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     sms = entry["sms"]
     busiest = -(-blocks // sms)
     padded_k = -(-slice_k // config.bk) * config.bk
+    if stream:  # split_k.stream_arguments: steps of max(16, bk) columns, one wave of workers
+        step = max(16, config.bk)
+        total = tiles * -(-max(k, 1) // step)
+        blocks = min(sms * resident, total)
+        busiest, padded_k = -(-blocks // sms), -(-total // blocks) * step
+        slices = (tiles + blocks - 1) / tiles  # pieces a tile, on average
     block_flops = 2.0 * config.bm * config.bn * padded_k
     warps = config.threads // 32
     tile_eff = c["eff_max"] / (1 + c["thread_loads"] * (1 / config.tm + 1 / config.tn)
@@ -337,8 +353,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
             left -= together
     scalar = bool(k % 4 or n % 4)  # matmul's test: no 128-bit loads along a row
-    split = slices > 1
-    split_share = split_kernel_share(entry, config) if split else 0.0
+    split = slices > 1 or stream
+    split_share = (entry.get("stream_kernel") or {}).get("share", 0.0) if stream \
+        else split_kernel_share(entry, config) if split else 0.0
     # Scalar loads, or the operands copied first into buffers whose rows are a
     # multiple of 4 long (``padding_us``), whichever the model finds cheaper.
     aligned_us = sm_us * (1 + c["edge_share"] * edges) * (1 + split_share)
@@ -354,12 +371,14 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         host_us += copies * PAD_CALL_US
     predicted = max(host_us, gpu_us)
     return {
-        "config": config, "splits": splits, "tiles": tiles, "slices": slices, "slice_k": slice_k,
+        "config": config, "splits": STREAM if stream else splits, "tiles": tiles,
+        "slices": slices, "slice_k": slice_k,
         "blocks": blocks, "blocks_per_sm": resident, "limiter": limiter,
         "warps_per_sm": min(busiest, resident) * warps,
         "waves": blocks / (sms * resident), "busiest_sm_blocks": busiest,
         "tail_efficiency": tail_efficiency(blocks, sms),
-        "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * padded_k * slices)
+        "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * (
+            -(-k // step) * step if stream else padded_k * slices))
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
         "scalar_loads": scalar and not padded, "padded": padded, "split_share": split_share,
@@ -597,14 +616,18 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     entry = gpu_entry(gpu_name, path) if entry is None else entry
     splits_of_k = _splits_worth_pricing(max(k, 1))
     padding = padding_on(entry)
+    stream = [STREAM] if "stream_kernel" in entry else []
     priced = [plan_cost((m, n, k), config, splits, entry, padding)
               for config in menu(entry) if ring_priced((m, n, k), config)
               for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
-                                                                          entry))]
+                                                                          entry)
+                                          + (stream if not config.stages else []))]
+    # Stream-K only where its share was fitted: 50 us or more on the GPU.
+    priced = [p for p in priced if p["splits"] != STREAM or p["gpu_us"] >= STREAM_MIN_US]
     # Cheapest first; among equals (a call the host's cost decides), fewer
     # slices, then fewer blocks: the plan with the least work on the GPU.
     priced.sort(key=lambda p: (round(p["predicted_us"], 3), p["slices"], p["gpu_us"]))
-    whole = next(p for p in priced if p["slices"] == 1)
+    whole = next(p for p in priced if p["splits"] == 1)
     chosen = priced[0] if priced[0]["predicted_us"] * (1 + SPLIT_MARGIN) < whole["predicted_us"] \
         else whole
     return {**chosen, "gpu": entry["name"], "calibrated": entry.get("calibrated"),
