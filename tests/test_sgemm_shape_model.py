@@ -694,3 +694,18 @@ def test_the_stream_share_is_recovered_from_timings_made_with_it():
     shares = stream_shares({"results": rows}, entry)
     assert sorted(shares) == [(1024, 1024, 16384), (2048, 2048, 2048), (3001, 2999, 1009)]
     assert all(x == pytest.approx(0.07) for x in shares.values()), shares
+
+
+def test_rings_are_priced_only_where_b_can_be_copied_16_bytes_at_a_time():
+    # The H200's menu holds cp.async rings; their rates time 16-byte copies
+    # of B, so where n or k is not a multiple of 4 (copies of one float) no
+    # ring is a candidate, and where both are, rings are.
+    entry = sgemm.gpu_entry(H200)
+    assert any(c.stages for c in shape_model.menu(entry))
+    for shape, rings in [((3001, 2999, 1009), False), ((1000, 1000, 1002), False),
+                         ((1537, 1023, 771), False), ((1000, 1000, 1000), True),
+                         ((8192, 768, 3072), True)]:
+        candidates = _plan(shape, H200)["candidates"]
+        assert any(p["config"].stages for p in candidates) == rings, shape
+        assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8, stages=2)) == rings
+        assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8))  # no ring: always
