@@ -18,21 +18,22 @@ configuration: the same kernels). This script times, as
 matmul launches them (entry_point's launches, splits as given), in turns with
 cuBLAS (TF32 off):
 
-- ``auto_plan``: auto's plan as matmul runs it today;
+- ``auto_plan``: auto's plan as matmul runs it today (a ring, stream-K or
+  neither, as the shape model picks);
 - ``pipe_64x128_8x8``: 64 x 128 x 16 tiles, 8 x 8 a thread (128 threads),
   two stages, auto's slices of K: cuBLAS's tiles at 1000^3 and 1537 x 1023 x
   771, 16 deep;
 - ``pipe_128x128_8x8``: 128 x 128 x 16, 8 x 8 (256 threads), two stages,
   uncapped registers;
-- ``pipe_64x256_8x16``: 64 x 256 x 16, 8 x 16 (128 threads), two stages;
-- ``pipe_64x128_8x8_stream``, ``pipe_128x128_8x8_stream``: the first two
-  with stream-K (splits="stream");
+- ``..._each``: the same with each copy's address worked out from its row
+  and column every step (``pipelined.COPY_ADDRESSES = "each"``);
 - ``cublas``.
 
 Each is checked first against float64, then timed: the median of CUDA-event
 timings of back-to-back launches (benchmarks/sgemm.py's time_ms), in turns
 over ROUNDS rounds. Writes DIR/sgemm_pipelined-<gpu-slug>-<date>.json (rows:
-m, n, k, variant, ms, vs_cublas, config, splits, stages, max_rel_err). About
+m, n, k, variant, ms, vs_cublas, config, splits, stages, registers, addresses,
+max_rel_err). About
 three minutes.
 """
 
@@ -49,7 +50,8 @@ from sgemm_grid import relative_error
 ROUNDS = 3
 SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024, 16384),
           (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096)]
-# variant: (tiles; slices of K, None for auto's; register cap; stages).
+# variant: (tiles; slices of K, None for auto's; register cap; stages; how
+# the copies find their addresses, pipelined.COPY_ADDRESSES).
 # Earlier runs also timed auto's own tiles as a ring (bk 8, then 16). The
 # first run (reruns/sgemm_pipelined-h200-2026-11-29-first.json) timed 8-deep steps in
 # three stages: within 2% of auto at 1537 x 1023 x 771, slower everywhere
@@ -58,25 +60,27 @@ SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024
 # 1000^3 (auto 82%), and 128 x 128 x 16 uncapped 80% at 1537 x 1023 x 771
 # (auto 76%). The third (results/sgemm_pipelined-h200-2026-11-29.json) more
 # tiles of 16-deep steps, each with auto's slices of K: 64 x 256 x 16 of 8 x
-# 16 91% at 4096^3 (auto 90%). This one: the three best, and the first two
-# with stream-K (every SM busy: at 1537 x 1023 x 771 the 104 tiles of 128 x
-# 128 leave 28 of 132 SMs idle).
-PIPELINED = {"pipe_64x128_8x8": ((64, 128, 16, 8, 8), None, "auto", 2),
-             "pipe_128x128_8x8": ((128, 128, 16, 8, 8), None, None, 2),
-             "pipe_64x256_8x16": ((64, 256, 16, 8, 16), None, None, 2),
-             "pipe_64x128_8x8_stream": ((64, 128, 16, 8, 8), "stream", "auto", 2),
-             "pipe_128x128_8x8_stream": ((128, 128, 16, 8, 8), "stream", None, 2)}
+# 16 91% at 4096^3 (auto 90%). The fourth (-fourth-two-branches) the walk
+# written out once per copy of the ring: half the speed at 1000^3. This one:
+# the ring's copies finding their addresses once (the package's default) or
+# each step (its first build, 3% faster at 1000^3 in an A/B probe), on the
+# two tiles auto's rings use most.
+PIPELINED = {"pipe_64x128_8x8": ((64, 128, 16, 8, 8), None, None, 2, "once"),
+             "pipe_64x128_8x8_each": ((64, 128, 16, 8, 8), None, None, 2, "each"),
+             "pipe_128x128_8x8": ((128, 128, 16, 8, 8), None, None, 2, "once"),
+             "pipe_128x128_8x8_each": ((128, 128, 16, 8, 8), None, None, 2, "each")}
 
 
-def launches(torch, m, n, k, config, splits, stages, registers=None):
+def launches(torch, m, n, k, config, splits, stages, registers=None, addresses="once"):
     """go(a_ptr, b_ptr, c_ptr): entry_point's launches for level 6's kernel with
     `config` and `splits`, built with `stages` cp.async stages (0: the walk
-    through registers) and, with stages, the register cap `registers`."""
-    from gpucourse.kernels.sgemm import entry_point, kernel_choice, vectorized
+    through registers) and, with stages, the register cap `registers` and
+    the copies' `addresses` (pipelined.COPY_ADDRESSES)."""
+    from gpucourse.kernels.sgemm import entry_point, kernel_choice, pipelined, vectorized
 
     caches = (kernel_choice._compiled, kernel_choice._tiled_kernel)
-    before = vectorized.PIPELINE_REGISTERS
-    vectorized.PIPELINE_REGISTERS = registers
+    before = vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES
+    vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES = registers, addresses
     for cache in caches:
         cache.cache_clear()  # kernels are built once per key: build them anew
     try:
@@ -84,7 +88,7 @@ def launches(torch, m, n, k, config, splits, stages, registers=None):
         go = entry_point._launches("6", m, n, k, n, aligned, torch.cuda.current_device(),
                                    replace(config, stages=stages), splits)
     finally:
-        vectorized.PIPELINE_REGISTERS = before
+        vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES = before
     return go
 
 
@@ -110,15 +114,15 @@ def main(argv=None) -> int:
         reference = torch.mm(a.double(), b.double())
         device = torch.cuda.current_device()
         _, auto_config, auto_splits = entry_point._resolved("auto", m, n, k, None, None, device)
-        plans = {"auto_plan": (auto_config, auto_splits, 0, None)}
-        for variant, (tiles, splits, registers, stages) in PIPELINED.items():
+        plans = {"auto_plan": (auto_config, auto_splits, auto_config.stages, None, "once")}
+        for variant, (tiles, splits, registers, stages, addresses) in PIPELINED.items():
             plans[variant] = (TileConfig(*tiles), auto_splits if splits is None else splits,
-                              stages, registers)
+                              stages, registers, addresses)
         outs = {v: torch.full((m, n), float("nan"), device="cuda") for v in [*plans, "cublas"]}
         calls, failed = {}, {}
-        for variant, (config, splits, stages, registers) in plans.items():
+        for variant, (config, splits, stages, registers, addresses) in plans.items():
             try:
-                go = launches(torch, m, n, k, config, splits, stages, registers)
+                go = launches(torch, m, n, k, config, splits, stages, registers, addresses)
                 calls[variant] = (lambda go=go, c=outs[variant]: go(a.data_ptr(), b.data_ptr(),
                                                                     c.data_ptr()))
                 calls[variant]()  # compiled here, under its own knobs
@@ -134,11 +138,12 @@ def main(argv=None) -> int:
         ok &= all(e < 1e-5 for e in errors.values())
         ms = medians_in_turns(calls, time_ms, ROUNDS)
         for v in calls:
-            config, splits, stages, registers = plans.get(v, (None, None, None, None))
+            config, splits, stages, registers, addresses = plans.get(v, (None,) * 5)
             rows.append({"m": m, "n": n, "k": k, "variant": v, "ms": ms[v],
                          "vs_cublas": ms["cublas"] / ms[v],
                          "config": asdict(config) if config else None, "splits": splits,
-                         "stages": stages, "registers": registers, "max_rel_err": errors[v]})
+                         "stages": stages, "registers": registers, "addresses": addresses,
+                         "max_rel_err": errors[v]})
         for v, why in failed.items():
             rows.append({"m": m, "n": n, "k": k, "variant": v, "failed": why})
         print(f"{m}x{n}x{k}: " + ", ".join(

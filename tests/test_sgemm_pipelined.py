@@ -48,6 +48,32 @@ def test_every_ring_multiplies_exactly(stages):
                                                              f"{k}, splits {splits}")
 
 
+def test_copies_that_find_their_addresses_each_step_multiply_exactly(monkeypatch):
+    # pipelined.COPY_ADDRESSES = "each" (a benchmark's other way): the same
+    # products, whole, split and stream-K; a value it does not know is named.
+    from gpucourse.kernels.sgemm import kernel_choice, pipelined
+
+    def fresh():  # kernels are built once per configuration: build them anew
+        kernel_choice._compiled.cache_clear()
+        kernel_choice._tiled_kernel.cache_clear()
+
+    monkeypatch.setattr(pipelined, "COPY_ADDRESSES", "each")
+    fresh()
+    try:
+        for index, ((m, n, k), _) in enumerate(SHAPES):
+            a, b = _integers((m, k), index), _integers((k, n), 10 + index)
+            for splits in (1, 3, "stream"):
+                got = sgemm.matmul(a, b, 6, config=replace(SMALL, stages=2), splits=splits)
+                np.testing.assert_array_equal(got, _reference(a, b), err_msg=f"{m} x {n} x {k}")
+        monkeypatch.setattr(pipelined, "COPY_ADDRESSES", "every step")
+        fresh()
+        with pytest.raises(ValueError, match="COPY_ADDRESSES must be 'once' or 'each'"):
+            sgemm.matmul(*(_integers((8, 8), 0),) * 2, 6, config=replace(SMALL, stages=2))
+    finally:
+        monkeypatch.undo()
+        fresh()
+
+
 def test_the_ring_matches_float64_on_random_floats_and_passes_nan_and_inf():
     config = TileConfig(32, 32, 16, 4, 8, stages=2)
     a, b = _random((21, 45), 3), _random((45, 17), 4)

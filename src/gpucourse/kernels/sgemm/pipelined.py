@@ -66,6 +66,16 @@ from gpucourse.kernels._async_copy import (copy_float4_async_from, copy_float_as
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
 from numba import uint64  # noqa: E402 (after gpucourse.device)
 
+# How a copy finds its source in global memory: "once" (each copy's address
+# worked out before the walk, then an offset a step; the default), or "each"
+# (from its row and column every step, each copy checked against the edges,
+# as the ring's first build did). Timed on the H200 at 1000^3 on 64 x 128 x
+# 16 tiles (kernel time, torch's profiler): the first build 58.4 us, this
+# one's walk with "once" and no unchecked tiles 60.7 (benchmarks/NOTES.md);
+# "each" is here so that a benchmark can time the two in one run.
+COPY_ADDRESSES = "once"
+
+
 def a_stride(bm: int) -> int:
     """The floats from one k-row of A's shared tile to the next."""
     return bm + A_PAD
@@ -98,7 +108,10 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
     B_ROWS_APART = _u(threads // per_row if ROWS_OF_B else 0)
     PASSES = _u(1 if ROWS_OF_B else per_row // threads)  # passes a row of B takes
     THREADS, FLOAT_BYTES = _u(threads, 4)
-    INTERIOR = bool(interior and vectorized)
+    if COPY_ADDRESSES not in ("once", "each"):
+        raise ValueError(f"COPY_ADDRESSES must be 'once' or 'each', got {COPY_ADDRESSES!r}")
+    EACH = COPY_ADDRESSES == "each"
+    INTERIOR = bool(interior and vectorized) and not EACH
     # n % 4 == 0: a copy's four floats are all inside or all outside.
     copy_b = copy_float4_async_from if vectorized else copy_float_async_from
 
@@ -121,6 +134,17 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
         col = k_next + kk
         along = k_next * uint64(a.strides[1])
         first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
+        if EACH:  # every address from its row and column, every copy checked
+            for s in range(A_COPIES):
+                row = row0 + r + s * A_ROWS_APART
+                copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
+                                      matrix_address(a, row, col), row < m and col < k)
+            for s in range(B_COPIES):
+                kb, j = b_place(tid, s)
+                copy_b(b_tile, b_to + (kb * BN + j) * FLOAT_BYTES, b,
+                       matrix_address(b, k_next + kb, col0 + j),
+                       k_next + kb < k and col0 + j < n)
+            return
         if k_inside and (INTERIOR or row0 + BM <= m):
             for s in range(A_COPIES):
                 copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
