@@ -134,11 +134,11 @@ def fit_scalar_loads() -> int:
 
 def stream_shares(record: dict, entry: dict, variant: str = STREAM_VARIANT) -> dict:
     """{(m, n, k): share} from an sgemm_stream record: at each shape where the
-    model puts both on the GPU for 50 us or more, the share x of stream-K's
-    busiest SM that makes plan_cost (entry without a stream share) give the
-    measured time of `variant`, the rates' drift between runs cancelled by
-    the same record's auto_plan row, as split_shares_from_record does:
-    f = (T_auto - rest_auto) / sm_auto, x = (T_stream - rest) / (f sm) - 1."""
+    model puts both on the GPU for STREAM_MIN_US or more, the share of
+    stream-K's busiest SM that makes plan_cost (entry without a stream share)
+    give the measured time of `variant`, the rates' drift between runs
+    cancelled by the same record's auto_plan row (shape_model.measured_share,
+    as split_shares_from_record does)."""
     from gpucourse.kernels.sgemm import shape_model, tile_config_of
 
     bare = {key: value for key, value in entry.items() if key != "stream_kernel"}
@@ -150,12 +150,10 @@ def stream_shares(record: dict, entry: dict, variant: str = STREAM_VARIANT) -> d
             continue
         plans = [shape_model.plan_cost((m, n, k), tile_config_of(r["config"]), splits, bare)
                  for r, splits in ((auto, auto["splits"]), (row, shape_model.STREAM))]
-        if min(p["gpu_us"] for p in plans) < 50:
+        if min(p["gpu_us"] for p in plans) < shape_model.STREAM_MIN_US:
             continue
-        (t_auto, t_stream), (whole, stream) = (auto["ms"] * 1e3, row["ms"] * 1e3), plans
-        drift = (t_auto - (whole["gpu_us"] - whole["sm_us"])) / whole["sm_us"]
-        shares[(m, n, k)] = (t_stream - (stream["gpu_us"] - stream["sm_us"])) / (
-            drift * stream["sm_us"]) - 1
+        shares[(m, n, k)] = shape_model.measured_share(auto["ms"] * 1e3, plans[0],
+                                                       row["ms"] * 1e3, plans[1])
     return shares
 
 

@@ -56,6 +56,9 @@ REGISTER_OVERHEAD = 32
 # and the floats after each k-row of A's tile there (16 bytes: rows stay aligned).
 PIPELINE_STAGES = (2, 3, 4, 5)
 A_PAD = 4
+# matmul's splits for stream-K (split_k's "Stream-K"), and the shape model's
+# name for such a plan.
+STREAM = "stream"
 
 
 @dataclass(frozen=True)

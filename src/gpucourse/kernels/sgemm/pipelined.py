@@ -51,10 +51,9 @@ copied a float at a time) or auto runs two blocks an SM or splits K. With
 8-deep steps in three stages, slower nearly everywhere. Four rings are in
 the H200's menu, priced by their own measured rates
 (results/sgemm_rates_tiles-h200-2026-11-30.json); in the grid of 2026-11-30
-auto picked them at eleven shapes. Against the day before's grid, in share
-of cuBLAS: 2-9% more at the five transformer layers, 1-3% more at 8192^3,
-128 x 8192 x 2048 and 4096 x 4096 x 96, the same at 1000^3 and 512 x 4096 x
-4096, 2% less at 256 x 384 x 65536.
+auto picked them at nine shapes. Against the day before's grid, in share of
+cuBLAS: 2-9% more at the five transformer layers, 2-3% more at 8192^3, 128
+x 8192 x 2048 and 4096 x 4096 x 96, the same at 1000^3.
 """
 
 from __future__ import annotations

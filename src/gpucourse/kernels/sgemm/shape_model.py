@@ -77,8 +77,9 @@ from pathlib import Path
 
 from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER_SM
 from gpucourse.kernels.sgemm.padding import padded_sizes
-from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, TileConfig, _whole,
-                                            _whole_or_zero, check_config, tile_config_of)
+from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, STREAM, TileConfig,
+                                            _whole, _whole_or_zero, check_config,
+                                            tile_config_of)
 
 MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
 # Slices of K the model may choose (split-K); each slice is a multiple of 16 long.
@@ -94,7 +95,6 @@ MIN_SLICE = 256
 # 3072, 512^3, 511^3). So the cheapest plan is chosen; among plans priced
 # equal, the fewest slices.
 SPLIT_MARGIN = 0.0
-STREAM = "stream"  # split_k's stream-K plan, as matmul's splits names it
 # Stream-K is priced only where the GPU works this long or longer: its share
 # was fitted there (benchmarks/sgemm_model_json.py's stream_shares); at 300 x
 # 200 x 400 (19 us predicted) it ran in 23.1 us where K whole ran in 16.3.
@@ -331,7 +331,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     padded_k = -(-slice_k // config.bk) * config.bk
     if stream:  # split_k.stream_arguments: steps of max(16, bk) columns, one wave of workers
         step = max(16, config.bk)
-        total = tiles * -(-max(k, 1) // step)
+        stream_k = -(-max(k, 1) // step) * step  # a tile's columns, in whole steps
+        total = tiles * stream_k // step
         blocks = min(sms * resident, total)
         busiest, padded_k = -(-blocks // sms), -(-total // blocks) * step
         slices = (tiles + blocks - 1) / tiles  # pieces a tile, on average
@@ -378,7 +379,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "waves": blocks / (sms * resident), "busiest_sm_blocks": busiest,
         "tail_efficiency": tail_efficiency(blocks, sms),
         "padding_efficiency": m * n * k / (tiles * config.bm * config.bn * (
-            -(-k // step) * step if stream else padded_k * slices))
+            stream_k if stream else padded_k * slices))
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
         "scalar_loads": scalar and not padded, "padded": padded, "split_share": split_share,
@@ -445,6 +446,16 @@ def split_kernel_share(entry: dict, config: TileConfig) -> float:
     return float(shares.get(tile_key(config), 0.0))
 
 
+def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> float:
+    """The share x of `other`'s busiest SM (a plan_cost, priced without its
+    share) that makes the model give its measured t_other us, the rates'
+    drift between runs cancelled by `whole`, priced and measured (t_whole) in
+    the same run: f = (t_whole - rest) / sm_us, x = (t_other - rest') /
+    (f sm_us') - 1, rest being gpu_us less sm_us."""
+    rest, rest_other = whole["gpu_us"] - whole["sm_us"], other["gpu_us"] - other["sm_us"]
+    return (t_other - rest_other) / ((t_whole - rest) / whole["sm_us"] * other["sm_us"]) - 1
+
+
 def split_shares_from_record(record: dict, entry: dict) -> dict:
     """{tile key: split share} from an sgemm_rates_variants record
     (benchmarks/sgemm_grid.py --rates-variants; sgemm_rates_variants_tiles
@@ -507,7 +518,7 @@ def split_shares_from_record(record: dict, entry: dict) -> dict:
             if t1 <= rest1 or t2 <= rest2:
                 raise ValueError(f"{key} q {q}: measured {t1:.1f} / {t2:.1f} us, below the "
                                  f"model's fixed costs {rest1:.1f} / {rest2:.1f} us")
-            found.append((t2 - rest2) / ((t1 - rest1) / p1["sm_us"] * p2["sm_us"]) - 1)
+            found.append(measured_share(t1, p1, t2, p2))
         shares[key] = statistics.median(found)
     return shares
 

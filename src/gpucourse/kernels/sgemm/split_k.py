@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _blocks, _level,
-                                            _whole_or_zero)
+from gpucourse.kernels.sgemm.config import (STREAM, TileConfig, WarpTileConfig, _blocks,
+                                            _level, _whole_or_zero)
 from gpucourse.kernels.sgemm.kernel_choice import _default_config, _kernel_for
 from gpucourse.kernels.sgemm.tuned_table import auto_config
 from numba import float32, types, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -67,8 +67,8 @@ SPLIT_SUMS = ("atomic", "partials")
 # tile's K, added into C (zeroed first) with atomic adds, as split-K's
 # slices are, and a run's whole tiles are stored. So each SM does the same
 # number of steps, whatever the number of tiles, for atomic additions on
-# the tiles that two runs share (at most one where each run ends).
-STREAM = "stream"
+# the tiles that two runs share (at most one where each run ends). Its
+# splits value is config.STREAM.
 # On the simulator, where blocks run one after another, a few workers: enough
 # for runs that cross tiles.
 SIMULATOR_WORKERS = 3
