@@ -709,3 +709,16 @@ def test_rings_are_priced_only_where_b_can_be_copied_16_bytes_at_a_time():
         assert any(p["config"].stages for p in candidates) == rings, shape
         assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8, stages=2)) == rings
         assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8))  # no ring: always
+
+
+def test_a_share_is_read_from_a_pair_of_timings_and_a_bad_pair_is_named():
+    # whole: 5 us fixed + 10 on the busiest SM, measured 25 (drift 2); other:
+    # 7 fixed + 20, measured 7 + 2 x 20 x 1.25: a share of 0.25.
+    whole, other = {"gpu_us": 15.0, "sm_us": 10.0}, {"gpu_us": 27.0, "sm_us": 20.0}
+    assert shape_model.measured_share(25.0, whole, 57.0, other) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="t_whole must exceed the plan's fixed costs"):
+        shape_model.measured_share(5.0, whole, 57.0, other)
+    from gpucourse.chapters import sgemm_gap
+
+    with pytest.raises(ValueError, match="new must be an sgemm_grid record"):
+        sgemm_gap.grid_plan_changes({}, {"results": []})

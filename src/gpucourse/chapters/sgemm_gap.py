@@ -335,6 +335,10 @@ def grid_plan_changes(new: dict, old: dict) -> dict:
     {"ring": [...], "stream": [...]}, each row {"shape": "m x n x k",
     "before", "after" (shares of cuBLAS)}, in the newer run's order; shapes
     the older run lacks are left out."""
+    for name, record in (("new", new), ("old", old)):
+        if not (isinstance(record, dict) and isinstance(record.get("results"), list)):
+            raise ValueError(f"{name} must be an sgemm_grid record (a dict with a list of "
+                             f"results; load_grid_results reads one), got {type(record).__name__}")
     before = {(r["m"], r["n"], r["k"]): r["vs_cublas"] for r in old["results"]
               if r["variant"] == "auto" and "vs_cublas" in r}
     found = {"ring": [], "stream": []}

@@ -451,8 +451,12 @@ def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> 
     share) that makes the model give its measured t_other us, the rates'
     drift between runs cancelled by `whole`, priced and measured (t_whole) in
     the same run: f = (t_whole - rest) / sm_us, x = (t_other - rest') /
-    (f sm_us') - 1, rest being gpu_us less sm_us."""
+    (f sm_us') - 1, rest being gpu_us less sm_us. Raises ValueError where
+    t_whole is not above its plan's fixed costs (no drift can be read)."""
     rest, rest_other = whole["gpu_us"] - whole["sm_us"], other["gpu_us"] - other["sm_us"]
+    if not t_whole > rest:
+        raise ValueError(f"t_whole must exceed the plan's fixed costs ({rest:.1f} us), "
+                         f"got {t_whole!r}")
     return (t_other - rest_other) / ((t_whole - rest) / whole["sm_us"] * other["sm_us"]) - 1
 
 
