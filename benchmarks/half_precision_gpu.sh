@@ -66,8 +66,11 @@
 #              beside auto's plan at the grid's shapes under 85%, beside cuBLAS; about
 #              two minutes);
 #   sgemm_pipelined benchmarks/sgemm_pipelined.py (issue 33: level 6's kernel with the walk
-#              along K by cp.async, vectorized.PIPELINE_STAGES, on auto's tiles and on
-#              cuBLAS's, beside auto's plan and cuBLAS; about three minutes);
+#              along K by cp.async, with the knobs pipelined.COPY_ADDRESSES and
+#              vectorized.RING_FMA_ORDER, beside auto's plan and cuBLAS; about four minutes);
+#   sgemm_ring_copy benchmarks/sgemm_ring_copy.py --write-model (issue 33: the copy of a
+#              ragged B into rows of a multiple of 4 before a cp.async ring, timed
+#              and fitted; writes the model's JSON in src/ too, copied back; 20 s);
 #   cublas_kernels benchmarks/cublas_kernels.py (issue 33: the kernels torch.mm runs for fp32
 #              products, their tiles, stages, grids and registers; about 20 seconds);
 #   sgemm_split_tests  the split-K, stream-K and cp.async ring tests on the GPU (their
@@ -148,8 +151,12 @@ for part in "$@"; do
         timeout 300 python3 -m pytest -q -p no:cacheprovider -n 4 --tb=short -rfE \
             tests/test_sgemm_split_k.py tests/test_sgemm_stream_k.py tests/test_sgemm_pipelined.py \
             2>&1 | tail -40 ;;
+    sgemm_ring_copy)  # writes the model's JSON in src/ too: copy it back with the results
+        timeout 120 python3 benchmarks/sgemm_ring_copy.py --write-model --out "$OUT" 2>&1 \
+            | grep -v Warning | tail -20
+        cp src/gpucourse/kernels/sgemm/sgemm_shape_model.json "$OUT/" ;;
     sgemm_pipelined)
-        timeout 500 python3 benchmarks/sgemm_pipelined.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
+        timeout 570 python3 benchmarks/sgemm_pipelined.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_stream)
         timeout 400 python3 benchmarks/sgemm_stream.py --out "$OUT" 2>&1 | grep -v Warning | tail -20 ;;
     sgemm_fragments)

@@ -20,27 +20,30 @@ cuBLAS (TF32 off):
 
 - ``auto_plan``: auto's plan as matmul runs it today (a ring, stream-K or
   neither, as the shape model picks);
-- ``pipe_64x128_8x8``: 64 x 128 x 16 tiles, 8 x 8 a thread (128 threads),
-  two stages, auto's slices of K: cuBLAS's tiles at 1000^3 and 1537 x 1023 x
-  771, 16 deep;
-- ``pipe_128x128_8x8``: 128 x 128 x 16, 8 x 8 (256 threads), two stages,
-  uncapped registers;
-- ``..._each``: the same with each copy's address worked out from its row
-  and column every step (``pipelined.COPY_ADDRESSES = "each"``);
+- ``pipe_64x128`` and ``pipe_64x256``: 64 x 128 x 16 tiles of 8 x 8 a
+  thread (128 threads) and 64 x 256 x 16 of 8 x 16, two stages, uncapped
+  registers, K whole, each copy's address worked out once and the FMAs row
+  by row (the package's first defaults); where n is ragged, B is first
+  copied into rows of n4 floats (entry_point's ``_ring_plan``), and the copy
+  is timed with the kernel;
+- ``..._each``: each copy's address from its row and column every step
+  (``pipelined.COPY_ADDRESSES = "each"``);
+- ``..._serpentine``: the step's FMAs with odd rows right to left
+  (``vectorized.RING_FMA_ORDER``);
+- ``..._stream``: stream-K on the ring;
 - ``cublas``.
 
 Each is checked first against float64, then timed: the median of CUDA-event
 timings of back-to-back launches (benchmarks/sgemm.py's time_ms), in turns
 over ROUNDS rounds. Writes DIR/sgemm_pipelined-<gpu-slug>-<date>.json (rows:
-m, n, k, variant, ms, vs_cublas, config, splits, stages, registers, addresses,
-max_rel_err). About
-three minutes.
+m, n, k, variant, ms, vs_cublas, config, splits, addresses, fma_order,
+fragment_copies, b_padded, max_rel_err). About three minutes.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 from _common import (benchmark_parser, medians_in_turns, need_a_gpu, record_start, start,
@@ -48,8 +51,8 @@ from _common import (benchmark_parser, medians_in_turns, need_a_gpu, record_star
 from sgemm_grid import relative_error
 
 ROUNDS = 3
-SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024, 16384),
-          (512, 512, 512), (2048, 2048, 2048), (4096, 4096, 4096)]
+SHAPES = [(1000, 1000, 1000), (1537, 1023, 771), (3001, 2999, 1009), (777, 1313, 2047),
+          (2048, 2048, 2048), (8192, 768, 3072), (4096, 4096, 4096)]
 # variant: (tiles; slices of K, None for auto's; register cap; stages; how
 # the copies find their addresses, pipelined.COPY_ADDRESSES).
 # Earlier runs also timed auto's own tiles as a ring (bk 8, then 16). The
@@ -65,30 +68,51 @@ SHAPES = [(1537, 1023, 771), (1000, 1000, 1000), (3001, 2999, 1009), (1024, 1024
 # the ring's copies finding their addresses once (the package's default) or
 # each step (its first build, 3% faster at 1000^3 in an A/B probe), on the
 # two tiles auto's rings use most.
-PIPELINED = {"pipe_64x128_8x8": ((64, 128, 16, 8, 8), None, None, 2, "once"),
-             "pipe_64x128_8x8_each": ((64, 128, 16, 8, 8), None, None, 2, "each"),
-             "pipe_128x128_8x8": ((128, 128, 16, 8, 8), None, None, 2, "once"),
-             "pipe_128x128_8x8_each": ((128, 128, 16, 8, 8), None, None, 2, "each")}
+# variant: (tiles, slices of K, knobs set while its kernels are built:
+# pipelined.COPY_ADDRESSES, vectorized.RING_FMA_ORDER, vectorized.FRAGMENT_COPIES).
+# The fifth run (reruns/...-2026-11-30-fifth.json) timed "once" and "each", the FMA order and the
+# fragments a step ahead on two rings, K whole and stream-K, B padded where n
+# is ragged: "each" 11% faster at 1000^3 (56.7 against 62.4 us), each with
+# the serpentine order 5% faster at 3001 x 2999 x 1009 and 4% at 1537 x 1023
+# x 771, the fragments ahead nowhere faster. This one: the two knobs' four
+# pairs on the ring auto uses most, K whole and stream-K, and on 64 x 256.
+ONCE = ("once", "rows", 1)
+TILES_64X128, TILES_64X256 = (64, 128, 16, 8, 8), (64, 256, 16, 8, 16)
+PIPELINED = {"pipe_64x128": (TILES_64X128, 1, ONCE),
+             "pipe_64x128_each": (TILES_64X128, 1, ("each", "rows", 1)),
+             "pipe_64x128_serpentine": (TILES_64X128, 1, ("once", "serpentine", 1)),
+             "pipe_64x128_each_serpentine": (TILES_64X128, 1, ("each", "serpentine", 1)),
+             "pipe_64x128_stream": (TILES_64X128, "stream", ONCE),
+             "pipe_64x128_stream_each_serpentine": (TILES_64X128, "stream",
+                                                    ("each", "serpentine", 1)),
+             "pipe_64x256": (TILES_64X256, 1, ONCE),
+             "pipe_64x256_each_serpentine": (TILES_64X256, 1, ("each", "serpentine", 1))}
 
 
-def launches(torch, m, n, k, config, splits, stages, registers=None, addresses="once"):
-    """go(a_ptr, b_ptr, c_ptr): entry_point's launches for level 6's kernel with
-    `config` and `splits`, built with `stages` cp.async stages (0: the walk
-    through registers) and, with stages, the register cap `registers` and
-    the copies' `addresses` (pipelined.COPY_ADDRESSES)."""
+def launches(torch, a, b, c, config, splits, knobs=ONCE):
+    """go(a_ptr, b_ptr, c_ptr): matmul's launches (entry_point's _quick_plan:
+    for a ring, _ring_plan, which pads B where n is ragged) for level 6's
+    kernel with `config` and `splits`, its kernels built (by one call on a, b
+    and c) under `knobs` (pipelined.COPY_ADDRESSES, vectorized.RING_FMA_ORDER,
+    vectorized.FRAGMENT_COPIES)."""
     from gpucourse.kernels.sgemm import entry_point, kernel_choice, pipelined, vectorized
 
-    caches = (kernel_choice._compiled, kernel_choice._tiled_kernel)
-    before = vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES
-    vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES = registers, addresses
+    m, k = a.shape
+    n = b.shape[1]
+    caches = (kernel_choice._compiled, kernel_choice._tiled_kernel, entry_point._quick_plan)
+    before = pipelined.COPY_ADDRESSES, vectorized.RING_FMA_ORDER, vectorized.FRAGMENT_COPIES
+    pipelined.COPY_ADDRESSES, vectorized.RING_FMA_ORDER, vectorized.FRAGMENT_COPIES = knobs
     for cache in caches:
         cache.cache_clear()  # kernels are built once per key: build them anew
     try:
         aligned = not (k % 4 or n % 4)  # matmul's test for 128-bit loads
-        go = entry_point._launches("6", m, n, k, n, aligned, torch.cuda.current_device(),
-                                   replace(config, stages=stages), splits)
+        go = entry_point._quick_plan("6", m, n, k, aligned, torch.cuda.current_device(),
+                                     config, splits)
+        go(a.data_ptr(), b.data_ptr(), c.data_ptr())  # compiled here, under the knobs
     finally:
-        vectorized.PIPELINE_REGISTERS, pipelined.COPY_ADDRESSES = before
+        pipelined.COPY_ADDRESSES, vectorized.RING_FMA_ORDER, vectorized.FRAGMENT_COPIES = before
+        for cache in caches:
+            cache.cache_clear()
     return go
 
 
@@ -99,7 +123,7 @@ def main(argv=None) -> int:
     from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
     from gpucourse.kernels import sgemm
-    from gpucourse.kernels.sgemm import TileConfig, entry_point, kernel_choice
+    from gpucourse.kernels.sgemm import TileConfig, entry_point
 
     record = record_start(
         "sgemm_pipelined", sgemm.gpu_model(), versions(),
@@ -114,23 +138,18 @@ def main(argv=None) -> int:
         reference = torch.mm(a.double(), b.double())
         device = torch.cuda.current_device()
         _, auto_config, auto_splits = entry_point._resolved("auto", m, n, k, None, None, device)
-        plans = {"auto_plan": (auto_config, auto_splits, auto_config.stages, None, "once")}
-        for variant, (tiles, splits, registers, stages, addresses) in PIPELINED.items():
-            plans[variant] = (TileConfig(*tiles), auto_splits if splits is None else splits,
-                              stages, registers, addresses)
+        plans = {"auto_plan": (auto_config, auto_splits, ONCE)}
+        for variant, (tiles, splits, knobs) in PIPELINED.items():
+            plans[variant] = (TileConfig(*tiles, stages=2), splits, knobs)
         outs = {v: torch.full((m, n), float("nan"), device="cuda") for v in [*plans, "cublas"]}
         calls, failed = {}, {}
-        for variant, (config, splits, stages, registers, addresses) in plans.items():
+        for variant, (config, splits, knobs) in plans.items():
             try:
-                go = launches(torch, m, n, k, config, splits, stages, registers, addresses)
+                go = launches(torch, a, b, outs[variant], config, splits, knobs)
                 calls[variant] = (lambda go=go, c=outs[variant]: go(a.data_ptr(), b.data_ptr(),
                                                                     c.data_ptr()))
-                calls[variant]()  # compiled here, under its own knobs
             except ValueError as error:  # tiles the cp.async walk cannot share out
                 failed[variant] = str(error)
-            finally:
-                kernel_choice._compiled.cache_clear()
-                kernel_choice._tiled_kernel.cache_clear()
         calls["cublas"] = lambda: torch.mm(a, b, out=outs["cublas"])
         calls["cublas"]()
         torch.cuda.synchronize()
@@ -138,11 +157,13 @@ def main(argv=None) -> int:
         ok &= all(e < 1e-5 for e in errors.values())
         ms = medians_in_turns(calls, time_ms, ROUNDS)
         for v in calls:
-            config, splits, stages, registers, addresses = plans.get(v, (None,) * 5)
+            config, splits, knobs = plans.get(v, (None, None, (None,) * 3))
             rows.append({"m": m, "n": n, "k": k, "variant": v, "ms": ms[v],
                          "vs_cublas": ms["cublas"] / ms[v],
                          "config": asdict(config) if config else None, "splits": splits,
-                         "stages": stages, "registers": registers, "addresses": addresses,
+                         "addresses": knobs[0], "fma_order": knobs[1],
+                         "fragment_copies": knobs[2], "b_padded": bool(config and config.stages
+                                                                      and n % 4),
                          "max_rel_err": errors[v]})
         for v, why in failed.items():
             rows.append({"m": m, "n": n, "k": k, "variant": v, "failed": why})

@@ -4,8 +4,8 @@
 of the shared tiles, filled by cp.async s - 1 steps ahead (sgemm.pipelined),
 instead of fetching each next tile into registers. Checked here on Numba's
 CUDA simulator against numpy in float64 (integer-valued inputs: exact), on
-ragged shapes whose K wraps the ring several times, with copies of one float
-and of four, over the whole of K, split-K slices and stream-K pieces; NaN and
+ragged shapes whose K wraps the ring several times, with B as given and B
+padded (ragged N), over the whole of K, split-K slices and stream-K pieces; NaN and
 Inf; the configurations it refuses, each named; and, without a GPU, the PTX
 for an H100/H200: cp.async copies of 4 and 16 bytes, no loads from global
 memory into registers, two barriers, no spills. On the simulator every copy
@@ -29,10 +29,11 @@ from test_sgemm import ATOL, RTOL, _random, _reference
 from test_sgemm_split_k import _integers
 
 # 32 x 32 x 8 tiles, 4 x 8 a thread: one warp. K = 70 is nine steps of 8 (the
-# last ragged, 6), enough to go round a ring of 5 more than once; rows of 70
-# floats take copies of one float, rows of 72 (with N = 36) copies of four.
+# last ragged, 6), enough to go round a ring of 5 more than once; B's rows of
+# 30 floats are first copied into rows of 32 (entry_point's _ring_plan), rows
+# of 36 are copied from B as given, four floats at a time.
 SMALL = TileConfig(32, 32, 8, 4, 8)
-SHAPES = [((37, 30, 70), "one float"), ((33, 36, 72), "four floats")]
+SHAPES = [((37, 30, 70), "B padded"), ((33, 36, 72), "B as given")]
 
 
 @pytest.mark.parametrize("stages", (2, 3, 4, 5))
@@ -48,16 +49,18 @@ def test_every_ring_multiplies_exactly(stages):
                                                              f"{k}, splits {splits}")
 
 
-def test_copies_that_find_their_addresses_each_step_multiply_exactly(monkeypatch):
-    # pipelined.COPY_ADDRESSES = "each" (a benchmark's other way): the same
-    # products, whole, split and stream-K; a value it does not know is named.
+def test_copies_that_find_their_addresses_once_multiply_exactly(monkeypatch):
+    # pipelined.COPY_ADDRESSES = "once" (a benchmark's other way: addresses
+    # worked out before the walk, tiles inside the matrices copied
+    # unchecked): the same products, whole, split and stream-K; a value it
+    # does not know is named.
     from gpucourse.kernels.sgemm import kernel_choice, pipelined
 
     def fresh():  # kernels are built once per configuration: build them anew
         kernel_choice._compiled.cache_clear()
         kernel_choice._tiled_kernel.cache_clear()
 
-    monkeypatch.setattr(pipelined, "COPY_ADDRESSES", "each")
+    monkeypatch.setattr(pipelined, "COPY_ADDRESSES", "once")
     fresh()
     try:
         for index, ((m, n, k), _) in enumerate(SHAPES):
@@ -69,6 +72,66 @@ def test_copies_that_find_their_addresses_each_step_multiply_exactly(monkeypatch
         fresh()
         with pytest.raises(ValueError, match="COPY_ADDRESSES must be 'once' or 'each'"):
             sgemm.matmul(*(_integers((8, 8), 0),) * 2, 6, config=replace(SMALL, stages=2))
+    finally:
+        monkeypatch.undo()
+        fresh()
+
+
+def test_a_ring_copies_b_alone_and_only_where_its_rows_are_ragged(monkeypatch):
+    # The ring reads A a float at a time, so a ragged K costs no copy; where N
+    # is ragged, B alone is copied into rows of N rounded up to 4 (zeros
+    # beyond), read 16 bytes at a time, and C stored a float at a time.
+    from gpucourse.kernels.sgemm import entry_point, padding
+
+    seen = []
+
+    def padded_b(b_dev, device_id=None):
+        seen.append(tuple(b_dev.shape))
+        return padding.padded_b(b_dev, device_id)
+
+    monkeypatch.setattr(entry_point, "padded_b", padded_b)
+    monkeypatch.setattr(entry_point, "padded_operands", lambda *_: pytest.fail("A was padded"))
+    kinds = []
+    real_kernel_for = entry_point.kernel_for
+    monkeypatch.setattr(entry_point, "kernel_for", lambda key, shape, vectorized, config: (
+        kinds.append(vectorized), real_kernel_for(key, shape, vectorized, config))[1])
+    config = replace(SMALL, stages=2)
+    for (m, n, k), padded, kind in [((37, 30, 70), (70, 30), padding.LOADS_ONLY),
+                                    ((33, 36, 71), None, True)]:
+        seen.clear()
+        kinds.clear()
+        a, b = _integers((m, k), 5), _integers((k, n), 6)
+        np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config), _reference(a, b),
+                                      err_msg=f"{m} x {n} x {k}")
+        assert seen == ([padded] if padded else []), (m, n, k)
+        assert kinds == [kind], (m, n, k)
+
+
+def test_either_order_of_fmas_multiplies_exactly(monkeypatch):
+    # vectorized.FMA_ORDER (kernels through registers, "rows" by default) and
+    # RING_FMA_ORDER (rings, "serpentine": odd rows of a thread's patch right
+    # to left), each the other way: the same products; a value neither knows
+    # is named.
+    from gpucourse.kernels.sgemm import kernel_choice, vectorized
+
+    def fresh():
+        kernel_choice._compiled.cache_clear()
+        kernel_choice._tiled_kernel.cache_clear()
+
+    monkeypatch.setattr(vectorized, "FMA_ORDER", "serpentine")
+    monkeypatch.setattr(vectorized, "RING_FMA_ORDER", "rows")
+    fresh()
+    try:
+        (m, n, k), _ = SHAPES[1]
+        a, b = _integers((m, k), 7), _integers((k, n), 8)
+        for config in (SMALL, replace(SMALL, stages=2)):
+            np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config), _reference(a, b),
+                                          err_msg=str(config))
+        monkeypatch.setattr(vectorized, "RING_FMA_ORDER", "columns")
+        fresh()
+        with pytest.raises(ValueError, match="RING_FMA_ORDER must be 'rows' or 'serpentine', "
+                                             "got 'columns'"):
+            sgemm.matmul(a, b, 6, config=SMALL)
     finally:
         monkeypatch.undo()
         fresh()
@@ -121,8 +184,10 @@ print(json.dumps(found))
 # 64 x 128 x 16, 8 x 8 a thread (128 threads), two stages.
 RING = TileConfig(64, 128, 16, 8, 8, stages=2)
 # (vectorized, interior): tiles inside the matrices with 128-bit loads; rows a
-# multiple of 4 with edges; ragged rows. Then level 6's kernel through registers.
-KINDS = [(True, True), (True, False), (False, False)]
+# multiple of 4 with edges; B padded to rows a multiple of 4 where n is ragged
+# (entry_point's _ring_plan: 16-byte copies, C stored a float at a time).
+# Then level 6's kernel through registers.
+KINDS = [(True, True), (True, False), ("loads", False)]
 
 
 @pytest.fixture(scope="module")
@@ -144,18 +209,21 @@ def _loop_besides_the_arithmetic(text):
 
 
 def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
+    from gpucourse.kernels.sgemm import pipelined
+
     a_copies = RING.bm * RING.bk // RING.threads  # a float of A each
     for text, (vectorized, interior) in zip(ring_ptx, KINDS):
         b_width = 4 if vectorized else 1
         b_copies = RING.bk * RING.bn // b_width // RING.threads
         assert ".target sm_90" in text
         # Each thread's copies of one step, written out twice: the ring's
-        # first tile (stages - 1 of them) and the walk's one ahead; and twice
-        # in each place where tiles may lie across an edge (unchecked inside,
-        # checked at the edge). Not more: a walk written out once per copy of
-        # the ring (two branches, each copy named by a constant) ran 1000^3
-        # at half the speed on the H200 (benchmarks/NOTES.md).
-        sites = 2 if interior else 4
+        # first tile (stages - 1 of them) and the walk's one ahead, each copy
+        # checked against the edges (COPY_ADDRESSES "each", the default; with
+        # "once", twice more where tiles may lie across an edge: unchecked
+        # inside, checked at the edge). Not more: a walk written out once per
+        # copy of the ring (two branches, each copy named by a constant) ran
+        # 1000^3 at half the speed on the H200 (benchmarks/NOTES.md).
+        sites = 2 if interior or pipelined.COPY_ADDRESSES == "each" else 4
         four = text.count("cp.async.ca.shared.global")
         sixteen = text.count("cp.async.cg.shared.global")
         if vectorized:
@@ -174,17 +242,16 @@ def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
         assert registers <= 255, report
 
 
-def test_inside_the_matrices_the_copies_cost_what_loads_through_registers_cost(ring_ptx):
-    # Each copy's addresses are its first's plus a constant, worked out once:
-    # in the main loop of the kernel for tiles inside the matrices, the
-    # instructions besides the FMAs and the fragments' reads, per FMA, are at
-    # most twice level 6's through registers, whose loop holds two steps (one
-    # per copy of its tiles; ptxas 13.5: 74 for the ring's 1,024 FMAs, 87 for
-    # level 6's 2,048; the first build, which worked out every address from
-    # its row and column each step, had 223). The ring's loop picks its copy
-    # at run time: written out once per copy, as level 6's is, it issued 44
-    # but ran at half the speed (the test above).
+def test_the_rings_loop_is_mostly_fmas(ring_ptx):
+    # In the main loop of the kernel for tiles inside the matrices, the
+    # instructions besides the FMAs and the fragments' reads stay under an
+    # eighth of the FMAs (ptxas 13.5: 117 for the ring's 1,024 with
+    # COPY_ADDRESSES "each", 74 with "once", level 6's through registers 87
+    # for its 2,048; the ring's first build, which also worked each address
+    # out every step but branched per copy, 223). Fewer is not faster by
+    # itself: "once" ran 1000^3 11% slower than "each" on the H200, and the
+    # loop written out once per copy of the ring, 44, at half the speed.
     ring, ring_fmas = _loop_besides_the_arithmetic(ring_ptx[0])
     registers, fmas = _loop_besides_the_arithmetic(ring_ptx[3])
     assert (ring_fmas, fmas) == (RING.tm * RING.tn * RING.bk, 2 * RING.tm * RING.tn * RING.bk)
-    assert len(ring) <= len(registers), ring
+    assert len(ring) <= ring_fmas // 8, ring

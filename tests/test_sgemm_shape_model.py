@@ -696,19 +696,31 @@ def test_the_stream_share_is_recovered_from_timings_made_with_it():
     assert all(x == pytest.approx(0.07) for x in shares.values()), shares
 
 
-def test_rings_are_priced_only_where_b_can_be_copied_16_bytes_at_a_time():
-    # The H200's menu holds cp.async rings; their rates time 16-byte copies
-    # of B, so where n or k is not a multiple of 4 (copies of one float) no
-    # ring is a candidate, and where both are, rings are.
-    entry = sgemm.gpu_entry(H200)
-    assert any(c.stages for c in shape_model.menu(entry))
-    for shape, rings in [((3001, 2999, 1009), False), ((1000, 1000, 1002), False),
-                         ((1537, 1023, 771), False), ((1000, 1000, 1000), True),
-                         ((8192, 768, 3072), True)]:
-        candidates = _plan(shape, H200)["candidates"]
-        assert any(p["config"].stages for p in candidates) == rings, shape
-        assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8, stages=2)) == rings
-        assert shape_model.ring_priced(shape, TileConfig(64, 128, 16, 8, 8))  # no ring: always
+def test_a_ring_on_ragged_n_is_priced_with_the_copy_of_b():
+    # A cp.async ring copies A a float at a time and B 16 bytes at a time:
+    # where n is ragged, matmul first copies B into rows of n rounded up to 4
+    # (entry_point's _ring_plan), and the model adds that copy to the plan;
+    # a ragged k alone costs nothing, and a ring never loads a float at a time.
+    entry = {**sgemm.gpu_entry(H200), "ring_copy": {"copy_gbps": 2000.0, "fixed_us": 3.0}}
+    ring = TileConfig(64, 128, 16, 8, 8, stages=2)
+    ragged = shape_model.plan_cost((1537, 1023, 771), ring, 1, entry)
+    even = shape_model.plan_cost((1537, 1024, 771), ring, 1, entry)
+    # By hand: B read (771 x 1023) and written (771 x 1024), at 2 MB a microsecond.
+    assert ragged["ring_copy_us"] == pytest.approx(4 * 771 * (1023 + 1024) / 2e6 + 3.0)
+    assert ragged["gpu_us"] - even["gpu_us"] == pytest.approx(ragged["ring_copy_us"])
+    assert not ragged["scalar_loads"] and not ragged["padded"]
+    deep = shape_model.plan_cost((1000, 1000, 1002), ring, 1, entry)
+    assert deep["ring_copy_us"] == 0.0 and not deep["scalar_loads"]
+    # The same tiles through registers load floats one at a time there.
+    assert shape_model.plan_cost((1537, 1023, 771), TileConfig(64, 128, 16, 8, 8), 1,
+                                 entry)["scalar_loads"]
+    # Rings (and rings under stream-K) are candidates at every shape.
+    for shape in [(3001, 2999, 1009), (1537, 1023, 771), (1000, 1000, 1000)]:
+        candidates = shape_model.choose_plan(shape, entry=entry)["candidates"]
+        assert any(p["config"].stages and p["splits"] == 1 for p in candidates), shape
+        assert any(p["config"].stages and p["splits"] == "stream" for p in candidates), shape
+    with pytest.raises(ValueError, match=r"shape must be a tuple \(m, n, k\) of whole numbers"):
+        shape_model.ring_copy_us((10, -1, 4), entry)
 
 
 def test_a_share_is_read_from_a_pair_of_timings_and_a_bad_pair_is_named():

@@ -27,8 +27,9 @@ from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
-from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid,
-                                             padded_operands, padded_sizes, scratch)
+from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid, padded_b,
+                                             padded_operands, padded_sizes, ring_b_columns,
+                                             scratch)
 from gpucourse.kernels.sgemm.shape_model import padded_plan
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
                                              STREAM, STREAM_SIGNATURE, SUM_BLOCK,
@@ -157,7 +158,8 @@ def _fast_matmul(a, b, key, config, splits, out=None, split_sum="atomic"):
         c_ptr = out.__cuda_array_interface__["data"][0]
     if not (m and n):
         return out
-    vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0)
+    vectorized = (k % 4 == 0 and n % 4 == 0 and a_ptr % 16 == 0 and b_ptr % 16 == 0
+                  and c_ptr % 16 == 0)
     key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
     ranges = split_ranges(k, splits) if k and splits != STREAM else [(0, 0)]
     if len(ranges) == 1 or split_sum == "atomic":
@@ -258,7 +260,7 @@ def _quick_matmul(a, b, level, out):
     if c_matrix is None or c_matrix[1] != m or c_matrix[2] != n:
         return None
     if m and n:
-        aligned = not (k % 4 or n % 4 or a_ptr % 16 or b_ptr % 16)
+        aligned = not (k % 4 or n % 4 or a_ptr % 16 or b_ptr % 16 or c_matrix[0] % 16)
         _quick_plan(key, m, n, k, aligned, device_id)(a_ptr, b_ptr, c_matrix[0])
     return out
 
@@ -308,6 +310,8 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
     pad = (not vectorized and key == "auto" and config is None and splits is None
            and _pads(m, n, k, _gpu_name(device_id)))
     key, config, splits = _resolved(key, m, n, k, config, splits, device_id)
+    if k and key in ("5", "6") and getattr(config, "stages", 0):
+        return _ring_plan(key, m, n, k, device_id, config, splits)
     if not pad:
         return _launches(key, m, n, k, n, vectorized, device_id, config, splits)
     k4, n4, pad_a, floats = padded_sizes(m, n, k)
@@ -329,23 +333,62 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
     return go_padded
 
 
+def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits):
+    """go(a_ptr, b_ptr, c_ptr) for level 5 or 6's kernel with a cp.async ring
+    (config.stages). The ring copies A a float at a time, so A is read as
+    given whatever K is; B is copied 16 bytes at a time, from B itself where
+    its rows allow it (n a multiple of 4, B and C on 16 bytes), else from a
+    copy of B padded to k x n4 (``padding.padded_b``), C then stored a float
+    at a time. Each way is compiled the first time it is needed."""
+    n4 = ring_b_columns(n)
+    ways = {}
+
+    def way(aligned: bool):
+        if aligned not in ways:
+            ways[aligned] = _launches(key, m, n, k, n if aligned else n4,
+                                      True if aligned else LOADS_ONLY, device_id, config, splits)
+        return ways[aligned]
+
+    copy_b = None
+
+    def go(a_ptr, b_ptr, c_ptr):
+        nonlocal copy_b
+        if not (n % 4 or b_ptr % 16 or c_ptr % 16):
+            return way(True)(a_ptr, b_ptr, c_ptr)
+        if copy_b is None:
+            copy_b = _copy_launch(k, n, k, n4, device_id)
+        b_padded = scratch(device_id, k * n4).device_ctypes_pointer.value
+        copy_b(b_ptr, b_padded)
+        way(False)(a_ptr, b_padded, c_ptr)
+    return go
+
+
+def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, device_id: int):
+    """copy(source_ptr, padded_ptr): pad_copy's launch from a rows x cols
+    matrix into a padded_rows x padded_cols buffer, on the default stream."""
+    launch = core_launch()
+    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
+    shape = launch_config(pad_grid(padded_rows, padded_cols), PAD_BLOCK)
+
+    def go(source_ptr, padded_ptr):
+        launch(stream, shape, copy, *_matrix_argument(source_ptr, rows, cols),
+               *_matrix_argument(padded_ptr, padded_rows, padded_cols))
+    return go
+
+
 def pad_copies(m: int, n: int, k: int, device_id: int):
     """copy(a_ptr, b_ptr, a_padded, b_padded): pad_copy's launches for an m x
     n x k product on one GPU, B (k x n) into the k4 x n4 buffer at b_padded
     and, where K is ragged, A (m x k) into the m x k4 one at a_padded
     (padding.padded_sizes), on the default stream."""
     k4, n4, pad_a, _ = padded_sizes(m, n, k)
-    launch = core_launch()
-    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
-    a_shape, b_shape = launch_config(pad_grid(m, k4), PAD_BLOCK), launch_config(pad_grid(k4, n4),
-                                                                                 PAD_BLOCK)
+    copy_a = _copy_launch(m, k, m, k4, device_id) if pad_a else None
+    copy_b = _copy_launch(k, n, k4, n4, device_id)
 
     def go(a_ptr, b_ptr, a_padded, b_padded):
-        if pad_a:
-            launch(stream, a_shape, copy, *_matrix_argument(a_ptr, m, k),
-                   *_matrix_argument(a_padded, m, k4))
-        launch(stream, b_shape, copy, *_matrix_argument(b_ptr, k, n),
-               *_matrix_argument(b_padded, k4, n4))
+        if copy_a is not None:
+            copy_a(a_ptr, a_padded)
+        copy_b(b_ptr, b_padded)
     return go
 
 
@@ -489,15 +532,21 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
         c_dev = cuda.device_array((m, n), dtype=np.float32)
 
     if m and n:  # with k == 0 every kernel writes zeros, the empty sum, as numpy does
-        vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev)
+        vectorized = _aligned_rows(a_dev) and _aligned_rows(b_dev) and _aligned_rows(c_dev)
         if key == "auto":
             pad = not (vectorized or config or splits) and (k % 4 or _aligned_rows(a_dev)) \
                 and _pads(m, n, k, gpu_model())  # A as given (K % 4 == 0) must be aligned
             planned, planned_splits = auto_plan((m, n, k))
             key, config, splits = "6", config or planned, splits or planned_splits
-            if pad:  # ragged rows copied into padded buffers (see padding)
+            if pad and not config.stages:  # ragged rows copied into padded buffers (see padding)
                 a_dev, b_dev = padded_operands(a_dev, b_dev)
                 k, vectorized = a_dev.shape[1], True if n % 4 == 0 else LOADS_ONLY
+        if k and key in ("5", "6") and config is not None and config.stages:
+            # A cp.async ring reads A a float at a time: only B's rows (and
+            # C's, for 128-bit stores) decide; else B alone is padded (_ring_plan).
+            vectorized = _aligned_rows(b_dev) and _aligned_rows(c_dev)
+            if not vectorized:
+                b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:
             kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)

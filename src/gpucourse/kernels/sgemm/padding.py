@@ -15,6 +15,11 @@ which pays on products large enough that 11% of the multiply exceeds it;
 ``shape_model.plan_cost`` weighs the two where the GPU's entry allows it
 (``shape_model.padding_on``).
 
+A cp.async ring (``TileConfig.stages``, ``pipelined``) copies A a float at a
+time, so only B's rows need 16 bytes: where N is ragged, or B or C does not
+start on 16 bytes, B alone is copied, into k x n4 (``padded_b``), and A is
+read as given whatever K is.
+
 The padded buffers live in one scratch buffer per GPU that grows to the
 largest product seen and is reused: every launch goes to the same stream,
 so a copy never overwrites operands that an earlier product still reads.
@@ -67,6 +72,23 @@ def scratch(device_id, floats: int):
     return buffer
 
 
+def ring_b_columns(n: int) -> int:
+    """The columns of the buffer a ring's B is copied into: n rounded up to a
+    multiple of 4."""
+    return -(-n // 4) * 4
+
+
+def padded_b(b_dev, device_id=None):
+    """B (k x n) copied by pad_copy into a k x n4 buffer (``ring_b_columns``)
+    of the scratch buffer, zeros beyond column n: what a cp.async ring reads
+    where B's rows do not allow 16-byte copies."""
+    k, n = b_dev.shape
+    n4 = ring_b_columns(n)
+    b_padded = scratch(device_id, k * n4)[:k * n4].reshape(k, n4)
+    pad_copy[pad_grid(k, n4), PAD_BLOCK](b_dev, b_padded)
+    return b_padded
+
+
 def padded_operands(a_dev, b_dev, device_id=None) -> tuple:
     """(A, B) ready for 128-bit loads, as Numba device arrays: each ragged one
     copied into the scratch buffer by pad_copy (B whenever K or N is ragged,
@@ -83,3 +105,63 @@ def padded_operands(a_dev, b_dev, device_id=None) -> tuple:
     b_padded = buffer[start:start + k4 * n4].reshape(k4, n4)
     pad_copy[pad_grid(k4, n4), PAD_BLOCK](b_dev, b_padded)
     return a_dev, b_padded
+
+
+# What the copies cost (shape_model prices plans with them).
+# Copying a ragged operand into a padded buffer (entry_point's padded plans):
+# the copy kernel's rate, read and write together, where the GPU's entry
+# does not say (an assumption, below what an H100's or H200's memory moves,
+# 3.35 and 4.8 TB/s: the next grid run tests it), and the Python of each
+# extra launch.
+PAD_COPY_GBPS = 2500.0
+PAD_CALL_US = 4.0
+
+
+def padding_us(shape, entry: dict) -> tuple:
+    """(copies, microseconds) of padding a ragged product's operands so that
+    128-bit loads are legal: B copied into k4 x n4 (k and n rounded up to
+    multiples of 4, zeros beyond) whenever k or n is ragged, and A into m x k4
+    when k is; each copy reads the operand and writes the padded buffer at
+    the entry's "padding" "copy_gbps" (default PAD_COPY_GBPS) and pays a launch
+    (gpu_launch_us). (0, 0.0) when nothing is ragged."""
+    moved = padding_bytes(shape)
+    if not moved:
+        return 0, 0.0
+    copies = 1 + padded_sizes(*_sizes(shape))[2]
+    rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
+    return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
+
+
+def padding_bytes(shape) -> int:
+    """The bytes that padding a ragged product's operands reads and writes
+    (see padding_us): B read and its k4 x n4 buffer written, and A and its m x
+    k4 buffer where k is ragged; 0 when nothing is ragged."""
+    m, n, k = _sizes(shape)
+    if not (k % 4 or n % 4):
+        return 0
+    k4, n4, pad_a, _ = padded_sizes(m, n, k)
+    return 4 * (k * n + k4 * n4) + (4 * (m * k + m * k4) if pad_a else 0)
+
+
+def ring_copy_us(shape, entry: dict) -> float:
+    """Microseconds of copying B into a k x n4 buffer (``padded_b``) before a
+    cp.async ring, where n is ragged: B read and the buffer written, 4 k (n +
+    n4) bytes, at the entry's measured "ring_copy" line (copy_gbps and
+    fixed_us, benchmarks/sgemm_ring_copy.py), else at PAD_COPY_GBPS plus a
+    launch (gpu_launch_us); 0.0 where n is a multiple of 4."""
+    _, n, k = _sizes(shape)
+    if not n % 4:
+        return 0.0
+    measured = entry.get("ring_copy")
+    rate = float(measured["copy_gbps"] if measured else PAD_COPY_GBPS) * 1e3  # bytes a us
+    fixed = float(measured["fixed_us"]) if measured else entry["constants"]["gpu_launch_us"]
+    return 4 * k * (n + ring_b_columns(n)) / rate + fixed
+
+
+def _sizes(shape) -> tuple:
+    """(m, n, k) as whole numbers >= 0, or a ValueError naming the shape."""
+    if not (isinstance(shape, tuple) and len(shape) == 3
+            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+                    for v in shape)):
+        raise ValueError(f"shape must be a tuple (m, n, k) of whole numbers >= 0, got {shape!r}")
+    return tuple(int(v) for v in shape)

@@ -65,14 +65,15 @@ from gpucourse.kernels._async_copy import (copy_float4_async_from, copy_float_as
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
 from numba import uint64  # noqa: E402 (after gpucourse.device)
 
-# How a copy finds its source in global memory: "once" (each copy's address
-# worked out before the walk, then an offset a step; the default), or "each"
-# (from its row and column every step, each copy checked against the edges,
-# as the ring's first build did). Timed on the H200 at 1000^3 on 64 x 128 x
-# 16 tiles (kernel time, torch's profiler): the first build 58.4 us, this
-# one's walk with "once" and no unchecked tiles 60.7 (benchmarks/NOTES.md);
-# "each" is here so that a benchmark can time the two in one run.
-COPY_ADDRESSES = "once"
+# How a copy finds its source in global memory: "each" (from its row and
+# column every step, each copy checked against the edges; the default), or
+# "once" (each copy's address worked out before the walk, then an offset a
+# step, and tiles inside the matrices copied unchecked). "once" issues fewer
+# instructions (74 besides the arithmetic per 1,024 FMAs offline, against
+# level 6's 87 per 2,048), yet on the H200 "each" ran 1000^3 in 56.9 us
+# against 62.7 (64 x 128 x 16 tiles of 8 x 8; results/sgemm_pipelined-h200-
+# 2026-11-30.json, with the FMA orders of vectorized.RING_FMA_ORDER).
+COPY_ADDRESSES = "each"
 
 
 def a_stride(bm: int) -> int:

@@ -76,7 +76,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER_SM
-from gpucourse.kernels.sgemm.padding import padded_sizes
+from gpucourse.kernels.sgemm.padding import (PAD_CALL_US, PAD_COPY_GBPS,  # noqa: F401 (re-exported)
+                                             padding_bytes, padding_us, ring_copy_us)
 from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, STREAM, TileConfig,
                                             _whole, _whole_or_zero, check_config,
                                             tile_config_of)
@@ -353,7 +354,11 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             occupancy = 1 - math.exp(-together * warps / c["warps_to_hide"])
             sm_us += together * block_flops / (peak_per_us * tile_eff * occupancy) + c["block_us"]
             left -= together
-    scalar = bool(k % 4 or n % 4)  # matmul's test: no 128-bit loads along a row
+    # matmul's test: no 128-bit loads along a row. A ring copies A a float at
+    # a time and, where n is ragged, first copies B into rows of n4 (entry_point's
+    # _ring_plan): it never loads a float at a time, it pays the copy instead.
+    ring = bool(config.stages)
+    scalar = bool(k % 4 or n % 4) and not ring
     split = slices > 1 or stream
     split_share = (entry.get("stream_kernel") or {}).get("share", 0.0) if stream \
         else split_kernel_share(entry, config) if split else 0.0
@@ -370,6 +375,10 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     if padded:
         gpu_us += copy_us
         host_us += copies * PAD_CALL_US
+    ring_copy = ring_copy_us((m, n, k), entry) if ring else 0.0
+    if ring_copy:
+        gpu_us += ring_copy
+        host_us += PAD_CALL_US
     predicted = max(host_us, gpu_us)
     return {
         "config": config, "splits": STREAM if stream else splits, "tiles": tiles,
@@ -382,45 +391,11 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             stream_k if stream else padded_k * slices))
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
-        "scalar_loads": scalar and not padded, "padded": padded, "split_share": split_share,
+        "scalar_loads": scalar and not padded, "padded": padded, "ring_copy_us": ring_copy,
+        "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
     }
-
-
-# Copying a ragged operand into a padded buffer (entry_point's padded plans):
-# the copy kernel's rate, read and write together, where the GPU's entry
-# does not say (an assumption, below what an H100's or H200's memory moves,
-# 3.35 and 4.8 TB/s: the next grid run tests it), and the Python of each
-# extra launch.
-PAD_COPY_GBPS = 2500.0
-PAD_CALL_US = 4.0
-
-
-def padding_us(shape, entry: dict) -> tuple:
-    """(copies, microseconds) of padding a ragged product's operands so that
-    128-bit loads are legal: B copied into k4 x n4 (k and n rounded up to
-    multiples of 4, zeros beyond) whenever k or n is ragged, and A into m x k4
-    when k is; each copy reads the operand and writes the padded buffer at
-    the entry's "padding" "copy_gbps" (default PAD_COPY_GBPS) and pays a launch
-    (gpu_launch_us). (0, 0.0) when nothing is ragged."""
-    moved = padding_bytes(shape)
-    if not moved:
-        return 0, 0.0
-    copies = 1 + padded_sizes(*_shape(shape))[2]
-    rate = float((entry.get("padding") or {}).get("copy_gbps", PAD_COPY_GBPS)) * 1e3  # B/us
-    return copies, moved / rate + copies * entry["constants"]["gpu_launch_us"]
-
-
-def padding_bytes(shape) -> int:
-    """The bytes that padding a ragged product's operands reads and writes
-    (see padding_us): B read and its k4 x n4 buffer written, and A and its m x
-    k4 buffer where k is ragged; 0 when nothing is ragged."""
-    m, n, k = _shape(shape)
-    if not (k % 4 or n % 4):
-        return 0
-    k4, n4, pad_a, _ = padded_sizes(m, n, k)
-    return 4 * (k * n + k4 * n4) + (4 * (m * k + m * k4) if pad_a else 0)
 
 
 def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
@@ -633,10 +608,9 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
     padding = padding_on(entry)
     stream = [STREAM] if "stream_kernel" in entry else []
     priced = [plan_cost((m, n, k), config, splits, entry, padding)
-              for config in menu(entry) if ring_priced((m, n, k), config)
+              for config in menu(entry)
               for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
-                                                                          entry)
-                                          + (stream if not config.stages else []))]
+                                                                          entry) + stream)]
     # Stream-K only where its share was fitted: 50 us or more on the GPU.
     priced = [p for p in priced if p["splits"] != STREAM or p["gpu_us"] >= STREAM_MIN_US]
     # Cheapest first; among equals (a call the host's cost decides), fewer
@@ -647,18 +621,6 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
         else whole
     return {**chosen, "gpu": entry["name"], "calibrated": entry.get("calibrated"),
             "candidates": priced}
-
-
-def ring_priced(shape, config: TileConfig) -> bool:
-    """Whether choose_plan prices `config` on an (m, n, k) product: every
-    configuration, except a cp.async ring (config.stages) where n or k is not
-    a multiple of 4. There B's tile is copied a float at a time, four times
-    the copies, which the measured rates (16-byte copies) do not price; on
-    the H200 rings ran 3001 x 2999 x 1009 at 0.72-0.78 of cuBLAS and 777 x
-    1313 x 2047 at 0.52-0.58 where auto's tiles through registers ran 0.84
-    and 0.87 (benchmarks/results/reruns/sgemm_pipelined-h200-2026-11-29-*)."""
-    m, n, k = _shape(shape)
-    return not (config.stages and (n % 4 or k % 4))
 
 
 def padding_on(entry: dict) -> bool:

@@ -51,6 +51,18 @@ FRAGMENT_COPIES = 1
 # (results/sgemm_pipelined-h200-2026-11-29.json). "auto" gives them the
 # others' cap (benchmarks/sgemm_pipelined.py's comparison).
 PIPELINE_REGISTERS = None
+# The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
+# TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
+# each FMA shares an operand with the one before it). FMA_ORDER is the
+# kernels' through registers (their rates were measured with "rows"),
+# RING_FMA_ORDER the cp.async rings'. Timed on the H200 with the rings' copies
+# finding their addresses each step (results/sgemm_pipelined-h200-2026-11-30.json,
+# 64 x 128 x 16 tiles of 8 x 8, share of cuBLAS, rows against serpentine):
+# 3001 x 2999 x 1009 93% against 101%, 1537 x 1023 x 771 under stream-K
+# 91% serpentine, 1000^3 89% against 86%. Which order ptxas schedules better
+# is not something the PTX shows; the timings decide.
+FMA_ORDER = "rows"
+RING_FMA_ORDER = "serpentine"
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
@@ -78,6 +90,10 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
                          f"{config.bk} steps), got {unroll} steps per pass")
     AHEAD = copies == 2
     stages = config.stages
+    for name, order in (("FMA_ORDER", FMA_ORDER), ("RING_FMA_ORDER", RING_FMA_ORDER)):
+        if order not in ("rows", "serpentine"):
+            raise ValueError(f"{name} must be 'rows' or 'serpentine', got {order!r}")
+    SERPENTINE = (RING_FMA_ORDER if stages else FMA_ORDER) == "serpentine"
     if stages and max_registers == "auto":
         max_registers = PIPELINE_REGISTERS
     cap = _register_cap(max_registers, config.threads, config.tm * config.tn,
@@ -122,9 +138,12 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
 
     @cuda.jit(device=True, **_INLINE)
     def multiply_fragments(acc, a_frag, b_frag, copy):
-        # The TM x TN FMAs on fragment copy `copy`.
+        # The TM x TN FMAs on fragment copy `copy`, in FMA_ORDER (a ring's:
+        # RING_FMA_ORDER); i and j are constants once the loops are written
+        # out, so the order is fixed when the kernel is compiled.
         for i in range(TM):
-            for j in range(TN):
+            for jj in range(TN):
+                j = TN - ONE - jj if SERPENTINE and i % TWO else jj
                 acc[i * TN + j] += a_frag[copy * TM + i] * b_frag[copy * TN + j]
 
     @cuda.jit(device=True, **_INLINE)
@@ -155,8 +174,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         all_steps(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base)
 
     if stages:
+        # "loads" (a padded B) copies 16 bytes as True does; only C's stores differ.
         copy_tiles = pipelined.make_tile_copies(config.bm, config.bn, config.bk, threads,
-                                                vectorized is True, interior)
+                                                bool(vectorized), interior)
         walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
                                        b_elements, stages)
         a_staged = b_staged = 1  # no tiles in flight through registers

@@ -1,0 +1,109 @@
+"""What copying B into rows of a multiple of 4 costs before a cp.async ring.
+
+    PYTHONPATH=src python3 benchmarks/sgemm_ring_copy.py [--out DIR] [--write-model]
+
+Issue 33. A cp.async ring copies B's tile 16 bytes at a time, which B's rows
+allow only when n is a multiple of 4; where it is not, matmul first copies B
+(k x n) into a k x n4 buffer, n rounded up to 4 (entry_point's
+``_ring_plan``, ``padding.padded_b``), and the shape model adds that copy to
+the ring's plan (``padding.ring_copy_us``). This script times the copy as
+matmul launches it (``entry_point._copy_launch``), alone, for B of every
+grid shape whose n is ragged (benchmarks/sgemm_grid.py's GRID) and a few
+more sizes, and fits a line: microseconds = fixed + bytes moved / rate (B
+read and the buffer written). The median of CUDA-event timings of
+back-to-back launches (benchmarks/sgemm.py's time_ms), so the fixed part is
+what one more launch on the stream costs the GPU, the gap between kernels
+included. Writes DIR/sgemm_ring_copy-<gpu-slug>-<date>.json (rows: k, n, n4,
+bytes, us; the fit). With --write-model, the fit goes into the model's JSON
+for this GPU as "ring_copy" (copy_gbps, fixed_us, source). About 20 seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+from sgemm_grid import grid_shapes
+
+# B's sizes (k, n) besides the grid's ragged ones: a wide spread of bytes.
+MORE_B = [(256, 1001), (512, 2047), (1024, 4095), (4096, 4097), (8192, 8191)]
+
+
+def ring_copy_sizes() -> list[tuple[int, int]]:
+    """(k, n) of B for every grid shape whose n is not a multiple of 4, then MORE_B."""
+    sizes = [(k, n) for _, (m, n, k) in grid_shapes() if n % 4]
+    return list(dict.fromkeys(sizes + MORE_B))
+
+
+def fit_line(rows: list[dict]) -> dict:
+    """Least squares of us = fixed_us + bytes / (copy_gbps x 1e3), each row
+    weighted by 1 / us (relative errors), as {"copy_gbps", "fixed_us"}."""
+    x = np.array([r["bytes"] for r in rows], dtype=float)
+    y = np.array([r["us"] for r in rows], dtype=float)
+    w = 1.0 / y
+    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
+    (fixed, per_byte), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+    if per_byte <= 0 or fixed < 0:
+        raise ValueError(f"the copy's timings do not fit a line with a positive rate and a "
+                         f"fixed part >= 0 (got {per_byte:.3g} us a byte, {fixed:.3g} us)")
+    return {"copy_gbps": round(float(1e-3 / per_byte), 1), "fixed_us": round(float(fixed), 3)}
+
+
+def main(argv=None) -> int:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--write-model", action="store_true",
+                        help="write the fit into the model's JSON as this GPU's ring_copy")
+    args, _ = start(parser, argv, check_gpu=lambda: need_a_gpu(
+        "sgemm_ring_copy.py", "the copy is tested on the simulator (test_sgemm_pipelined)"))
+    import torch
+    from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
+
+    from gpucourse.kernels import sgemm
+    from gpucourse.kernels.sgemm import entry_point
+    from gpucourse.kernels.sgemm.padding import ring_b_columns
+
+    device = torch.cuda.current_device()
+    record = record_start(
+        "sgemm_ring_copy", sgemm.gpu_model(), versions(),
+        "B (k x n, n not a multiple of 4) copied into a k x n4 buffer by entry_point._copy_launch as matmul launches it before a cp.async ring; "
+        "checked against B and its zeros first, then the median of CUDA-event timings of "
+        "back-to-back launches (benchmarks/sgemm.py's time_ms); bytes = 4 k (n + n4), B read "
+        "and the buffer written")
+    rows = []
+    for k, n in ring_copy_sizes():
+        n4 = ring_b_columns(n)
+        b = torch.randn(k, n, device="cuda")
+        padded = torch.full((k, n4), float("nan"), device="cuda")
+        copy = entry_point._copy_launch(k, n, k, n4, device)
+        call = lambda: copy(b.data_ptr(), padded.data_ptr())  # noqa: E731
+        call()
+        torch.cuda.synchronize()
+        ok = bool(torch.equal(padded[:, :n], b) and not padded[:, n:].any())
+        ms, _ = time_ms(call)
+        rows.append({"k": k, "n": n, "n4": n4, "bytes": 4 * k * (n + n4), "us": ms * 1e3,
+                     "exact": ok})
+        print(f"B {k} x {n}: {ms * 1e3:.2f} us, {4 * k * (n + n4) / ms / 1e6:.0f} GB/s"
+              + ("" if ok else " WRONG"), flush=True)
+    record["results"] = rows
+    record["fit"] = fit_line(rows)
+    print(f"fit: {record['fit']}")
+    path = write_record(record, Path(args.out))
+    print(f"wrote {path}")
+    if args.write_model:
+        from sgemm_model_json import update_entry
+
+        source = f"benchmarks/results/{path.name}"
+
+        def update(entry):
+            entry["ring_copy"] = {"source": source, **record["fit"]}
+
+        update_entry(sgemm, record["gpu"], update)
+        print(f"wrote ring_copy into {sgemm.MODEL_PATH.name}")
+    return 0 if all(r["exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
