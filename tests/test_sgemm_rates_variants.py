@@ -99,6 +99,9 @@ def test_the_share_prices_split_plans_only_and_reproduces_the_measured_time():
     assert shape_model.split_kernel_share(with_share, TILE) == 0.5
     assert shape_model.split_kernel_share(entry, TILE) == 0.0
     assert shape_model.split_kernel_share(with_share, TileConfig(64, 256, 16, 8, 8)) == 0.0
+    # A share measured below 0 prices a split plan as K whole a step, no less.
+    faster = {**entry, "split_kernel": {"source": "by hand", "share": {KEY: -0.09}}}
+    assert shape_model.split_kernel_share(faster, TILE) == 0.0
     # q = 4 above (f = 1): with the share, plan_cost gives T2 = 1283.8 us.
     split = shape_model.plan_cost((2816, 3072, 4096), TILE, 2, with_share)
     assert math.isclose(split["gpu_us"], 1283.8) and split["split_share"] == 0.5

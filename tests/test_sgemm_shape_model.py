@@ -186,10 +186,15 @@ def test_measured_rates_predict_the_grid_they_were_not_measured_on():
     menu_keys = {shape_model.tile_key(c) for c in shape_model.menu(entry)}
     candidates = _rate_candidates()
     assert menu_keys <= set(rates) and set(rates) - menu_keys == candidates and candidates
-    # The grid of 2026-11-30 (the newest) ran the cp.async rings at eleven
-    # shapes, priced by their own rates (sgemm_rates_tiles, timed the same
-    # way): median 0.019 in log over all its rows, the worst 0.068; the
-    # rings' worst 0.061 (4096 x 4096 x 96).
+    # The grid of 2026-11-30 (the newest) ran cp.async rings at nearly every
+    # shape, stream-K on rings at ten, priced by the rings' own rates
+    # (sgemm_rates_tiles, timed the same way): median 0.021 in log over its
+    # rows, the worst 0.083 of those with K whole or in slices. Stream-K's
+    # one share (stream_kernel, the median of shares that spread from -0.27
+    # to +0.10 over the shapes it was fitted on, sgemm_grid.py
+    # --fit-stream-share) prices its plans less closely: their worst is
+    # 0.129, at 777 x 1313 x 2047 (the ring under stream-K ran 126.7 us
+    # where the model says 144.2; the pick still ran as fast as cuBLAS).
     for name in ("sgemm_grid-h200-2026-11-29.json", "sgemm_grid-h200-2026-11-30.json"):
         _check_grid_predictions(results.load_results(
             "sgemm_grid", results.find_results("sgemm_grid")[0].parent / name), menu_keys)
@@ -197,7 +202,7 @@ def test_measured_rates_predict_the_grid_they_were_not_measured_on():
 
 def _check_grid_predictions(grid, menu_keys):
     entry = sgemm.gpu_entry("NVIDIA H200")
-    errors = []
+    errors, stream_errors = [], []
     for row in grid["results"]:
         if row["variant"] != "auto" or row.get("failed"):
             continue
@@ -207,9 +212,12 @@ def _check_grid_predictions(grid, menu_keys):
         assert plan["rate"] == "measured"
         assert shape_model.tile_key(sgemm.choose_plan(shape, "NVIDIA H200")["config"]) in menu_keys
         if plan["gpu_us"] >= 50:
-            errors.append(abs(math.log(plan["gpu_us"] / (row["kernel_ms"] * 1e3))))
-    assert len(errors) >= 20
-    assert max(errors) < 0.1 and sorted(errors)[len(errors) // 2] < 0.04, sorted(errors)[-3:]
+            error = abs(math.log(plan["gpu_us"] / (row["kernel_ms"] * 1e3)))
+            (stream_errors if plan["splits"] == shape_model.STREAM else errors).append(error)
+    every = sorted(errors + stream_errors)
+    assert len(every) >= 20 and every[len(every) // 2] < 0.04, every[-3:]
+    assert max(errors) < 0.1, sorted(errors)[-3:]
+    assert max(stream_errors, default=0.0) < 0.15, sorted(stream_errors)[-3:]
 
 
 def test_the_pick_is_as_good_as_the_measured_best_and_orders_as_measured(committed):
@@ -597,9 +605,10 @@ def test_the_chapters_scalar_load_text_names_the_tiles_and_the_picks_they_move()
     # chapters.sgemm.scalar_load_summary, the text chapter 8 glues: the
     # shares' range comes from the JSON's tile shares, the errors from the
     # explore's ragged plans, and the moved picks are those of the newest
-    # grid's shapes (2026-11-30's, with rings and stream-K priced: two of the
-    # four ragged shapes that test_the_committed_grid_ran_the_picks_of_its_json
-    # names; stream-K is the pick at the other two either way).
+    # grid's shapes (2026-11-30's: none, since auto runs cp.async rings at
+    # its ragged shapes, and a ring never loads a float at a time, so no
+    # share prices them; the grid before, with rings only where N and K were
+    # multiples of 4, moved two).
     from gpucourse.chapters import sgemm as ladder
 
     entry = sgemm.gpu_entry(H200)
@@ -610,7 +619,7 @@ def test_the_chapters_scalar_load_text_names_the_tiles_and_the_picks_they_move()
     assert said["tile_high"] == f"{high} ({shares[high]:.1%})"
     assert said["share"] == f"{entry['scalar_loads']['share']:.1%}"
     assert float(said["error_with"]) < 0.5 * float(said["error_without"])
-    assert said["moved"] == "2" and "3001 x 2999 x 1009" in said["moved_shapes"]
+    assert said["moved"] == "0" and said["moved_shapes"] == "none"
     # A grid of aligned shapes alone: no pick moves.
     grid = {"results": [{"variant": "auto", "m": 4096, "n": 4096, "k": 4096}]}
     assert ladder.scalar_load_summary(grid=grid)["moved_shapes"] == "none"
@@ -652,18 +661,20 @@ def test_a_stream_plan_is_one_wave_of_equal_runs_plus_its_atomic_adds():
 
 
 def test_stream_k_is_priced_only_where_its_share_was_fitted():
-    # On the H100 (no "stream_kernel" in its entry) never; on the H200 not for
-    # a cp.async ring and not below STREAM_MIN_US on the GPU; at 1024^2 x
-    # 16384 and 3001 x 2999 x 1009 it is the pick (0.859 and 0.849 of
-    # cuBLAS in the grid of 2026-11-30, against 0.846 and 0.840 before).
+    # On the H100 (no "stream_kernel" in its entry) never; on the H200 for
+    # every tile, rings included, but not below STREAM_MIN_US on the GPU; at
+    # 1024^2 x 16384 and 3001 x 2999 x 1009 it is the pick, on a ring (0.90
+    # and 0.90 of cuBLAS in the grid of 2026-11-30, against 0.85 and 0.84
+    # the day before).
     for shape in [(1024, 1024, 16384), (300, 200, 400), (8192, 768, 3072)]:
         assert all(p["splits"] != shape_model.STREAM
                    for p in _plan(shape, H100)["candidates"])
         for p in _plan(shape, H200)["candidates"]:
             if p["splits"] == shape_model.STREAM:
-                assert not p["config"].stages and p["gpu_us"] >= shape_model.STREAM_MIN_US
-    assert _plan((1024, 1024, 16384), H200)["splits"] == shape_model.STREAM
-    assert _plan((3001, 2999, 1009), H200)["splits"] == shape_model.STREAM
+                assert p["gpu_us"] >= shape_model.STREAM_MIN_US
+    for shape in [(1024, 1024, 16384), (3001, 2999, 1009)]:
+        plan = _plan(shape, H200)
+        assert plan["splits"] == shape_model.STREAM and plan["config"].stages, shape
     assert all(p["splits"] != shape_model.STREAM for p in _plan((300, 200, 400), H200)["candidates"])
 
 

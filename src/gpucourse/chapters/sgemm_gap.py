@@ -329,6 +329,34 @@ def ring_profile(cold: dict, warm: dict) -> dict:
     return out
 
 
+def load_pipelined_results(path=None) -> dict:
+    """The newest sgemm_pipelined run (benchmarks/sgemm_pipelined.py): the
+    cp.async rings with each way of finding the copies' addresses and each
+    order of the FMAs, beside cuBLAS."""
+    return results.load_results("sgemm_pipelined", path)
+
+
+def ring_knob_times(record: dict, tiles: str = "pipe_64x128") -> dict:
+    """What the ring's two build knobs did in an sgemm_pipelined run, for the
+    chapter: {"<m>_<knobs>": microseconds} of the `tiles` ring, K whole, at
+    1000^3 and 3001 x 2999 x 1009, knobs "once" (addresses worked out before
+    the walk, FMAs row by row), "each" (each copy's address every step) and
+    "each_serpentine" (and odd rows of FMAs right to left)."""
+    if not (isinstance(record, dict) and isinstance(record.get("results"), list)):
+        raise ValueError(f"record must be an sgemm_pipelined record (a dict with a list of "
+                         f"results; load_pipelined_results reads one), got {type(record).__name__}")
+    rows = {(r["m"], r["n"], r["k"], r["variant"]): r for r in record["results"] if "ms" in r}
+    out = {}
+    for m, n, k in ((1000, 1000, 1000), (3001, 2999, 1009)):
+        for knobs, suffix in (("once", ""), ("each", "_each"),
+                              ("each_serpentine", "_each_serpentine")):
+            row = rows.get((m, n, k, tiles + suffix))
+            if row is None:
+                raise ValueError(f"record lacks {tiles + suffix} at {m} x {n} x {k}")
+            out[f"{m}_{knobs}"] = row["ms"] * 1e3
+    return out
+
+
 def grid_plan_changes(new: dict, old: dict) -> dict:
     """What changed between two sgemm_grid runs' auto rows where the newer
     picked a cp.async ring (config "stages") or stream-K (splits "stream"):

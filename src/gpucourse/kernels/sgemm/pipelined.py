@@ -24,36 +24,40 @@ itself (4 bytes), which also means that a row of A needs no alignment: a
 ragged K costs nothing here. Its rows in shared memory are bm + 4 floats
 apart (A_PAD): a warp's 32 copies cover bk columns of K for 32 / bk rows of A,
 and without the pad every copy of one row of A would land in the same bank.
-B's tile comes 16 bytes a copy where its rows allow (n a multiple of 4), else
-4 bytes a copy. ``config.check_config`` checks that the block's threads share
+B's tile comes 16 bytes a copy where its rows allow (n a multiple of 4; see
+below for the others), else 4 bytes a copy. ``config.check_config`` checks that the block's threads share
 the copies equally and that the ring fits in shared memory.
 
-What a copy costs besides the copy. A thread's copies of a tile lie a fixed
-distance apart, and a step's lie a fixed distance from the last step's, so
-each copy's addresses are worked out once (``_async_copy.tile_address``,
-``matrix_address``) and each step adds an offset; and a tile that lies inside
-the matrices (one test for the whole block) is copied unchecked, only the
-tiles at an edge copy by each element's test. The walk picks its copy of the
-ring at run time. Written out once per copy instead (two branches, each
-naming its copy by a constant, as levels 5-7 do), the loop issued fewer
-instructions but ran 1000^3 at half the speed on the H200 (64 x 128 x 16, 8
-x 8: 116 against 61 us; benchmarks/NOTES.md). Not measured why; a plausible
-reading is the loop's size, two steps of 1,024 FMAs each (about 41 KB of
-instructions), beyond what the SM's instruction caches hold, with one block
-an SM to hide the fetches.
+What a copy costs besides the copy. Each copy can find its source from its
+row and column every step, checked against the matrices' edges
+(``COPY_ADDRESSES = "each"``, the default), or work its address out once and
+add an offset each step, copying tiles that lie inside the matrices
+unchecked ("once": fewer instructions). On the H200 "each" ran 1000^3 in
+56.9 us against 62.7 (64 x 128 x 16 tiles of 8 x 8,
+results/sgemm_pipelined-h200-2026-11-30.json): fewer instructions did not
+make the loop faster. The walk picks its copy of the ring at run time.
+Written out once per copy instead (two branches, each naming its copy by a
+constant, as levels 5-7 do), the loop issued fewer instructions still but
+ran 1000^3 at half the speed (116 against 61 us; benchmarks/NOTES.md). Not
+measured why; a plausible reading is the loop's size, two steps of 1,024
+FMAs each (about 41 KB of instructions), beyond what the SM's instruction
+caches hold, with one block an SM to hide the fetches.
+
+Where n is not a multiple of 4, B's rows do not allow 16-byte copies:
+matmul then copies B alone into rows of n rounded up to 4 first
+(entry_point's ``_ring_plan``, ``padding.padded_b``), and the shape model
+adds that copy, timed on its own (``padding.ring_copy_us``,
+benchmarks/sgemm_ring_copy.py), to the ring's plan. A is read as given,
+whatever K is.
 
 Measured on the H200 (benchmarks/NOTES.md has every run), 16-deep steps in
-two stages, through matmul: 1000^3 on 64 x 128 x 16 tiles of 8 x 8 (128
-threads) at 81-86% of cuBLAS, auto's tiles through registers 82%; 1537 x
-1023 x 771 on 128 x 128 x 16 (uncapped) at 81%, auto 76%; 4096^3 on 64 x 256
-x 16 of 8 x 16 at 91%, auto 90%; slower than auto where n is ragged (B
-copied a float at a time) or auto runs two blocks an SM or splits K. With
-8-deep steps in three stages, slower nearly everywhere. Four rings are in
-the H200's menu, priced by their own measured rates
-(results/sgemm_rates_tiles-h200-2026-11-30.json); in the grid of 2026-11-30
-auto picked them at nine shapes. Against the day before's grid, in share of
-cuBLAS: 2-9% more at the five transformer layers, 2-3% more at 8192^3, 128
-x 8192 x 2048 and 4096 x 4096 x 96, the same at 1000^3.
+two stages, as auto runs them in the grid of 2026-11-30
+(results/sgemm_grid-h200-2026-11-30.json, with stream-K on rings and B
+padded where n is ragged): auto picks a ring at 28 of its 37 shapes (not
+at the eight of 512 or less on a side, nor 8192 x 2304 x 768), and every shape with M and N of 512 or more runs at 86% of
+cuBLAS or more (1000^3 87%, 1537 x 1023 x 771 86%, 3001 x 2999 x 1009 90%).
+With 8-deep steps in three stages, as cuBLAS's kernels run, slower nearly
+everywhere (reruns/sgemm_pipelined-h200-2026-11-29-first.json).
 """
 
 from __future__ import annotations

@@ -416,9 +416,14 @@ def split_kernel_share(entry: dict, config: TileConfig) -> float:
     one), beyond what plan_cost charges every split plan anyway (edge_share,
     the zeroing launch, the atomics): the entry's
     "split_kernel"["share"][tile_key(config)] (``split_shares_from_record``),
-    0 where the entry has none for this tile."""
+    0 where the entry has none for this tile, and 0 where the share measured
+    is below 0: a slice's blocks do the whole kernel's steps plus their adds,
+    so a split plan is never priced faster a step than K whole. (The rings'
+    shares were measured at -5% and -9% on the H200, and auto then picked
+    rings split in two where they ran 7% slower than priced:
+    reruns/sgemm_explore-h200-2026-11-30-rings.json at 1024 x 1024 x 16384.)"""
     shares = (entry.get("split_kernel") or {}).get("share") or {}
-    return float(shares.get(tile_key(config), 0.0))
+    return max(0.0, float(shares.get(tile_key(config), 0.0)))
 
 
 def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> float:
