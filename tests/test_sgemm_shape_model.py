@@ -676,6 +676,19 @@ def test_stream_k_is_priced_only_where_its_share_was_fitted():
         plan = _plan(shape, H200)
         assert plan["splits"] == shape_model.STREAM and plan["config"].stages, shape
     assert all(p["splits"] != shape_model.STREAM for p in _plan((300, 200, 400), H200)["candidates"])
+    # Nor where a worker runs fewer than STREAM_MIN_STEPS steps: at 1200 x 900
+    # x 700, 64 x 256 rings give 19 x 4 = 76 tiles of 44 steps (700 / 16, up),
+    # 3,344 steps over 132 SMs x 2 workers: 13 each (the off-grid run's pick,
+    # 72% of cuBLAS, priced 15% under its time).
+    ring = TileConfig(64, 256, 16, 8, 16, stages=2)
+    plan = shape_model.plan_cost((1200, 900, 700), ring, shape_model.STREAM,
+                                 sgemm.gpu_entry(H200))
+    assert plan["blocks_per_sm"] == 2 and plan["blocks"] == 264
+    assert plan["worker_steps"] == -(-76 * 44 // 264) == 13 < shape_model.STREAM_MIN_STEPS
+    chosen = _plan((1200, 900, 700), H200)
+    assert chosen["splits"] != shape_model.STREAM
+    assert all(p["worker_steps"] >= shape_model.STREAM_MIN_STEPS
+               for p in chosen["candidates"] if p["splits"] == shape_model.STREAM)
 
 
 def test_the_stream_share_is_recovered_from_timings_made_with_it():
@@ -725,11 +738,14 @@ def test_a_ring_on_ragged_n_is_priced_with_the_copy_of_b():
     # The same tiles through registers load floats one at a time there.
     assert shape_model.plan_cost((1537, 1023, 771), TileConfig(64, 128, 16, 8, 8), 1,
                                  entry)["scalar_loads"]
-    # Rings (and rings under stream-K) are candidates at every shape.
-    for shape in [(3001, 2999, 1009), (1537, 1023, 771), (1000, 1000, 1000)]:
+    # Rings are candidates at every shape, and under stream-K where its
+    # workers run STREAM_MIN_STEPS steps or more (not at 1000^3: 15 a worker).
+    for shape, stream in [((3001, 2999, 1009), True), ((777, 1313, 2047), True),
+                          ((1537, 1023, 771), False), ((1000, 1000, 1000), False)]:
         candidates = shape_model.choose_plan(shape, entry=entry)["candidates"]
         assert any(p["config"].stages and p["splits"] == 1 for p in candidates), shape
-        assert any(p["config"].stages and p["splits"] == "stream" for p in candidates), shape
+        assert any(p["config"].stages and p["splits"] == "stream"
+                   for p in candidates) == stream, shape
     with pytest.raises(ValueError, match=r"shape must be a tuple \(m, n, k\) of whole numbers"):
         shape_model.ring_copy_us((10, -1, 4), entry)
 

@@ -100,6 +100,14 @@ SPLIT_MARGIN = 0.0
 # was fitted there (benchmarks/sgemm_model_json.py's stream_shares); at 300 x
 # 200 x 400 (19 us predicted) it ran in 23.1 us where K whole ran in 16.3.
 STREAM_MIN_US = 50.0
+# And only where each worker runs this many steps of K or more. With fewer,
+# its pieces' ends (a tile's atomic adds) and starts weigh more than the
+# fitted share says, either way: at 13 to 25 steps a worker, plans ran
+# between 25% faster and 17% slower than priced (1200 x 900 x 700 on 64 x
+# 256 rings: 73.4 us, priced 62.5); at 50 or more, within 6% of the price for
+# every tile but 128 x 256 (12%) (results/sgemm_grid-, sgemm_off_grid-h200-2026-11-30.json,
+# reruns/sgemm_explore-h200-2026-11-30-rings.json, sgemm_stream-h200-2026-11-29.json).
+STREAM_MIN_STEPS = 32
 # The cost model's constants (see the module's docstring), each > 0.
 CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
              "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
@@ -335,7 +343,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         stream_k = -(-max(k, 1) // step) * step  # a tile's columns, in whole steps
         total = tiles * stream_k // step
         blocks = min(sms * resident, total)
-        busiest, padded_k = -(-blocks // sms), -(-total // blocks) * step
+        worker_steps = -(-total // blocks)
+        busiest, padded_k = -(-blocks // sms), worker_steps * step
         slices = (tiles + blocks - 1) / tiles  # pieces a tile, on average
     block_flops = 2.0 * config.bm * config.bn * padded_k
     warps = config.threads // 32
@@ -391,6 +400,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             stream_k if stream else padded_k * slices))
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
+        "worker_steps": worker_steps if stream else None,
         "scalar_loads": scalar and not padded, "padded": padded, "ring_copy_us": ring_copy,
         "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
@@ -616,8 +626,10 @@ def choose_plan(shape, gpu_name: str = "default", path=None, entry: dict | None 
               for config in menu(entry)
               for splits in dict.fromkeys(splits_of_k + wave_filling_splits((m, n, k), config,
                                                                           entry) + stream)]
-    # Stream-K only where its share was fitted: 50 us or more on the GPU.
-    priced = [p for p in priced if p["splits"] != STREAM or p["gpu_us"] >= STREAM_MIN_US]
+    # Stream-K only where its share prices it well: 50 us or more on the GPU,
+    # STREAM_MIN_STEPS or more a worker.
+    priced = [p for p in priced if p["splits"] != STREAM or (
+        p["gpu_us"] >= STREAM_MIN_US and p["worker_steps"] >= STREAM_MIN_STEPS)]
     # Cheapest first; among equals (a call the host's cost decides), fewer
     # slices, then fewer blocks: the plan with the least work on the GPU.
     priced.sort(key=lambda p: (round(p["predicted_us"], 3), p["slices"], p["gpu_us"]))
