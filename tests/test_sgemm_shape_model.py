@@ -364,6 +364,15 @@ def test_the_grid_targets_count_each_class_of_issue_33():
         autos = [r for r in committed["results"] if r["variant"] == "auto"]
         assert t["large"]["shapes"] + t["mid"]["shapes"] == sum(min(r["m"], r["n"]) >= 64
                                                                 for r in autos)
+    # The run off the grid (benchmarks/sgemm_off_grid.py): none of its shapes
+    # is in the grid, and the chapter names the ones under target.
+    off = chapter.load_off_grid_results()
+    if off is not None:
+        grid_shapes = {(r["m"], r["n"], r["k"]) for r in (committed or {}).get("results", [])}
+        assert not grid_shapes & {(r["m"], r["n"], r["k"]) for r in off["results"]}
+        large = chapter.grid_targets(off)["large"]
+        assert (large["shapes"], large["met"]) == (10, 8)
+        assert [shape[:3] for shape in large["missed"]] == [(1200, 900, 700), (2048, 512, 2048)]
 
 
 def test_auto_also_prices_the_slices_that_fill_a_wave_exactly():

@@ -532,6 +532,14 @@ def grid_by_class(record: dict) -> list[dict]:
     return found
 
 
+def load_off_grid_results(path=None) -> dict | None:
+    """The newest benchmarks/sgemm_off_grid.py record (the grid's row format, at
+    shapes not in the grid), or None while none is committed."""
+    if path is None and not results.find_results("sgemm_off_grid"):
+        return None
+    return results.load_results("sgemm_off_grid", path)
+
+
 # Issue 33's targets for `matmul` as users call it, as shares of cuBLAS in the same run.
 GRID_TARGETS = {"auto_large": 0.85, "auto_mid": 0.75, "level7_square": 0.92}
 
