@@ -471,7 +471,10 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
     Auto on a ragged product (K or N not a multiple of 4) may copy A and B
     into padded buffers first, where the GPU's model allows it and finds it
     cheaper than loads of one float (``sgemm.padding``): the buffer is kept
-    for the next call, as large as the largest such product so far.
+    for the next call, as large as the largest such product so far. A plan
+    on a cp.async ring (``TileConfig.stages``; auto's at most shapes on the
+    H200) reads A as given and, where N is ragged or B or C does not start
+    on 16 bytes, copies B alone into such a buffer (``padding.padded_b``).
 
     Raises ValueError naming what is accepted for a non-float32 dtype, a
     non-2D array, mismatched inner dimensions, an unknown level, a tile
