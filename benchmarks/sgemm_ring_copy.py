@@ -23,8 +23,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
 from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
 from sgemm_grid import grid_shapes
 
@@ -39,17 +37,15 @@ def ring_copy_sizes() -> list[tuple[int, int]]:
 
 
 def fit_line(rows: list[dict]) -> dict:
-    """Least squares of us = fixed_us + bytes / (copy_gbps x 1e3), each row
-    weighted by 1 / us (relative errors), as {"copy_gbps", "fixed_us"}."""
-    x = np.array([r["bytes"] for r in rows], dtype=float)
-    y = np.array([r["us"] for r in rows], dtype=float)
-    w = 1.0 / y
-    design = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
-    (fixed, per_byte), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+    """us = fixed_us + bytes / (copy_gbps x 1e3), least squares on relative
+    errors (shape_model's line through the rates), as {"copy_gbps", "fixed_us"}."""
+    from gpucourse.kernels.sgemm.shape_model import _weighted_line
+
+    per_byte, fixed = _weighted_line([(r["bytes"], r["us"]) for r in rows])
     if per_byte <= 0 or fixed < 0:
         raise ValueError(f"the copy's timings do not fit a line with a positive rate and a "
                          f"fixed part >= 0 (got {per_byte:.3g} us a byte, {fixed:.3g} us)")
-    return {"copy_gbps": round(float(1e-3 / per_byte), 1), "fixed_us": round(float(fixed), 3)}
+    return {"copy_gbps": round(1e-3 / per_byte, 1), "fixed_us": round(fixed, 3)}
 
 
 def main(argv=None) -> int:
@@ -63,7 +59,7 @@ def main(argv=None) -> int:
 
     from gpucourse.kernels import sgemm
     from gpucourse.kernels.sgemm import entry_point
-    from gpucourse.kernels.sgemm.padding import ring_b_columns
+    from gpucourse.kernels.sgemm.padding import rounded_up_to_4
 
     device = torch.cuda.current_device()
     record = record_start(
@@ -74,7 +70,7 @@ def main(argv=None) -> int:
         "and the buffer written")
     rows = []
     for k, n in ring_copy_sizes():
-        n4 = ring_b_columns(n)
+        n4 = rounded_up_to_4(n)
         b = torch.randn(k, n, device="cuda")
         padded = torch.full((k, n4), float("nan"), device="cuda")
         copy = entry_point._copy_launch(k, n, k, n4, device)

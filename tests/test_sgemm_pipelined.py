@@ -36,6 +36,15 @@ SMALL = TileConfig(32, 32, 8, 4, 8)
 SHAPES = [((37, 30, 70), "B padded"), ((33, 36, 72), "B as given")]
 
 
+def fresh():
+    """Kernels are built once per configuration: build them anew (after a
+    build knob changed)."""
+    from gpucourse.kernels.sgemm import kernel_choice
+
+    kernel_choice._compiled.cache_clear()
+    kernel_choice._tiled_kernel.cache_clear()
+
+
 @pytest.mark.parametrize("stages", (2, 3, 4, 5))
 def test_every_ring_multiplies_exactly(stages):
     config = replace(SMALL, stages=stages)
@@ -54,11 +63,7 @@ def test_copies_that_find_their_addresses_once_multiply_exactly(monkeypatch):
     # worked out before the walk, tiles inside the matrices copied
     # unchecked): the same products, whole, split and stream-K; a value it
     # does not know is named.
-    from gpucourse.kernels.sgemm import kernel_choice, pipelined
-
-    def fresh():  # kernels are built once per configuration: build them anew
-        kernel_choice._compiled.cache_clear()
-        kernel_choice._tiled_kernel.cache_clear()
+    from gpucourse.kernels.sgemm import pipelined
 
     monkeypatch.setattr(pipelined, "COPY_ADDRESSES", "once")
     fresh()
@@ -112,11 +117,7 @@ def test_either_order_of_fmas_multiplies_exactly(monkeypatch):
     # RING_FMA_ORDER (rings, "serpentine": odd rows of a thread's patch right
     # to left), each the other way: the same products; a value neither knows
     # is named.
-    from gpucourse.kernels.sgemm import kernel_choice, vectorized
-
-    def fresh():
-        kernel_choice._compiled.cache_clear()
-        kernel_choice._tiled_kernel.cache_clear()
+    from gpucourse.kernels.sgemm import vectorized
 
     monkeypatch.setattr(vectorized, "FMA_ORDER", "serpentine")
     monkeypatch.setattr(vectorized, "RING_FMA_ORDER", "rows")

@@ -382,6 +382,13 @@ def _whole_or_zero(name, value) -> int:
     return whole(name, value, 0)
 
 
+def _shape(shape) -> tuple[int, int, int]:
+    """(m, n, k) of a product's shape, each checked a whole number >= 0."""
+    if not (isinstance(shape, tuple) and len(shape) == 3):
+        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
+    return tuple(_whole_or_zero(name, v) for name, v in zip("mnk", shape))
+
+
 # -----------------------------------------------------------------------------
 # Indices. Numba types cuda.threadIdx.x as int32 and does integer arithmetic in
 # int64, and a *signed* index makes it add Python's negative-index wrap-around

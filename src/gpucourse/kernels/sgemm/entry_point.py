@@ -28,7 +28,7 @@ from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, 
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
 from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid, padded_b,
-                                             padded_operands, padded_sizes, ring_b_columns,
+                                             padded_operands, padded_sizes, rounded_up_to_4,
                                              scratch)
 from gpucourse.kernels.sgemm.shape_model import padded_plan
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
@@ -340,7 +340,7 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     its rows allow it (n a multiple of 4, B and C on 16 bytes), else from a
     copy of B padded to k x n4 (``padding.padded_b``), C then stored a float
     at a time. Each way is compiled the first time it is needed."""
-    n4 = ring_b_columns(n)
+    n4 = rounded_up_to_4(n)
     ways = {}
 
     def way(aligned: bool):

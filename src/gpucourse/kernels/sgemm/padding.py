@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels.sgemm.config import _shape
 from numba import float32, uint64  # noqa: E402
 
 # The kernel mode for padded operands (kernel_choice): 128-bit loads, single stores.
@@ -52,10 +53,16 @@ def pad_grid(rows: int, cols: int) -> tuple:
     return (-(-cols // PAD_BLOCK[0]), -(-rows // PAD_BLOCK[1]))
 
 
+def rounded_up_to_4(x: int) -> int:
+    """x rounded up to a multiple of 4: the rows of a padded buffer (16 bytes
+    of floats) that 128-bit loads and copies may read."""
+    return -(-x // 4) * 4
+
+
 def padded_sizes(m: int, n: int, k: int) -> tuple:
     """(k4, n4, pad_a, floats): K and N rounded up to multiples of 4, whether
     A needs a copy (K ragged), and the floats of the two buffers, A's first."""
-    k4, n4 = -(-k // 4) * 4, -(-n // 4) * 4
+    k4, n4 = rounded_up_to_4(k), rounded_up_to_4(n)
     pad_a = k % 4 != 0
     return k4, n4, pad_a, (m * k4 if pad_a else 0) + k4 * n4
 
@@ -72,18 +79,12 @@ def scratch(device_id, floats: int):
     return buffer
 
 
-def ring_b_columns(n: int) -> int:
-    """The columns of the buffer a ring's B is copied into: n rounded up to a
-    multiple of 4."""
-    return -(-n // 4) * 4
-
-
 def padded_b(b_dev, device_id=None):
-    """B (k x n) copied by pad_copy into a k x n4 buffer (``ring_b_columns``)
+    """B (k x n) copied by pad_copy into a k x n4 buffer (``rounded_up_to_4``)
     of the scratch buffer, zeros beyond column n: what a cp.async ring reads
     where B's rows do not allow 16-byte copies."""
     k, n = b_dev.shape
-    n4 = ring_b_columns(n)
+    n4 = rounded_up_to_4(n)
     b_padded = scratch(device_id, k * n4)[:k * n4].reshape(k, n4)
     pad_copy[pad_grid(k, n4), PAD_BLOCK](b_dev, b_padded)
     return b_padded
@@ -155,13 +156,13 @@ def ring_copy_us(shape, entry: dict) -> float:
     measured = entry.get("ring_copy")
     rate = float(measured["copy_gbps"] if measured else PAD_COPY_GBPS) * 1e3  # bytes a us
     fixed = float(measured["fixed_us"]) if measured else entry["constants"]["gpu_launch_us"]
-    return 4 * k * (n + ring_b_columns(n)) / rate + fixed
+    return 4 * k * (n + rounded_up_to_4(n)) / rate + fixed
 
 
 def _sizes(shape) -> tuple:
-    """(m, n, k) as whole numbers >= 0, or a ValueError naming the shape."""
-    if not (isinstance(shape, tuple) and len(shape) == 3
-            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
-                    for v in shape)):
-        raise ValueError(f"shape must be a tuple (m, n, k) of whole numbers >= 0, got {shape!r}")
-    return tuple(int(v) for v in shape)
+    """(m, n, k) as whole numbers >= 0 (config._shape), or a ValueError naming the shape."""
+    try:
+        return _shape(shape)
+    except ValueError:
+        raise ValueError(f"shape must be a tuple (m, n, k) of whole numbers >= 0, "
+                         f"got {shape!r}") from None

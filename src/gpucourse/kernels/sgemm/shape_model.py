@@ -79,8 +79,7 @@ from gpucourse.kernels.sgemm.building_blocks import REGISTER_ROOM, REGISTERS_PER
 from gpucourse.kernels.sgemm.padding import (PAD_CALL_US, PAD_COPY_GBPS,  # noqa: F401 (re-exported)
                                              padding_bytes, padding_us, ring_copy_us)
 from gpucourse.kernels.sgemm.config import (STATIC_SHARED_LIMIT_BYTES, STREAM, TileConfig,
-                                            _whole, _whole_or_zero, check_config,
-                                            tile_config_of)
+                                            _shape, _whole, check_config, tile_config_of)
 
 MODEL_PATH = Path(__file__).with_name("sgemm_shape_model.json")
 # Slices of K the model may choose (split-K); each slice is a multiple of 16 long.
@@ -200,12 +199,6 @@ def kernel_resources(config: TileConfig) -> tuple[int, int]:
 
 # -----------------------------------------------------------------------------
 # The cost of one plan
-
-
-def _shape(shape) -> tuple[int, int, int]:
-    if not (isinstance(shape, tuple) and len(shape) == 3):
-        raise ValueError(f"shape must be a tuple (m, n, k), got {shape!r}")
-    return tuple(_whole_or_zero(name, v) for name, v in zip("mnk", shape))
 
 
 def _slices(k: int, splits: int) -> tuple[int, int]:
