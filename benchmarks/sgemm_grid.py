@@ -157,9 +157,12 @@ RATE_KS = (512, 1024, 4096, 12288)
 # of cuBLAS at 8192 x 768 x 3072 (the menu's best 96%, auto's pick 85%) and 192 x
 # 128 84% at 3001 x 2999 x 1009 (the menu's best 84%); both compile for sm_90
 # without spills, scalar loads too (ptxas 13.5). They join a GPU's menu in the
-# model's JSON only on the evidence of a grid run.
+# model's JSON only on the evidence of timed runs: 192 x 128 joined the
+# H200's on 2026-11-30, after it reached 80% of cuBLAS at 160 x 630 x 19896
+# (the menu's best 71%; reruns/sgemm_explore-h200-2026-11-30-held-out.json),
+# a change of no pick of GRID or OFF_GRID_SHAPES.
 RATE_CANDIDATES = [(96, 128, 16, 12, 8), (192, 128, 16, 12, 8)]
-# --explore times these too: 32-deep steps, half the barriers a tile of K
+# --explore times these too (and CANDIDATE_TILES): 32-deep steps, half the barriers a tile of K
 # (the profile at 1000^3, sgemm_ragged_ncu-h200-2026-11-29.json, found its
 # warps waiting on shared memory first, 28% of the samples, and a second
 # copy of the fragments did not change that: sgemm_fragments-h200-2026-11-29.json).
@@ -372,7 +375,7 @@ def explore_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
                 if all(p["config"] != plan["config"] for p in plans):
                     plans.append(plan)
             for tile in (sgemm.TileConfig(*t)  # not in the menu
-                         for t in RATE_CANDIDATES + DEEP_STEP_CANDIDATES):
+                         for t in RATE_CANDIDATES + DEEP_STEP_CANDIDATES + CANDIDATE_TILES):
                 for splits in [1] + sgemm.shape_model.wave_filling_splits(shape, tile, entry):
                     plans.append({**sgemm.plan_cost(shape, tile, splits, entry), "candidate": True})
             cublas = lambda: torch.mm(a, b)  # noqa: E731

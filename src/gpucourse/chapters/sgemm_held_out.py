@@ -1,0 +1,93 @@
+"""Chapter 8's fair test of `auto`: shapes drawn at random and timed before
+anything was changed for them (``benchmarks/sgemm_off_grid.py --held-out N``).
+
+The grid and the shapes off it were looked at while the shape model changed,
+so they cannot say how the model does on a shape nobody tuned for. Each set
+of HELD_OUT in that script was drawn at random (its seed is in the script)
+and committed before it was timed. This module reads those runs
+(``sgemm_held_out_<N>``), says which shapes meet issue 33's targets
+(``sgemm.grid_targets``), and, where an explore run timed the plans of the
+menu at the misses (``sgemm_grid.py --explore --shapes``), whether the pick
+or the menu fell short (``sgemm.explore_rows``).
+"""
+
+from __future__ import annotations
+
+from gpucourse import results
+from gpucourse.chapters.sgemm import explore_rows, grid_targets, load_explore_results
+
+# The explore runs that timed the menu at a set's misses (results/reruns/):
+# set 2's four large misses, the day it was drawn.
+HELD_OUT_EXPLORES = {2: "reruns/sgemm_explore-h200-2026-11-30-held-out-2.json"}
+
+
+def load_held_out_results(number: int, path=None) -> dict | None:
+    """The newest run of held-out set `number` (1, 2, ...), or the record at
+    `path`; None while none is committed. Raises ValueError for a number that
+    is not a whole number >= 1."""
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ValueError(f"number must be a held-out set's number (1, 2, ...), got {number!r}")
+    name = f"sgemm_held_out_{number}"
+    if path is None and not results.find_results(name):
+        return None
+    return results.load_results(name, path)
+
+
+def held_out_explore(number: int) -> dict | None:
+    """The explore run that timed the menu at set `number`'s misses
+    (HELD_OUT_EXPLORES), or None where there is none."""
+    name = HELD_OUT_EXPLORES.get(number)
+    folder = results.results_dir()
+    if name is None or not (folder / name).exists():
+        return None
+    return load_explore_results(folder / name)
+
+
+def share_at(record: dict, shape: tuple) -> float:
+    """auto's share of cuBLAS at `shape` (m, n, k) in a grid-format record.
+    Raises ValueError where the record did not time it."""
+    for row in record.get("results", []):
+        if row["variant"] == "auto" and (row["m"], row["n"], row["k"]) == tuple(shape):
+            return row["vs_cublas"]
+    raise ValueError(f"the record has no auto row at {shape!r}")
+
+
+def host_costs(path=None) -> dict | None:
+    """{shape: {what: us per call}} of the newest benchmarks/sgemm_host_costs.py
+    run (or the one at `path`), None while none is committed."""
+    if path is None and not results.find_results("sgemm_host_costs"):
+        return None
+    record = results.load_results("sgemm_host_costs", path)
+    found = {}
+    for row in record["results"]:
+        found.setdefault((row["m"], row["n"], row["k"]), {})[row["what"]] = row["us"]
+    return found
+
+
+def _shape_text(m: int, n: int, k: int) -> str:
+    return f"{m:,} x {n:,} x {k:,}"
+
+
+def held_out_summary(record: dict, explore: dict | None = None) -> dict:
+    """What a held-out run says of issue 33's targets: "shapes" (how many),
+    "large" and "mid" (``grid_targets``'s classes: shapes, met, worst,
+    missed), "missed_text" (the misses of both classes, "m x n x k (share)",
+    worst first), and, with `explore` (an sgemm_explore record that timed the
+    menu at some of the misses), "menu_short" and "pick_short": the misses
+    where no plan of the menu reached the target, and those where one did
+    and auto's pick did not, each as text with the best plan's share. Raises
+    ValueError for a record without rows (``grid_targets``)."""
+    targets = grid_targets(record)
+    missed = sorted(targets["large"]["missed"] + targets["mid"]["missed"], key=lambda x: x[3])
+    found = {"shapes": len({(r["m"], r["n"], r["k"]) for r in record["results"]}),
+             "large": targets["large"], "mid": targets["mid"],
+             "missed_text": ", ".join(f"{_shape_text(m, n, k)} ({share:.1%})"
+                                      for m, n, k, share in missed)}
+    if explore is not None:
+        misses = {(m, n, k) for m, n, k, _ in missed}
+        rows = [r for r in explore_rows(explore) if r["shape"] in misses]
+        for verdict, key in (("kernel", "menu_short"), ("pick", "pick_short")):
+            found[key] = ", ".join(f"{_shape_text(*r['shape'])} (best {r['best']:.0%})"
+                                   for r in rows if r["verdict"] == verdict)
+        found["explored"] = len(rows)
+    return found

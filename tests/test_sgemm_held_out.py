@@ -1,0 +1,117 @@
+"""The held-out check of auto (benchmarks/sgemm_off_grid.py --held-out N and
+gpucourse.chapters.sgemm_held_out): shapes drawn at random, committed before
+they were timed, and what chapter 8 says of their runs.
+
+Nothing here is timed; the committed runs are read as they are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucourse import results
+from gpucourse.chapters import sgemm as chapter
+from gpucourse.chapters import sgemm_held_out as held_out
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    """benchmarks/sgemm_off_grid.py and sgemm_grid.py, imported as modules
+    (neither imports torch or Numba when it loads)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import sgemm_grid
+    import sgemm_off_grid
+
+    return sgemm_off_grid, sgemm_grid
+
+
+def _row(m, n, k, variant, share):
+    return {"m": m, "n": n, "k": k, "variant": variant, "class": "held_out_9",
+            "vs_cublas": share, "ms": 1.0}
+
+
+def test_the_sets_are_the_seeded_draws_and_hold_no_shape_of_the_grid(scripts):
+    off_grid, grid = scripts
+    looked_at = {s for shapes in grid.GRID.values() for s in shapes} | set(grid.OFF_GRID_SHAPES)
+    assert sorted(off_grid.HELD_OUT) == sorted(off_grid.HELD_OUT_SEEDS) == [1, 2]
+    for number, shapes in off_grid.HELD_OUT.items():
+        assert shapes == off_grid.held_out_draw(seed=off_grid.HELD_OUT_SEEDS[number])
+        assert len(set(shapes)) == len(shapes) == 24 and not set(shapes) & looked_at
+        # Every shape is held to one of issue 33's targets (the smaller of M
+        # and N is 64 or more), and is a few milliseconds of work at most.
+        assert all(chapter.shape_class(m, n) and m * n * k <= 2 ** 36 for m, n, k in shapes)
+    assert not set(off_grid.HELD_OUT[1]) & set(off_grid.HELD_OUT[2])
+
+
+def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scripts):
+    off_grid, _ = scripts
+    runs = {n: held_out.load_held_out_results(n) for n in (1, 2)}
+    if not all(runs.values()):
+        pytest.skip("no held-out runs committed")
+    for number, record in runs.items():
+        autos = [r for r in record["results"] if r["variant"] == "auto"]
+        assert [(r["m"], r["n"], r["k"]) for r in autos] == off_grid.HELD_OUT[number]
+        assert record["gpu"] and record["versions"] and not any(r["failed"] for r in autos)
+    # Set 1, after 192 x 128 tiles joined the menu: every large shape at 85%,
+    # three small calls under 75% (the host's time decides them).
+    one = held_out.held_out_summary(runs[1])
+    assert (one["large"]["shapes"], one["large"]["met"]) == (10, 10)
+    assert (one["mid"]["shapes"], one["mid"]["met"]) == (14, 11)
+    assert [s[:3] for s in one["mid"]["missed"]] == [(96, 141, 731), (65, 531, 1140),
+                                                     (116, 237, 2146)]
+    # Set 2, drawn after that change: four large misses, and the explore at
+    # them says which were the menu's (three) and which the pick's (one).
+    two = held_out.held_out_summary(runs[2], held_out.held_out_explore(2))
+    assert (two["large"]["shapes"], two["large"]["met"]) == (9, 5)
+    assert (two["mid"]["shapes"], two["mid"]["met"]) == (15, 15)
+    assert two["explored"] == 4
+    assert two["pick_short"].startswith("571 x 6,087 x 69 (best 8")
+    assert two["menu_short"].count("(best") == 3 and "738 x 2,561 x 782" in two["menu_short"]
+    # The miss that changed the menu: under 75% before, over it after.
+    before = held_out.load_held_out_results(
+        1, results.results_dir() / "reruns" / "sgemm_held_out_1-h200-2026-11-30-before-menu.json")
+    shape = (160, 630, 19896)
+    assert held_out.share_at(before, shape) < 0.75 <= held_out.share_at(runs[1], shape)
+    # The host's costs the chapter quotes for set 1's small misses.
+    host = held_out.host_costs()
+    small = host[(116, 237, 2146)]
+    assert small["torch_mm"] < small["matmul_auto"] and 0 < small["zero_launch"] < small["torch_mm"]
+
+
+def test_a_summary_names_its_misses_worst_first_and_sorts_them_by_cause():
+    record = {"results": [_row(600, 700, 800, "auto", 0.80), _row(600, 700, 800, "cublas", 1.0),
+                          _row(100, 900, 50, "auto", 0.70), _row(1000, 1000, 10, "auto", 0.90),
+                          _row(40, 40, 40, "auto", 0.10)]}
+    told = held_out.held_out_summary(record)
+    # 40 x 40 x 40 is held to no target; 1000^2 x 10 meets 85%.
+    assert told["shapes"] == 4
+    assert (told["large"]["shapes"], told["large"]["met"]) == (2, 1)
+    assert (told["mid"]["shapes"], told["mid"]["met"]) == (1, 0)
+    assert told["missed_text"] == "100 x 900 x 50 (70.0%), 600 x 700 x 800 (80.0%)"
+    assert "menu_short" not in told
+    # An explore that timed the menu at both misses: at one a plan reached
+    # the target and the pick did not; at the other none did.
+    explore = {"results": [
+        {"m": 600, "n": 700, "k": 800, "config": {"bm": 64}, "vs_cublas": 0.8, "chosen": True},
+        {"m": 600, "n": 700, "k": 800, "config": {"bm": 128}, "vs_cublas": 0.9, "chosen": False},
+        {"m": 100, "n": 900, "k": 50, "config": {"bm": 64}, "vs_cublas": 0.7, "chosen": True},
+        {"m": 100, "n": 900, "k": 50, "config": {"bm": 32}, "vs_cublas": 0.99,
+         "chosen": False, "candidate": True}]}
+    told = held_out.held_out_summary(record, explore)
+    assert told["pick_short"] == "600 x 700 x 800 (best 90%)"
+    assert told["menu_short"] == "100 x 900 x 50 (best 70%)"  # a candidate tile is not the menu
+    assert told["explored"] == 2
+
+
+def test_bad_arguments_are_named():
+    for number in (0, -1, True, 1.0, "1"):
+        with pytest.raises(ValueError, match="held-out set's number"):
+            held_out.load_held_out_results(number)
+    with pytest.raises(ValueError, match="no auto row at"):
+        held_out.share_at({"results": [_row(1, 2, 3, "cublas", 1.0)]}, (1, 2, 3))
+    with pytest.raises(ValueError, match="sgemm_grid results record"):
+        held_out.held_out_summary({"results": []})
