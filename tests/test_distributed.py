@@ -78,3 +78,33 @@ def test_a_hang_ends_at_the_deadline_with_a_clear_message():
 def test_bad_arguments_are_named(bad, match):
     with pytest.raises(ValueError, match=match):
         run_on_processes(sum_of_ranks, **bad)
+
+
+class _Process:
+    """A stand-in for a worker process that exits (with `code`) `after_s` seconds from now."""
+
+    def __init__(self, code, after_s):
+        self.code, self.at = code, time.monotonic() + after_s
+
+    def is_alive(self):
+        return time.monotonic() < self.at
+
+    @property
+    def exitcode(self):
+        return None if self.is_alive() else self.code
+
+
+def test_an_error_after_a_partners_death_reports_the_death():
+    # Rank 1 dies; rank 0 then fails with gloo's "connection closed" before
+    # rank 1's exit shows. The error waits a moment for a death to show and
+    # names it: the death, not its echo, is what the user must fix.
+    from gpucourse.distributed import _rank_that_died
+
+    dying = [_Process(0, 0.0), _Process(3, 0.3)]
+    assert _rank_that_died(dying, exclude={0}, grace_s=2.0) == 1
+    # A rank that exited cleanly, or one excluded (it already reported), is not a death.
+    assert _rank_that_died([_Process(0, 0.0), _Process(0, 0.0)], exclude=set(), grace_s=0.2) is None
+    assert _rank_that_died([_Process(3, 0.0)], exclude={0}, grace_s=0.2) is None
+    start = time.monotonic()
+    assert _rank_that_died([_Process(3, 60.0)], exclude=set(), grace_s=0.3) is None
+    assert time.monotonic() - start < 5  # waits the grace period, not for the process

@@ -63,6 +63,23 @@ def _worker(rank, world_size, backend, port, function, args, results, store_time
             dist.destroy_process_group()
 
 
+# How long a rank's error waits for a partner's death to show (see run_on_processes).
+DEATH_GRACE_S = 1.0
+
+
+def _rank_that_died(processes, exclude: set, grace_s: float = DEATH_GRACE_S):
+    """The first rank not in `exclude` whose process has exited with a nonzero
+    code, waiting up to `grace_s` seconds for one; None if none has."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        for rank, process in enumerate(processes):
+            if rank not in exclude and not process.is_alive() and process.exitcode not in (0, None):
+                return rank
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+
+
 def run_on_processes(function: Callable[..., Any], world_size: int, args: tuple = (),
                      backend: str = "gloo", timeout_s: float = 120.0) -> list[Any]:
     """Run ``function(rank, world_size, *args)`` on ``world_size`` processes.
@@ -115,6 +132,14 @@ def run_on_processes(function: Callable[..., Any], world_size: int, args: tuple 
                                        "rank joined) and were stopped")
                 continue
             if status == "error":
+                # A rank that dies takes its connections with it, and its
+                # partners then fail with "connection closed": report the
+                # death, the cause, where one follows within a moment.
+                died = _rank_that_died(processes, exclude=set(values) | {rank})
+                if died is not None:
+                    raise RuntimeError(f"rank {died} of {world_size} died (exit code "
+                                       f"{processes[died].exitcode}) before returning a result; "
+                                       f"rank {rank} then failed in {function.__name__}:\n{value}")
                 raise RuntimeError(f"rank {rank} of {world_size} failed in "
                                    f"{function.__name__}:\n{value}")
             values[rank] = value
