@@ -16,8 +16,15 @@ in a synchronize), at SHAPES:
   split_k.zero_matrix), and the driver's memset of C (cuMemsetD32Async on
   the same stream), which would do the same work without a kernel's
   arguments;
+* matmul(a, b) with its launches packed (entry_point.PACKED_LAUNCHES True,
+  launch.packed_launch: its arguments laid out once) and through cuda.core
+  (False), whatever the default;
 * a profile (cProfile) of 2,000 split calls: the functions that take the
   host's time.
+
+Every way of calling matmul is checked against torch.mm first (max relative
+error, "checks"), at SHAPES and at a few more that take split-K, stream-K
+and the rings' copy of B.
 
 Writes DIR/sgemm_host_costs-<gpu-slug>-<date>.json. About half a minute.
 """
@@ -35,7 +42,31 @@ from _common import (benchmark_parser, need_a_gpu, record_start, start, versions
                      write_record)
 
 SHAPES = [(64, 64, 64), (116, 237, 2146), (65, 531, 1140), (512, 512, 512)]
+CHECK_SHAPES = SHAPES + [(1537, 1023, 771), (2302, 408, 4337), (1000, 1000, 1000),
+                         (160, 630, 19896), (33, 17, 5)]
 CALLS = 2000
+
+
+def checks(sgemm, entry_point, torch) -> list[dict]:
+    """matmul against torch.mm (float64) at CHECK_SHAPES, packed and not."""
+    found, default = [], entry_point.PACKED_LAUNCHES
+    for packed in (True, False):
+        entry_point.PACKED_LAUNCHES = packed
+        entry_point._quick_plan.cache_clear()
+        for m, n, k in CHECK_SHAPES:
+            a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+            reference = (a.double() @ b.double())
+            for _ in range(3):  # the second and third calls reuse the packed buffers
+                c = sgemm.matmul(a, b)
+            error = float((c.double() - reference).abs().max() / reference.abs().max())
+            plan = sgemm.choose_plan((m, n, k), sgemm.gpu_model())
+            found.append({"m": m, "n": n, "k": k, "packed": packed, "max_rel_err": error,
+                          "splits": str(plan["splits"]), "stages": plan["config"].stages})
+            print(f"check {m}x{n}x{k} packed={packed} splits={plan['splits']} "
+                  f"err {error:.2e}", flush=True)
+    entry_point.PACKED_LAUNCHES = default
+    entry_point._quick_plan.cache_clear()
+    return found
 
 
 def main(argv=None) -> int:
@@ -56,6 +87,14 @@ def main(argv=None) -> int:
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
     rows, real_plan = [], entry_point.auto_plan
     launch = core_launch()
+    from gpucourse.kernels import launch as launch_module
+
+    fast = launch_module._fast_driver()
+    record["packed_launch"] = (None if fast is None else
+                               {"driver_query": fast[1] is not None, "integer_launch": fast[3]})
+    record["packed_by_default"] = entry_point.PACKED_LAUNCHES
+    record["checks"] = checks(sgemm, entry_point, torch)
+    bad = [c for c in record["checks"] if not c["max_rel_err"] <= 1e-4]
     try:
         for m, n, k in SHAPES:
             a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
@@ -68,6 +107,8 @@ def main(argv=None) -> int:
                 go = entry_point._quick_plan("auto", m, n, k, not (k % 4 or n % 4),
                                              entry_point._current_gpu())
                 times[label] = lambda go=go: go(a.data_ptr(), b.data_ptr(), c.data_ptr())
+            entry_point.auto_plan = real_plan  # matmul_auto: auto's own plan
+            entry_point._quick_plan.cache_clear()
             zero, stream = entry_point._launchable(zero_matrix, entry_point._current_gpu(),
                                                    (C_MATRIX,))
             shape = launch_config(_sum_grid(m, n), SUM_BLOCK)
@@ -90,6 +131,17 @@ def main(argv=None) -> int:
                 us = 1e3 * min(wall_ms(call, CALLS) for _ in range(2))
                 rows.append({"m": m, "n": n, "k": k, "what": name, "us": us})
                 print(f"{m}x{n}x{k} {name:22s} {us:7.2f} us", flush=True)
+            default = entry_point.PACKED_LAUNCHES
+            for packed, name in ((True, "matmul_auto_packed"), (False, "matmul_auto_cuda_core")):
+                entry_point.PACKED_LAUNCHES = packed  # the same call, launched each way
+                entry_point._quick_plan.cache_clear()
+                call = lambda: sgemm.matmul(a, b)  # noqa: E731
+                call()
+                us = 1e3 * min(wall_ms(call, CALLS) for _ in range(2))
+                rows.append({"m": m, "n": n, "k": k, "what": name, "us": us})
+                print(f"{m}x{n}x{k} {name:22s} {us:7.2f} us", flush=True)
+            entry_point.PACKED_LAUNCHES = default
+            entry_point._quick_plan.cache_clear()
             if (m, n, k) == SHAPES[1]:
                 profile = cProfile.Profile()
                 go8 = times["matmul_8_slices"]
@@ -108,7 +160,7 @@ def main(argv=None) -> int:
     record["results"] = rows
     record["seconds"] = time.perf_counter() - started
     print(f"wrote {write_record(record, Path(args.out))}")
-    return 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -85,6 +85,134 @@ def launchable(kernel, signature) -> tuple:
     return compiled._codelibrary.get_cufunc().kernel, kernel.configure((1,), (1,)).stream
 
 
+# -----------------------------------------------------------------------------
+# A launch with its arguments packed once
+#
+# cuda.core's launch converts every argument on every call: a Numba matrix is
+# nine of them, and an SGEMM launch about thirty, which costs about 6 us of
+# Python (results/sgemm_host_costs-h200-2026-11-30.json), more than cuBLAS
+# needs for a whole small product. Every argument of these kernels is 8
+# bytes (pointers, sizes, strides, uint64 scalars), so they can be laid out
+# once in one buffer that the driver copies at each launch (cuLaunchKernel's
+# `extra`), and a call then writes only the pointers that change.
+
+
+@lru_cache(maxsize=None)
+def _fast_driver():
+    """(launch, parameter query, CUDA_SUCCESS, takes_ints): cuda.bindings'
+    launch that takes plain integers (its _v2 API, takes_ints True) or else
+    cuLaunchKernel, which takes the driver's handle objects; the query is
+    cuKernelGetParamInfo, None where the bindings lack it. None where there
+    are no bindings."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return None
+    query = getattr(driver, "cuKernelGetParamInfo", None)  # None: the signature decides
+    try:
+        from cuda.bindings._v2 import driver as v2
+
+        return v2.launch_kernel, query, driver.CUresult.CUDA_SUCCESS, True
+    except (ImportError, AttributeError):
+        launch = driver.cuLaunchKernel
+        return (lambda *args: launch(*args)[0]), query, driver.CUresult.CUDA_SUCCESS, False
+
+
+def _handle(x) -> int:
+    """A driver handle (a cuda.bindings object, a ctypes pointer, a Numba
+    stream or an int) as the int the driver knows it by."""
+    x = getattr(x, "handle", x)  # a Numba stream holds its driver handle
+    if isinstance(x, int) or x is None:
+        return int(x or 0)
+    if type(x).__module__.startswith("ctypes"):
+        return int(x.value or 0)
+    return int(x)  # cuda.bindings' handles convert to their value
+
+
+def _eight_byte_parameters(signature) -> int | None:
+    """How many parameters a kernel compiled for `signature` takes, by Numba's
+    calling convention, where every one of them is 8 bytes (an array is its
+    meminfo, parent, size, itemsize and data pointer, then its shape and
+    strides; a 64-bit integer is itself); None where one is not."""
+    from numba import types
+
+    count = 0
+    for argument in signature:
+        if isinstance(argument, types.Array):
+            count += 5 + 2 * argument.ndim
+        elif isinstance(argument, types.Integer) and argument.bitwidth == 64:
+            count += 1
+        else:
+            return None
+    return count
+
+
+def _parameter_layout(function, count: int, query) -> bool:
+    """Whether `function` takes exactly `count` parameters, each 8 bytes at
+    offset 8 x its index, as the driver says (query: cuKernelGetParamInfo;
+    None: taken on the signature's word, ``_eight_byte_parameters``)."""
+    if query is None:
+        return True
+    success = _fast_driver()[2]
+    for index in range(count + 1):
+        try:
+            error, offset, size = query(function.handle, index)
+        except Exception:  # a handle this query does not take
+            return False
+        if index == count:
+            return error != success  # no parameter after the last
+        if error != success or (int(offset), int(size)) != (8 * index, 8):
+            return False
+    return False
+
+
+def packed_launch(kernel, signature, stream, grid, block, arguments, slots, shared: int = 0):
+    """go(*values): a launch of `kernel` (a Numba dispatcher compiled for
+    `signature`) on `stream` (a Numba stream) over `grid` x `block` (tuples of
+    three), with `shared` bytes of dynamic shared memory and `arguments` (ints, one per kernel parameter as cuda.core
+    takes them), the parameters at positions `slots` set to go's values at
+    each call. None where the fast path cannot be used: an older
+    cuda.bindings, or a kernel whose parameters are not all 8 bytes and
+    packed (each checked once, here, with the driver)."""
+    import threading
+
+    api = _fast_driver()
+    if api is None:
+        return None
+    launch_kernel, parameter_info, success, takes_ints = api
+    if _eight_byte_parameters(signature) != len(arguments):
+        return None
+    function = kernel.compile(signature)._codelibrary.get_cufunc()
+    if not _parameter_layout(function, len(arguments), parameter_info):
+        return None
+    if takes_ints:
+        handle, stream_handle = _handle(function.handle), _handle(stream)
+    else:
+        from cuda.bindings import driver
+
+        handle, stream_handle = function.handle, driver.CUstream(_handle(stream))
+    buffer = np.array([int(x) for x in arguments], dtype=np.uint64)
+    size = np.array([buffer.nbytes], dtype=np.uint64)
+    # CU_LAUNCH_PARAM_BUFFER_POINTER (1), the buffer, CU_LAUNCH_PARAM_BUFFER_SIZE
+    # (2), its size, CU_LAUNCH_PARAM_END (0).
+    extra = np.array([1, buffer.ctypes.data, 2, size.ctypes.data, 0], dtype=np.uint64)
+    where, lock = extra.ctypes.data, threading.Lock()
+    (gx, gy, gz), (bx, by, bz) = grid, block
+    keep = (buffer, size, extra, function)  # alive as long as go is
+
+    def go(*values):
+        with lock:
+            for slot, value in zip(slots, values):
+                buffer[slot] = value
+            error = launch_kernel(handle, gx, gy, gz, bx, by, bz, shared, stream_handle, None,
+                                  where)
+        if error is not None and error != success:
+            raise RuntimeError(f"the CUDA driver refused the launch of {kernel.__name__}: "
+                               f"error {error}")
+    go.keep = keep
+    return go
+
+
 def flat_argument(pointer: int, size: int, itemsize: int) -> tuple:
     """A C-contiguous 1D array as a compiled kernel takes it (Numba's array
     model: meminfo, parent, nitems, itemsize, data, shape, strides)."""

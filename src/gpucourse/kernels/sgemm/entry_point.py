@@ -20,7 +20,8 @@ from functools import lru_cache
 import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels.launch import core_launch, launch_config, launchable, matrix_argument
+from gpucourse.kernels.launch import (core_launch, launch_config, launchable, matrix_argument,
+                                      packed_launch)
 from gpucourse.kernels.launch import current_gpu as _current_gpu, gpu_name as _gpu_name
 from gpucourse.kernels.launch import is_torch_tensor as _is_torch_tensor
 from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 as _torch_float32
@@ -392,6 +393,26 @@ def pad_copies(m: int, n: int, k: int, device_id: int):
     return go
 
 
+# Whether matmul's launches take packed arguments (launch.packed_launch): one
+# buffer laid out once, three pointers written per call, instead of cuda.core
+# converting some thirty arguments each time (about 5 us of Python a launch,
+# results/sgemm_host_costs-h200-2026-11-30.json). Off until it has run on a
+# GPU: the H200's image of 2026-11-30 had neither cuda.bindings' _v2 launch
+# nor cuKernelGetParamInfo, so the first run took cuda.core's path either
+# way. benchmarks/sgemm_host_costs.py checks both ways against torch.mm and
+# times them; turn it on where that run says both are right and packed is faster.
+PACKED_LAUNCHES = False
+
+
+def _packed(kernel, signature, stream, shape, arguments, slots):
+    """launch.packed_launch for a launch of `shape` (cuda.core's LaunchConfig),
+    or None where PACKED_LAUNCHES is off or the fast path is not available."""
+    if not PACKED_LAUNCHES:
+        return None
+    return packed_launch(kernel, signature, stream, tuple(shape.grid), tuple(shape.block),
+                         arguments, slots, shape.shmem_size)
+
+
 def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_id: int,
               config, splits):
     """go(a_ptr, b_ptr, c_ptr) for a level's key other than auto: A m x k, B k x
@@ -400,10 +421,18 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
     b_head, b_tail = (0, 0, k * b_cols, 4), (k, b_cols, b_cols * 4, 4)
     c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
+    # The three matrices' pointers sit at these places among the arguments.
+    slots = (len(a_head), len(a_head + a_tail) + 1 + len(b_head),
+             len(a_head + a_tail + b_head + b_tail) + 2 + len(c_head))
     if k == 0 or splits != STREAM and len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
         shape = launch_config(grid, block)
+        packed = _packed(kernel, (C_MATRIX,) * 3, stream, shape,
+                         a_head + (0,) + a_tail + b_head + (0,) + b_tail + c_head + (0,) + c_tail,
+                         slots)
+        if packed is not None:
+            return packed
 
         def go(a_ptr, b_ptr, c_ptr):
             launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
@@ -424,6 +453,16 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
     function, _ = _launchable(kernel, device_id, signature)
     zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
+    zero_packed = _packed(zero_matrix, (C_MATRIX,), stream, zero_shape,
+                          c_head + (0,) + c_tail, (len(c_head),))
+    split_packed = _packed(kernel, signature, stream, shape,
+                           a_head + (0,) + a_tail + b_head + (0,) + b_tail + c_head + (0,) + c_tail
+                           + last, slots)
+    if zero_packed is not None and split_packed is not None:
+        def go_packed(a_ptr, b_ptr, c_ptr):
+            zero_packed(c_ptr)
+            split_packed(a_ptr, b_ptr, c_ptr)
+        return go_packed
 
     def go_split(a_ptr, b_ptr, c_ptr):
         launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
