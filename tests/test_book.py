@@ -96,13 +96,19 @@ def test_widget_cells_are_not_executed_by_the_book_build():
     # (jupyter/nbclient#312). The book cannot show a live widget anyway, so
     # such cells carry nbclient's skip-execution tag, and a static figure
     # beside them carries their content; in JupyterLab they run as usual.
+    # A cell that calls one of the course's functions that build widgets (the
+    # calculators) is such a cell too: 07_infrastructure_and_cost's, untagged,
+    # held a build of 2026-11-30 for its whole 300 s execute timeout.
     import json
 
+    builders = widget_builders()
+    assert {"calculator"} <= builders, builders
+    calls = re.compile(r"\b(" + "|".join(sorted(builders)) + r")\s*\(")
     for notebook in sorted(ROOT.glob("notebooks/*.ipynb")):
         cells = json.loads(notebook.read_text())["cells"]
         for index, cell in enumerate(cells):
             source = "".join(cell["source"])
-            if cell["cell_type"] == "code" and "ipywidgets" in source:
+            if cell["cell_type"] == "code" and ("ipywidgets" in source or calls.search(source)):
                 tags = cell["metadata"].get("tags", [])
                 assert "skip-execution" in tags, (
                     f"{notebook.name}, cell {index}: a widget cell needs the tag skip-execution "
@@ -110,6 +116,37 @@ def test_widget_cells_are_not_executed_by_the_book_build():
                 assert {"remove-cell", "remove-output"} & set(tags), (
                     f"{notebook.name}, cell {index}: a widget cell the build does not run needs "
                     "remove-cell or remove-output, or the book shows it without output")
+
+
+def widget_builders() -> set[str]:
+    """The names of the course's functions that import ipywidgets (and so build
+    widgets when a notebook calls them)."""
+    import ast
+
+    names = set()
+    for path in (ROOT / "src" / "gpucourse").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    isinstance(inner, (ast.Import, ast.ImportFrom)) and any(
+                        (name.name if isinstance(inner, ast.Import) else inner.module or "")
+                        .split(".")[0] == "ipywidgets" for name in inner.names)
+                    for inner in ast.walk(node)):
+                names.add(node.name)
+    return names
+
+
+def test_the_calculators_the_build_skips_build_their_panels(capsys):
+    # The book build no longer runs the calculators' cells (the test above):
+    # each is built here instead, in this process (no kernel, so no widget
+    # messages to lose), with its first update drawn.
+    import ipywidgets
+
+    from gpucourse.chapters import economics, memory
+
+    for chapter in (economics, memory):
+        panel = chapter.calculator()
+        assert isinstance(panel, ipywidgets.Box) and panel.children, chapter.__name__
+    assert "check the inputs" not in capsys.readouterr().out
 
 
 def test_every_page_in_the_toc_is_built_and_every_notebook_executed(built_book):

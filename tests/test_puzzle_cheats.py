@@ -19,13 +19,11 @@ Each cheated puzzle must earn nothing and every other puzzle its full points.
 
 from __future__ import annotations
 
-import shutil
-
 import nbformat
 import pytest
 
-from gpucourse.grading import nbgrader_command, score_notebook
-from test_grading import ROOT, TEST_TIMEOUT_S, exercises_of, filled_in, source_notebook
+from gpucourse.grading import score_notebook
+from test_grading import autograde, exercises_of, filled_in, source_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -170,29 +168,13 @@ def cheating_submission():
 @pytest.fixture(scope="module")
 def autograded_scores(cheating_submission, tmp_path_factory):
     """Points per graded cell of the cheating submission, from nbgrader autograde."""
-    course = tmp_path_factory.mktemp("course-cheats")
-    shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions" / CHAPTER, course / "solutions" / CHAPTER)
-    db = f"sqlite:///{course / 'gradebook.db'}"
-    common = [f"--CourseDirectory.db_url={db}", "--log-level=WARN"]
-    done = nbgrader_command(["generate_assignment", CHAPTER, "--force", *common], cwd=course,
-                            timeout_s=600)
-    assert done.returncode == 0, done.stderr
-    folder = course / "submitted" / "cheater" / CHAPTER
-    folder.mkdir(parents=True)
-    nbformat.write(cheating_submission, folder / f"{CHAPTER}.ipynb")
-    done = nbgrader_command(["autograde", CHAPTER, "--force",
-                             f"--Execute.timeout={TEST_TIMEOUT_S}", *common], cwd=course,
-                            timeout_s=600)
-    assert done.returncode == 0, f"autograde broke:\n{done.stderr[-4000:]}"
-
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db) as gradebook:
-        notebook = gradebook.find_submission_notebook(CHAPTER, CHAPTER, "cheater")
-        # Written answers wait for a person: they are no cheat's business.
-        return {grade.name: (grade.score, grade.max_score) for grade in notebook.grades
-                if not grade.needs_manual_grade}
+    # test_grading's autograde: the student version generated once and shared
+    # with the chapter's grading round trip (a generate_assignment of its own
+    # here cost nbgrader's start-up again), then one `nbgrader autograde`.
+    scores = autograde(CHAPTER, {"cheater": cheating_submission},
+                       tmp_path_factory.mktemp("course-cheats"))["cheater"]
+    # Written answers wait for a person: they are no cheat's business.
+    return {name: score for name, score in scores.items() if score[0] != "manual"}
 
 
 def _tests_of(solutions) -> set[str]:
