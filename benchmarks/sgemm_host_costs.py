@@ -36,6 +36,7 @@ import io
 import pstats
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from _common import (benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
@@ -47,25 +48,44 @@ CHECK_SHAPES = SHAPES + [(1537, 1023, 771), (2302, 408, 4337), (1000, 1000, 1000
 CALLS = 2000
 
 
+@contextmanager
+def launches_packed(entry_point, packed: bool):
+    """matmul's launches packed or through cuda.core (entry_point.PACKED_LAUNCHES)
+    inside the block, its plans built afresh on each side of it."""
+    default = entry_point.PACKED_LAUNCHES
+    entry_point.PACKED_LAUNCHES = packed
+    entry_point._quick_plan.cache_clear()
+    try:
+        yield
+    finally:
+        entry_point.PACKED_LAUNCHES = default
+        entry_point._quick_plan.cache_clear()
+
+
+def time_row(rows: list, shape, what: str, call) -> None:
+    """Append the us per call of `call` (warmed, the faster of two loops) to rows."""
+    call()
+    us = 1e3 * min(wall_ms(call, CALLS) for _ in range(2))
+    rows.append({"m": shape[0], "n": shape[1], "k": shape[2], "what": what, "us": us})
+    print(f"{'x'.join(map(str, shape))} {what:22s} {us:7.2f} us", flush=True)
+
+
 def checks(sgemm, entry_point, torch) -> list[dict]:
     """matmul against torch.mm (float64) at CHECK_SHAPES, packed and not."""
-    found, default = [], entry_point.PACKED_LAUNCHES
+    found = []
     for packed in (True, False):
-        entry_point.PACKED_LAUNCHES = packed
-        entry_point._quick_plan.cache_clear()
-        for m, n, k in CHECK_SHAPES:
-            a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
-            reference = (a.double() @ b.double())
-            for _ in range(3):  # the second and third calls reuse the packed buffers
-                c = sgemm.matmul(a, b)
-            error = float((c.double() - reference).abs().max() / reference.abs().max())
-            plan = sgemm.choose_plan((m, n, k), sgemm.gpu_model())
-            found.append({"m": m, "n": n, "k": k, "packed": packed, "max_rel_err": error,
-                          "splits": str(plan["splits"]), "stages": plan["config"].stages})
-            print(f"check {m}x{n}x{k} packed={packed} splits={plan['splits']} "
-                  f"err {error:.2e}", flush=True)
-    entry_point.PACKED_LAUNCHES = default
-    entry_point._quick_plan.cache_clear()
+        with launches_packed(entry_point, packed):
+            for m, n, k in CHECK_SHAPES:
+                a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+                reference = (a.double() @ b.double())
+                for _ in range(3):  # the second and third calls reuse the packed buffers
+                    c = sgemm.matmul(a, b)
+                error = float((c.double() - reference).abs().max() / reference.abs().max())
+                plan = sgemm.choose_plan((m, n, k), sgemm.gpu_model())
+                found.append({"m": m, "n": n, "k": k, "packed": packed, "max_rel_err": error,
+                              "splits": str(plan["splits"]), "stages": plan["config"].stages})
+                print(f"check {m}x{n}x{k} packed={packed} splits={plan['splits']} "
+                      f"err {error:.2e}", flush=True)
     return found
 
 
@@ -113,7 +133,8 @@ def main(argv=None) -> int:
                                                    (C_MATRIX,))
             shape = launch_config(_sum_grid(m, n), SUM_BLOCK)
             c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
-            times["zero_launch"] = lambda: launch(stream, shape, zero, *c_head, c.data_ptr(), *c_tail)
+            times["zero_launch"] = lambda: launch(stream, shape, zero, *c_head, c.data_ptr(),
+                                                  *c_tail)
             try:
                 from cuda.bindings import driver
 
@@ -127,21 +148,10 @@ def main(argv=None) -> int:
             times["torch_empty"] = lambda: torch.empty((m, n), device="cuda")
             times["torch_zeros"] = lambda: torch.zeros((m, n), device="cuda")
             for name, call in times.items():
-                call()
-                us = 1e3 * min(wall_ms(call, CALLS) for _ in range(2))
-                rows.append({"m": m, "n": n, "k": k, "what": name, "us": us})
-                print(f"{m}x{n}x{k} {name:22s} {us:7.2f} us", flush=True)
-            default = entry_point.PACKED_LAUNCHES
+                time_row(rows, (m, n, k), name, call)
             for packed, name in ((True, "matmul_auto_packed"), (False, "matmul_auto_cuda_core")):
-                entry_point.PACKED_LAUNCHES = packed  # the same call, launched each way
-                entry_point._quick_plan.cache_clear()
-                call = lambda: sgemm.matmul(a, b)  # noqa: E731
-                call()
-                us = 1e3 * min(wall_ms(call, CALLS) for _ in range(2))
-                rows.append({"m": m, "n": n, "k": k, "what": name, "us": us})
-                print(f"{m}x{n}x{k} {name:22s} {us:7.2f} us", flush=True)
-            entry_point.PACKED_LAUNCHES = default
-            entry_point._quick_plan.cache_clear()
+                with launches_packed(entry_point, packed):  # the same call, launched each way
+                    time_row(rows, (m, n, k), name, lambda: sgemm.matmul(a, b))
             if (m, n, k) == SHAPES[1]:
                 profile = cProfile.Profile()
                 go8 = times["matmul_8_slices"]

@@ -12,9 +12,9 @@ import ctypes
 
 import numpy as np
 import pytest
-from numba import types
 
-from gpucourse.kernels import launch
+from gpucourse.kernels import launch  # first: gpucourse.device sets up the simulator
+from numba import types  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 VECTOR = types.Array(types.float32, 1, "C")  # 7 parameters of 8 bytes
 MATRIX = types.Array(types.float32, 2, "C")  # 9

@@ -64,7 +64,8 @@ def host_costs(path=None) -> dict | None:
     return found
 
 
-def _shape_text(m: int, n: int, k: int) -> str:
+def shape_text(m: int, n: int, k: int) -> str:
+    """An m x n x k product as the prose writes it: "1,070 x 581 x 2,242"."""
     return f"{m:,} x {n:,} x {k:,}"
 
 
@@ -81,13 +82,13 @@ def held_out_summary(record: dict, explore: dict | None = None) -> dict:
     missed = sorted(targets["large"]["missed"] + targets["mid"]["missed"], key=lambda x: x[3])
     found = {"shapes": len({(r["m"], r["n"], r["k"]) for r in record["results"]}),
              "large": targets["large"], "mid": targets["mid"],
-             "missed_text": ", ".join(f"{_shape_text(m, n, k)} ({share:.1%})"
+             "missed_text": ", ".join(f"{shape_text(m, n, k)} ({share:.1%})"
                                       for m, n, k, share in missed)}
     if explore is not None:
         misses = {(m, n, k) for m, n, k, _ in missed}
         rows = [r for r in explore_rows(explore) if r["shape"] in misses]
         for verdict, key in (("kernel", "menu_short"), ("pick", "pick_short")):
-            found[key] = ", ".join(f"{_shape_text(*r['shape'])} (best {r['best']:.0%})"
+            found[key] = ", ".join(f"{shape_text(*r['shape'])} (best {r['best']:.0%})"
                                    for r in rows if r["verdict"] == verdict)
         found["explored"] = len(rows)
     return found

@@ -163,17 +163,17 @@ def _parameter_layout(function, count: int, query) -> bool:
             return error != success  # no parameter after the last
         if error != success or (int(offset), int(size)) != (8 * index, 8):
             return False
-    return False
 
 
 def packed_launch(kernel, signature, stream, grid, block, arguments, slots, shared: int = 0):
     """go(*values): a launch of `kernel` (a Numba dispatcher compiled for
     `signature`) on `stream` (a Numba stream) over `grid` x `block` (tuples of
-    three), with `shared` bytes of dynamic shared memory and `arguments` (ints, one per kernel parameter as cuda.core
-    takes them), the parameters at positions `slots` set to go's values at
-    each call. None where the fast path cannot be used: an older
-    cuda.bindings, or a kernel whose parameters are not all 8 bytes and
-    packed (each checked once, here, with the driver)."""
+    three), with `shared` bytes of dynamic shared memory and `arguments`
+    (ints, one per kernel parameter as cuda.core takes them), the parameters
+    at positions `slots` set to go's values at each call. None where the
+    fast path cannot be used: an older cuda.bindings, or a kernel whose
+    parameters are not all 8 bytes and packed (each checked once, here,
+    against the signature and, where the bindings can ask, the driver)."""
     import threading
 
     api = _fast_driver()

@@ -421,16 +421,16 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     a_head, a_tail = (0, 0, m * k, 4), (m, k, k * 4, 4)
     b_head, b_tail = (0, 0, k * b_cols, 4), (k, b_cols, b_cols * 4, 4)
     c_head, c_tail = (0, 0, m * n, 4), (m, n, n * 4, 4)
-    # The three matrices' pointers sit at these places among the arguments.
-    slots = (len(a_head), len(a_head + a_tail) + 1 + len(b_head),
-             len(a_head + a_tail + b_head + b_tail) + 2 + len(c_head))
+    # For a packed launch: the three matrices' arguments with their pointers
+    # zero, and where those pointers sit (each matrix is nine arguments).
+    matrices = (_matrix_argument(0, m, k) + _matrix_argument(0, k, b_cols)
+                + _matrix_argument(0, m, n))
+    slots = tuple(i * len(matrices) // 3 + len(a_head) for i in range(3))
     if k == 0 or splits != STREAM and len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
         shape = launch_config(grid, block)
-        packed = _packed(kernel, (C_MATRIX,) * 3, stream, shape,
-                         a_head + (0,) + a_tail + b_head + (0,) + b_tail + c_head + (0,) + c_tail,
-                         slots)
+        packed = _packed(kernel, (C_MATRIX,) * 3, stream, shape, matrices, slots)
         if packed is not None:
             return packed
 
@@ -454,10 +454,8 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     function, _ = _launchable(kernel, device_id, signature)
     zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
     zero_packed = _packed(zero_matrix, (C_MATRIX,), stream, zero_shape,
-                          c_head + (0,) + c_tail, (len(c_head),))
-    split_packed = _packed(kernel, signature, stream, shape,
-                           a_head + (0,) + a_tail + b_head + (0,) + b_tail + c_head + (0,) + c_tail
-                           + last, slots)
+                          _matrix_argument(0, m, n), (len(c_head),))
+    split_packed = _packed(kernel, signature, stream, shape, matrices + last, slots)
     if zero_packed is not None and split_packed is not None:
         def go_packed(a_ptr, b_ptr, c_ptr):
             zero_packed(c_ptr)
