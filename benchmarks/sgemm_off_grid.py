@@ -14,13 +14,14 @@ shapes whose plans were tuned by hand. Writes DIR/sgemm_off_grid-<gpu-slug>-<dat
 grid's row format, class "off_grid", and its summary). About a minute and a
 half.
 
-With --held-out N, the same at HELD_OUT[N] instead: 24 shapes drawn at
-random (below, how) before any of them was timed, written as
+With --held-out N, the same at HELD_OUT[N] instead: 24 shapes (set 3: 48)
+drawn at random (below, how) before any of them was timed, written as
 sgemm_held_out_N-<gpu-slug>-<date>.json. OFF_GRID_SHAPES were looked at when
 the model changed (its stream floor was set after their first run). Set 1
 was drawn and timed first; its one miss by more than a few percent (160 x
 630 x 19896) put 192 x 128 tiles in the H200's menu. Set 2 was drawn after
-that change, and judges it.
+that change, and judges it. Set 3 was drawn after the rates at short
+depths of K joined the model (sgemm_rates_short.py), and judges that.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # where m n k <= 2^36 (a few milliseconds on the GPU), the first 24 kept. Set
 # 1 (seed 20261130): 10 have M and N of 512 or more (target 85%), 14 the
 # smaller from 64 to 511 (target 75%).
-HELD_OUT_SEEDS = {1: 20261130, 2: 20261131}
+HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -52,6 +53,21 @@ HELD_OUT = {
         (1364, 263, 79), (7131, 288, 83), (339, 1891, 10724), (135, 348, 1125),
         (818, 4061, 18558), (2564, 228, 85), (5259, 760, 6531), (1559, 1604, 19126),
         (321, 8164, 201), (2046, 706, 451), (1070, 581, 2242), (3806, 403, 640)],
+    # Set 3 (seed 20261201, 48 draws: its first 24 held only 2 large shapes),
+    # drawn after the short depths' rates joined the model (twentieth
+    # session): 11 with M and N of 512 or more, 37 from 64 to 511.
+    3: [(1625, 84, 722), (355, 1315, 168), (351, 708, 206), (732, 94, 290),
+        (258, 5819, 1578), (171, 796, 1839), (1619, 485, 5598), (848, 266, 552),
+        (490, 3020, 10800), (1633, 635, 342), (222, 5146, 14368), (4423, 68, 117),
+        (149, 120, 112), (4355, 444, 3327), (5818, 76, 1137), (223, 300, 526),
+        (497, 345, 562), (3215, 3092, 82), (135, 2525, 950), (76, 392, 82),
+        (104, 3693, 2221), (218, 671, 8743), (6990, 339, 1320), (192, 6748, 4583),
+        (706, 5558, 1654), (2896, 2648, 113), (7678, 1689, 73), (441, 703, 294),
+        (127, 82, 7192), (1219, 1073, 2459), (5708, 320, 629), (993, 151, 211),
+        (4443, 518, 805), (3933, 508, 152), (101, 1497, 6972), (960, 95, 859),
+        (885, 857, 4180), (189, 461, 8984), (85, 2168, 3306), (358, 3932, 1836),
+        (3557, 189, 204), (2100, 5030, 415), (1275, 678, 1303), (186, 2905, 7568),
+        (156, 1241, 9758), (3481, 5232, 1509), (1843, 296, 568), (4139, 93, 290)],
 }
 
 
