@@ -55,7 +55,9 @@ def save_rates(sgemm, record: dict, source: str, merge: bool = False) -> None:
                for name, by_tile in rates.items()}
         old = entry.get("rates") if merge else None
         if old:
-            missing = [name for name in old if name != "source" and name not in new]
+            # (A tile without short depths' timings is priced by its line alone.)
+            missing = [name for name in old if name not in ("source", "us_short")
+                       and name not in new]
             if missing:
                 raise ValueError(f"the record's rates lack {missing}, which the entry's other "
                                  f"tiles have: time the tiles at three depths of K or more")
@@ -64,6 +66,49 @@ def save_rates(sgemm, record: dict, source: str, merge: bool = False) -> None:
             entry["rates"] = {"source": f"{old['source']}; {source} ({', '.join(tiles)})", **new}
         else:
             entry["rates"] = {"source": source, **new}
+
+    update_entry(sgemm, record["gpu"], update)
+
+
+# The timings save_short_rates leaves out: back-to-back launches of a known
+# plan come no faster than the host issues them, 5.7 us apart at 64^3
+# (results/sgemm_host_costs-h200-2026-11-30.json, matmul_whole), so a timing
+# under twice that is the host's time as much as the SM's. Kept, at 64 x 64
+# rings in two slices of 256 at 512^3, the host-bound timings at one block
+# an SM (8.3 and 9.2 us) priced 21.7 us a plan that ran 24.7
+# (reruns/sgemm_grid-h200-2026-11-30-short-unfloored.json).
+HOST_BOUND_US = 12.0
+
+
+def save_short_rates(sgemm, record: dict, source: str) -> None:
+    """Write an sgemm_rates_short record (benchmarks/sgemm_rates_short.py) into
+    the rates of the model's JSON for its GPU, as "us_short": {tile: {depth:
+    [the busiest SM's us at q = 1, 2, ... blocks, the entry's gpu_launch_us
+    taken out; None where the timing was under HOST_BOUND_US]}}, which shape_model.measured_sm_us reads below its
+    LINE_FROM_K, and its source beside the rates'. Raises ValueError unless
+    every tile of the record has every q from 1 up at each of its depths, and
+    the entry already has rates for it."""
+    def update(entry):
+        launch, found = entry["constants"]["gpu_launch_us"], {}
+        for row in record.get("results", []):
+            key = sgemm.shape_model.tile_key(sgemm.shape_model.tile_config_of(row["config"]))
+            us = row["ms"] * 1e3
+            found.setdefault(key, {}).setdefault(str(row["k"]), {})[row["blocks_per_sm"]] = (
+                us - launch if us >= HOST_BOUND_US else None)
+        rates = entry.get("rates") or {}
+        for key, by_k in found.items():
+            if key not in rates.get("us_per_column", {}):
+                raise ValueError(f"{key}: the entry has no rates for this tile to extend")
+            for k, by_q in by_k.items():
+                if sorted(by_q) != list(range(1, len(by_q) + 1)):
+                    raise ValueError(f"{key} at K = {k}: need q = 1, 2, ...; got {sorted(by_q)}")
+        if not found:
+            raise ValueError("the record holds no short-depth rates (sgemm_rates_short.py)")
+        rates["us_short"] = {key: {k: [None if by_q[q] is None else round(by_q[q], 4)
+                                       for q in sorted(by_q)]
+                                   for k, by_q in sorted(by_k.items(), key=lambda kv: int(kv[0]))}
+                             for key, by_k in found.items()}
+        rates["source"] = f"{rates['source']}; {source} (us_short)"
 
     update_entry(sgemm, record["gpu"], update)
 

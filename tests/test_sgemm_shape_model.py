@@ -606,7 +606,11 @@ def test_scalar_loads_cost_their_measured_share_and_predict_ragged_shapes_left_o
         picked = [min(here, key=lambda r: shape_model.plan_cost(*r[:3], e)["predicted_us"])[3]
                   for e in (one, own)]
         if shape != (511, 511, 511):  # plans of 25-40 us, timed twice 40% apart
-            assert picked[1] <= picked[0] and picked[1] < 1.02 * fastest, (shape, picked)
+            # No worse than one share, but for a tie: since the short depths'
+            # rates (2026-11-30) the two pick plans at 777 x 1313 x 2047 that
+            # were timed 0.08% apart (156.9 and 157.0 us), below what one
+            # run's timings resolve.
+            assert picked[1] <= 1.005 * picked[0] and picked[1] < 1.02 * fastest, (shape, picked)
             assert np.median(errors[1]) < np.median(errors[0]), shape
         before += errors[0]
         after += errors[1]

@@ -107,6 +107,10 @@ STREAM_MIN_US = 50.0
 # every tile but 128 x 256 (12%) (results/sgemm_grid-, sgemm_off_grid-h200-2026-11-30.json,
 # reruns/sgemm_explore-h200-2026-11-30-rings.json, sgemm_stream-h200-2026-11-29.json).
 STREAM_MIN_STEPS = 32
+# The shallowest depth of the rates' lines (sgemm_grid.py's RATE_KS): below it a
+# line is an extrapolation, and the rates' timings at short depths take over
+# where the entry has them (sgemm_rates_short.py; ``measured_sm_us``).
+LINE_FROM_K = 512
 # The cost model's constants (see the module's docstring), each > 0.
 CONSTANTS = ("eff_max", "thread_loads", "block_loads", "warps_to_hide", "block_us", "edge_share",
              "call_us", "split_call_us", "gpu_launch_us", "zero_us", "atomics_per_us")
@@ -230,7 +234,13 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     in groups of the largest (a group of 8 is whole rounds for tiles that fit
     1, 2, 4 or 8 an SM). The fixed time of q blocks is the measured one where
     the rates hold it ("us_fixed", from timings at three depths or more),
-    else q block_us."""
+    else q block_us. Below LINE_FROM_K columns, where the rates hold timings
+    at short depths ("us_short", benchmarks/sgemm_model_json.py's
+    save_short_rates: the busiest SM's us at q blocks, the launch's taken
+    out, by depth), straight
+    lines between those and the line's time at LINE_FROM_K (below the
+    shortest depth, the line, at most that depth's time); a count of blocks whose short timings
+    were the host's (None) keeps the line."""
     rates = entry.get("rates") or {}
     per_column = rates.get("us_per_column", {}).get(tile_key(config))
     if not per_column:
@@ -238,12 +248,23 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     block_us = entry["constants"]["block_us"]
     fixed = rates.get("us_fixed", {}).get(tile_key(config)) or [
         q * block_us for q in range(1, len(per_column) + 1)]
+    short = {int(k): us for k, us in (rates.get("us_short", {}).get(tile_key(config)) or {}).items()}
+
+    def q_blocks(q):  # q blocks: on the line, or between the short depths' timings below it
+        on_line = fixed[q - 1] + per_column[q - 1] * padded_k
+        if not short or padded_k >= LINE_FROM_K or all(us[q - 1] is None for us in short.values()):
+            return on_line
+        points = [(k, us[q - 1]) for k, us in sorted(short.items()) if us[q - 1] is not None]
+        points.append((LINE_FROM_K, fixed[q - 1] + per_column[q - 1] * LINE_FROM_K))
+        if padded_k <= points[0][0]:  # shorter still: the line, never above the shortest
+            return min(on_line, points[0][1])
+        i = max(j for j in range(len(points) - 1) if points[j][0] <= padded_k)
+        (k0, us0), (k1, us1) = points[i], points[i + 1]
+        return us0 + (us1 - us0) * (padded_k - k0) / (k1 - k0)
+
     most = len(per_column)
     full, rest = divmod(busiest, most)
-    sm_us = full * (fixed[most - 1] + per_column[most - 1] * padded_k)
-    if rest:
-        sm_us += fixed[rest - 1] + per_column[rest - 1] * padded_k
-    return sm_us
+    return full * q_blocks(most) + (q_blocks(rest) if rest else 0.0)
 
 
 def rates_from_record(record: dict, entry: dict) -> dict:
