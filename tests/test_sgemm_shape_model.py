@@ -12,6 +12,8 @@ pick than the measured best. No kernel runs here except one small product.
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -476,6 +478,72 @@ def test_three_depths_or_more_measure_the_fixed_time_too():
     # An intercept below the launch (noise) is no fixed time, not a negative one.
     early = [{**r, "ms": r["ms"] - (c["gpu_launch_us"] + 5.0) / 1e3} for r in rows]
     assert min(shape_model.rates_from_record({"results": early}, entry)["us_fixed"][key]) == 0.0
+
+
+def test_short_depths_price_one_round_below_the_lines_first_depth():
+    # Below LINE_FROM_K (512) a line is an extrapolation; timings of one round
+    # of q blocks an SM at short depths take over, straight lines between
+    # them and the line's time at 512. Worked by hand for one tile whose
+    # line is 2 + 0.1 k us at q = 1 and 3 + 0.2 k at q = 2: at q = 1, 10 us
+    # at K = 64 and 30 at 192; at q = 2, the host's at 64 (None) and 50 at 192.
+    entry = sgemm.gpu_entry("NVIDIA H200")
+    tile = TileConfig(64, 64, 16, 8, 4)
+    key = shape_model.tile_key(tile)
+    rates = {"us_per_column": {key: [0.1, 0.2]}, "us_fixed": {key: [2.0, 3.0]},
+             "us_short": {key: {"64": [10.0, None], "192": [30.0, 50.0]}}}
+    priced = {**entry, "rates": rates}
+    line_512 = 2.0 + 0.1 * 512  # 53.2: the line where its timings begin
+    sm_us = lambda busiest, k: shape_model.measured_sm_us(priced, tile, busiest, k)  # noqa: E731
+    assert shape_model.LINE_FROM_K == 512
+    assert sm_us(1, 128) == pytest.approx(10.0 + (30.0 - 10.0) * (128 - 64) / (192 - 64))  # 20
+    assert sm_us(1, 320) == pytest.approx(30.0 + (line_512 - 30.0) * (320 - 192) / (512 - 192))
+    assert sm_us(1, 512) == pytest.approx(line_512) and sm_us(1, 1024) == pytest.approx(104.4)
+    # Shorter than the shortest timing: the line, but never above that timing.
+    assert sm_us(1, 16) == pytest.approx(min(2.0 + 0.1 * 16, 10.0))  # 3.6
+    rates["us_fixed"][key] = [9.0, 3.0]
+    assert sm_us(1, 48) == pytest.approx(10.0)  # the line says 13.8
+    rates["us_fixed"][key] = [2.0, 3.0]
+    # q = 2: its one timing left (K = 64 was the host's) reaches down alone.
+    assert sm_us(2, 352) == pytest.approx(50.0 + ((3.0 + 0.2 * 512) - 50.0) * 160 / 320)
+    assert sm_us(2, 128) == pytest.approx(min(3.0 + 0.2 * 128, 50.0))
+    # Rounds after rounds (3 blocks: the rates timed at most 2) keep the line:
+    # a round's timing less the launch's fitted time misses what each further
+    # round costs.
+    assert sm_us(3, 128) == pytest.approx((3.0 + 0.2 * 128) + (2.0 + 0.1 * 128))
+    # No short timings: the line as before.
+    del rates["us_short"]
+    assert sm_us(1, 128) == pytest.approx(2.0 + 0.1 * 128)
+
+
+def test_save_short_rates_keeps_the_sms_time_and_refuses_what_it_cannot_price(tmp_path):
+    # benchmarks/sgemm_model_json.py's save_short_rates: the busiest SM's us
+    # (the launch's fitted time taken out), None under HOST_BOUND_US, by
+    # depth; refused for a tile without rates, a missing q, or no rows.
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import sgemm_model_json
+
+    path = tmp_path / "model.json"
+    path.write_text(sgemm.MODEL_PATH.read_text())
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    gpu = "NVIDIA H200"
+    launch = json.loads(path.read_text())["gpus"][gpu]["constants"]["gpu_launch_us"]
+    config = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "stages": 2}
+    rows = [{"config": config, "blocks_per_sm": q, "k": k, "ms": us / 1e3}
+            for q, k, us in ((1, 64, 8.3), (2, 64, 20.0), (1, 192, 30.0), (2, 192, 45.5))]
+    sgemm_model_json.save_short_rates(fake, {"gpu": gpu, "results": rows}, "r.json")
+    saved = json.loads(path.read_text())["gpus"][gpu]["rates"]
+    assert sgemm_model_json.HOST_BOUND_US > 8.3
+    near = lambda us: pytest.approx(us - launch, abs=1e-4)  # noqa: E731 (kept to 4 places)
+    assert saved["us_short"] == {"64x64x16 8x4 s2": {"64": [None, near(20.0)],
+                                                     "192": [near(30.0), near(45.5)]}}
+    assert saved["source"].endswith("r.json (us_short)")
+    other = {**config, "bm": 32}  # no rates in the entry
+    for bad, naming in (([{**rows[0], "config": other}], "no rates for this tile"),
+                        (rows[1:2], "need q = 1, 2"), ([], "no short-depth rates")):
+        with pytest.raises(ValueError, match=naming):
+            sgemm_model_json.save_short_rates(fake, {"gpu": gpu, "results": bad}, "x")
 
 
 def test_the_chapter_reads_what_the_rates_show_that_the_estimate_did_not(tmp_path):

@@ -234,13 +234,19 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     in groups of the largest (a group of 8 is whole rounds for tiles that fit
     1, 2, 4 or 8 an SM). The fixed time of q blocks is the measured one where
     the rates hold it ("us_fixed", from timings at three depths or more),
-    else q block_us. Below LINE_FROM_K columns, where the rates hold timings
-    at short depths ("us_short", benchmarks/sgemm_model_json.py's
-    save_short_rates: the busiest SM's us at q blocks, the launch's taken
-    out, by depth), straight
+    else q block_us.
+
+    Below LINE_FROM_K columns, where the busiest SM runs one round (as many
+    blocks as the rates timed, 8) and the rates hold timings at short depths
+    ("us_short", benchmarks/sgemm_model_json.py's save_short_rates: the
+    busiest SM's us at q blocks, the launch's taken out, by depth): straight
     lines between those and the line's time at LINE_FROM_K (below the
-    shortest depth, the line, at most that depth's time); a count of blocks whose short timings
-    were the host's (None) keeps the line."""
+    shortest depth, the line, at most that depth's time). A count of blocks
+    whose short timings were the host's (None) keeps the line, and so do
+    rounds after rounds: a timing of one round, less the launch's fitted
+    time, misses what each further round costs (4096 x 4096 x 96 in 64 x 64
+    rings, 31 blocks an SM: priced so 74.7 us, ran 86.6, the line 86.5;
+    results/sgemm_grid-h200-2026-11-30.json)."""
     rates = entry.get("rates") or {}
     per_column = rates.get("us_per_column", {}).get(tile_key(config))
     if not per_column:
@@ -248,7 +254,10 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     block_us = entry["constants"]["block_us"]
     fixed = rates.get("us_fixed", {}).get(tile_key(config)) or [
         q * block_us for q in range(1, len(per_column) + 1)]
-    short = {int(k): us for k, us in (rates.get("us_short", {}).get(tile_key(config)) or {}).items()}
+    # The short depths' timings are of one round, launch included: they price
+    # a plan of that many blocks an SM, not rounds after rounds (module note).
+    short = {int(k): us for k, us in (rates.get("us_short", {}).get(tile_key(config)) or {}).items()
+             if busiest <= len(per_column)}
 
     def q_blocks(q):  # q blocks: on the line, or between the short depths' timings below it
         on_line = fixed[q - 1] + per_column[q - 1] * padded_k
