@@ -92,3 +92,35 @@ def held_out_summary(record: dict, explore: dict | None = None) -> dict:
                                    for r in rows if r["verdict"] == verdict)
         found["explored"] = len(rows)
     return found
+
+
+def ring_variants(path=None) -> dict | None:
+    """What benchmarks/sgemm_ring_variants.py found at the ragged products the
+    menu runs short (the newest run, or the one at `path`; None while none is
+    committed), at the first shape it timed: {"shape": as text; "menu": the
+    share of cuBLAS of the menu's best ring there (the script's first two
+    RINGS); "best": the best share of a ring outside the menu, and
+    "best_variant" its name}."""
+    if path is None and not results.find_results("sgemm_ring_variants"):
+        return None
+    rows = [r for r in results.load_results("sgemm_ring_variants", path)["results"]
+            if "ms" in r and r["variant"] not in ("auto", "cublas")]
+    first = (rows[0]["m"], rows[0]["n"], rows[0]["k"])
+    here = [r for r in rows if (r["m"], r["n"], r["k"]) == first]
+    in_menu = lambda r: r["variant"].startswith(("64x128_8x8_s2_", "128x128_8x8_s2_"))  # noqa: E731
+    best = max((r for r in here if not in_menu(r)), key=lambda r: r["vs_cublas"])
+    return {"shape": shape_text(*first), "menu": max(r["vs_cublas"] for r in here if in_menu(r)),
+            "best": best["vs_cublas"], "best_variant": best["variant"]}
+
+
+def cublas_tiles(path=None) -> list[str] | None:
+    """The tiles ("bm x bn x bk") in the names of the kernels cuBLAS ran at the
+    shapes benchmarks/sgemm_rates_short.py named (its newest run, or the one
+    at `path`), the names that hold a "tilesize"; None while none is committed."""
+    import re
+
+    if path is None and not results.find_results("sgemm_rates_short"):
+        return None
+    named = results.load_results("sgemm_rates_short", path).get("cublas_kernels") or {}
+    return sorted({t.replace("x", " x ") for names in named.values() for name in names
+                   for t in re.findall(r"tilesize(\d+x\d+x\d+)", name)})

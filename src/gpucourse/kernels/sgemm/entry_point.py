@@ -396,11 +396,13 @@ def pad_copies(m: int, n: int, k: int, device_id: int):
 # Whether matmul's launches take packed arguments (launch.packed_launch): one
 # buffer laid out once, three pointers written per call, instead of cuda.core
 # converting some thirty arguments each time (about 5 us of Python a launch,
-# results/sgemm_host_costs-h200-2026-11-30.json). Off until it has run on a
-# GPU: the H200's image of 2026-11-30 had neither cuda.bindings' _v2 launch
-# nor cuKernelGetParamInfo, so the first run took cuda.core's path either
-# way. benchmarks/sgemm_host_costs.py checks both ways against torch.mm and
-# times them; turn it on where that run says both are right and packed is faster.
+# results/sgemm_host_costs-h200-2026-11-30.json). Off: on the H200 (its image
+# has cuKernelGetParamInfo but not cuda.bindings' _v2 launch, so the packed
+# buffer goes through driver.cuLaunchKernel) both ways were right at nine
+# shapes and the packed one was no faster, 13.1-20.3 us a call against
+# 13.1-19.8 (reruns/sgemm_host_costs-h200-2026-11-30-packed.json): the
+# bindings' own call costs what cuda.core's conversion saved.
+# benchmarks/sgemm_host_costs.py checks both ways and times them.
 PACKED_LAUNCHES = False
 
 
