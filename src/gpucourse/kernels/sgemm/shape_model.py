@@ -29,9 +29,11 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   through the timings), else q block_us. The measurement sees what a formula
   guesses: how many blocks really fit an SM (a tile that holds two where
   the register estimate says three runs q = 3 as two rounds), and how well
-  a few warps hide latency. Elsewhere, a formula: an SM's arithmetic rate
-  with w resident warps is peak * efficiency * (1 - exp(-w / warps_to_hide)):
-  few warps leave its pipelines waiting for memory. The efficiency of a tile
+  a few warps hide latency. Below K = 512, where the lines begin, a plan of
+  one round is priced from timings at short depths instead
+  (``sgemm_rates_short.py``, ``measured_sm_us``). Elsewhere, a formula: an
+  SM's arithmetic rate with w resident warps is peak * efficiency * (1 -
+  exp(-w / warps_to_hide)): few warps leave its pipelines waiting for memory. The efficiency of a tile
   grows with the work a thread does per value it loads from shared memory
   (tm*tn outputs for tm + tn loads) and a block per value it loads from
   global memory: eff = eff_max / (1 + thread_loads * (1/tm + 1/tn) +
@@ -243,10 +245,8 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     lines between those and the line's time at LINE_FROM_K (below the
     shortest depth, the line, at most that depth's time). A count of blocks
     whose short timings were the host's (None) keeps the line, and so do
-    rounds after rounds: a timing of one round, less the launch's fitted
-    time, misses what each further round costs (4096 x 4096 x 96 in 64 x 64
-    rings, 31 blocks an SM: priced so 74.7 us, ran 86.6, the line 86.5;
-    results/sgemm_grid-h200-2026-11-30.json)."""
+    rounds after rounds: one round's timing less the launch's fitted time
+    misses what each further round costs (benchmarks/NOTES.md, 2026-11-30)."""
     rates = entry.get("rates") or {}
     per_column = rates.get("us_per_column", {}).get(tile_key(config))
     if not per_column:
@@ -255,18 +255,18 @@ def measured_sm_us(entry: dict, config: TileConfig, busiest: int, padded_k: int)
     fixed = rates.get("us_fixed", {}).get(tile_key(config)) or [
         q * block_us for q in range(1, len(per_column) + 1)]
     # The short depths' timings are of one round, launch included: they price
-    # a plan of that many blocks an SM, not rounds after rounds (module note).
+    # a plan of that many blocks an SM, not rounds after rounds.
     short = {int(k): us for k, us in (rates.get("us_short", {}).get(tile_key(config)) or {}).items()
              if busiest <= len(per_column)}
 
     def q_blocks(q):  # q blocks: on the line, or between the short depths' timings below it
         on_line = fixed[q - 1] + per_column[q - 1] * padded_k
-        if not short or padded_k >= LINE_FROM_K or all(us[q - 1] is None for us in short.values()):
-            return on_line
         points = [(k, us[q - 1]) for k, us in sorted(short.items()) if us[q - 1] is not None]
-        points.append((LINE_FROM_K, fixed[q - 1] + per_column[q - 1] * LINE_FROM_K))
+        if not points or padded_k >= LINE_FROM_K:
+            return on_line
         if padded_k <= points[0][0]:  # shorter still: the line, never above the shortest
             return min(on_line, points[0][1])
+        points.append((LINE_FROM_K, fixed[q - 1] + per_column[q - 1] * LINE_FROM_K))
         i = max(j for j in range(len(points) - 1) if points[j][0] <= padded_k)
         (k0, us0), (k1, us1) = points[i], points[i + 1]
         return us0 + (us1 - us0) * (padded_k - k0) / (k1 - k0)
