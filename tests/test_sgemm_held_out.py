@@ -141,3 +141,23 @@ def test_bad_arguments_are_named():
         held_out.share_at({"results": [_row(1, 2, 3, "cublas", 1.0)]}, (1, 2, 3))
     with pytest.raises(ValueError, match="sgemm_grid results record"):
         held_out.held_out_summary({"results": []})
+
+
+def test_the_figure_draws_every_drawn_shape_once_with_its_target():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    record = {"gpu": "G", "results": [_row(600, 700, 800, "auto", 0.80),
+                                      _row(600, 700, 800, "cublas", 1.0),
+                                      _row(100, 900, 50, "auto", 0.70),
+                                      _row(40, 40, 40, "auto", 0.10)]}
+    ax = held_out.plot_held_out({1: record, 2: record})
+    points = [tuple(p) for c in ax.collections for p in c.get_offsets()]
+    # Two sets of two shapes held to a target (40^3 is held to none), each drawn
+    # at its work and share; the two targets as dashed lines.
+    assert sorted(points) == sorted([(2 * 600 * 700 * 800, 0.80), (2 * 100 * 900 * 50, 0.70)] * 2)
+    assert sorted(line.get_ydata()[0] for line in ax.lines) == [0.75, 0.85]
+    plt.close("all")
+    assert held_out.plot_held_out({}) is None

@@ -124,3 +124,41 @@ def cublas_tiles(path=None) -> list[str] | None:
     named = results.load_results("sgemm_rates_short", path).get("cublas_kernels") or {}
     return sorted({t.replace("x", " x ") for names in named.values() for name in names
                    for t in re.findall(r"tilesize(\d+x\d+x\d+)", name)})
+
+
+def plot_held_out(records: dict | None = None, ax=None):
+    """Every shape of the held-out sets (`records`: {set number: run}; default
+    the committed runs), auto's share of cuBLAS against the product's work
+    (2 m n k, log scale), one colour per target class (large: M and N of 512
+    or more; mid: the smaller 64 to 511), a marker per set, each class's
+    target as a line. None while no held-out run is committed."""
+    from gpucourse.chapters.sgemm import shape_class, shape_target
+
+    if records is None:
+        records, number = {}, 1
+        while (record := load_held_out_results(number)) is not None:
+            records[number] = record
+            number += 1
+    if not records:
+        return None
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(8, 4.6))[1]
+    colours = {"large": "tab:blue", "mid": "tab:orange"}
+    for (number, record), marker in zip(sorted(records.items()), "osD^v"):
+        for name, colour in colours.items():
+            rows = [r for r in record["results"] if r["variant"] == "auto"
+                    and shape_class(r["m"], r["n"]) == name]
+            ax.scatter([2 * r["m"] * r["n"] * r["k"] for r in rows],
+                       [r["vs_cublas"] for r in rows], color=colour, marker=marker, s=22,
+                       alpha=0.8, label=f"set {number}, {name}")
+    for name, colour in colours.items():
+        size = 512 if name == "large" else 64
+        ax.axhline(shape_target(size, size), color=colour, ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("work of the product, 2 m n k (FLOP)")
+    ax.set_ylabel("auto's share of cuBLAS")
+    gpu = next(iter(records.values()))["gpu"]
+    ax.set_title(f"Shapes drawn at random, {gpu} (dashed: each class's target)")
+    ax.legend(fontsize=7, ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    return ax
