@@ -845,3 +845,32 @@ def test_a_share_is_read_from_a_pair_of_timings_and_a_bad_pair_is_named():
 
     with pytest.raises(ValueError, match="new must be an sgemm_grid record"):
         sgemm_gap.grid_plan_changes({}, {"results": []})
+
+
+def test_the_jsons_short_depths_are_the_committed_runs(tmp_path):
+    # The H200's "us_short" is what save_short_rates makes of the run its
+    # rates' source names (benchmarks/sgemm_rates_short.py --save), nothing
+    # typed by hand: written afresh from that file, it comes out the same.
+    import types
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import sgemm_model_json
+
+    gpu = "NVIDIA H200"
+    rates = sgemm.gpu_entry(gpu)["rates"]
+    name = "sgemm_rates_short-h200-2026-11-30.json"
+    assert f"benchmarks/results/{name} (us_short)" in rates["source"]
+    record = results.load_results("sgemm_rates_short",
+                                  results.find_results("sgemm_rates_short")[0].parent / name)
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    del data["gpus"][gpu]["rates"]["us_short"]
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(data))
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    sgemm_model_json.save_short_rates(fake, record, "again")
+    assert json.loads(path.read_text())["gpus"][gpu]["rates"]["us_short"] == rates["us_short"]
+    # Every tile of the menu has them, at K = 64 and 192, 8 counts of blocks each.
+    menu = {shape_model.tile_key(c) for c in shape_model.menu(sgemm.gpu_entry(gpu))}
+    assert set(rates["us_short"]) == menu
+    assert all(sorted(by_k) == ["192", "64"] and all(len(v) == 8 for v in by_k.values())
+               for by_k in rates["us_short"].values())
