@@ -84,8 +84,9 @@ def save_short_rates(sgemm, record: dict, source: str) -> None:
     """Write an sgemm_rates_short record (benchmarks/sgemm_rates_short.py) into
     the rates of the model's JSON for its GPU, as "us_short": {tile: {depth:
     [the busiest SM's us at q = 1, 2, ... blocks, the entry's gpu_launch_us
-    taken out; None where the timing was under HOST_BOUND_US]}}, which shape_model.measured_sm_us reads below its
-    LINE_FROM_K, and its source beside the rates'. Raises ValueError unless
+    taken out; None where the timing was under HOST_BOUND_US]}}, which
+    shape_model.measured_sm_us reads below its LINE_FROM_K, and its source
+    beside the rates'. Raises ValueError unless
     every tile of the record has every q from 1 up at each of its depths, and
     the entry already has rates for it."""
     def update(entry):

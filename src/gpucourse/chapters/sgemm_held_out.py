@@ -132,6 +132,8 @@ def plot_held_out(records: dict | None = None, ax=None):
     (2 m n k, log scale), one colour per target class (large: M and N of 512
     or more; mid: the smaller 64 to 511), a marker per set, each class's
     target as a line. None while no held-out run is committed."""
+    import itertools
+
     from gpucourse.chapters.sgemm import shape_class, shape_target
 
     if records is None:
@@ -145,7 +147,7 @@ def plot_held_out(records: dict | None = None, ax=None):
 
     ax = ax or plt.subplots(figsize=(8, 4.6))[1]
     colours = {"large": "tab:blue", "mid": "tab:orange"}
-    for (number, record), marker in zip(sorted(records.items()), "osD^v"):
+    for (number, record), marker in zip(sorted(records.items()), itertools.cycle("osD^v")):
         for name, colour in colours.items():
             rows = [r for r in record["results"] if r["variant"] == "auto"
                     and shape_class(r["m"], r["n"]) == name]
