@@ -33,11 +33,11 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   one round is priced from timings at short depths instead
   (``sgemm_rates_short.py``, ``measured_sm_us``). Elsewhere, a formula: an
   SM's arithmetic rate with w resident warps is peak * efficiency * (1 -
-  exp(-w / warps_to_hide)): few warps leave its pipelines waiting for memory. The efficiency of a tile
-  grows with the work a thread does per value it loads from shared memory
-  (tm*tn outputs for tm + tn loads) and a block per value it loads from
-  global memory: eff = eff_max / (1 + thread_loads * (1/tm + 1/tn) +
-  block_loads * (1/bm + 1/bn)).
+  exp(-w / warps_to_hide)): few warps leave its pipelines waiting for memory.
+  The efficiency of a tile grows with the work a thread does per value it
+  loads from shared memory (tm*tn outputs for tm + tn loads) and a block per
+  value it loads from global memory: eff = eff_max / (1 + thread_loads *
+  (1/tm + 1/tn) + block_loads * (1/bm + 1/bn)).
 * **fixed costs.** Every block pays block_us to start and store (with the
   formula, every round of resident blocks); tiles that
   hang over an edge test every load (edge_share more time); rows whose
