@@ -499,6 +499,22 @@ def tile_grid(count: int) -> tuple[int, int]:
     return rows, count // rows
 
 
+def rate_products(config, sms: int, depths):
+    """(q, m, n, k) of the rates' products for `config`: q x SMs tiles (q = 1
+    to RATE_BLOCKS's last) in tile_grid's near-square grid, no edges, at each
+    of `depths`."""
+    for q in RATE_BLOCKS:
+        tiles_m, tiles_n = tile_grid(q * sms)
+        for k in depths:
+            yield q, tiles_m * config.bm, tiles_n * config.bn, k
+
+
+def rate_row(config, q: int, m: int, n: int, k: int, ms: float, error: float) -> dict:
+    """A rates results row (what shape_model.rates_from_record reads)."""
+    return {"config": asdict(config), "blocks_per_sm": q, "m": m, "n": n, "k": k,
+            "ms": ms, "tflops": 2 * m * n * k / ms / 1e9, "max_rel_err": error}
+
+
 def rate_tiles(sgemm, entry: dict, tiles) -> list:
     """The tiles --rates and --rates-variants time: `tiles` (from --tiles) where
     given, else the menu and RATE_CANDIDATES."""
@@ -519,18 +535,13 @@ def rates_main(sgemm, torch, time_ms, record, out_dir: Path, started: float,
     entry = sgemm.gpu_entry(record["gpu"])
     sms, rows = entry["sms"], []
     for config in rate_tiles(sgemm, entry, tiles):
-        for q in RATE_BLOCKS:
-            tiles_m, tiles_n = tile_grid(q * sms)
-            m, n = tiles_m * config.bm, tiles_n * config.bn
-            for k in RATE_KS:
-                if time.perf_counter() - started > BUDGET_S:
-                    break
-                a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
-                call = lambda: sgemm.matmul(a, b, 6, config=config, splits=1)  # noqa: E731
-                error = relative_error(call(), torch.mm(a.double(), b.double()))
-                ms = time_ms(call)[0]
-                rows.append({"config": asdict(config), "blocks_per_sm": q, "m": m, "n": n, "k": k,
-                             "ms": ms, "tflops": 2 * m * n * k / ms / 1e9, "max_rel_err": error})
+        for q, m, n, k in rate_products(config, sms, RATE_KS):
+            if time.perf_counter() - started > BUDGET_S:
+                break
+            a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+            call = lambda: sgemm.matmul(a, b, 6, config=config, splits=1)  # noqa: E731
+            error = relative_error(call(), torch.mm(a.double(), b.double()))
+            rows.append(rate_row(config, q, m, n, k, time_ms(call)[0], error))
         done = [r for r in rows if r["config"] == asdict(config)]
         print(f"rates {config}: " + ", ".join(f"q{r['blocks_per_sm']} k{r['k']} {r['tflops']:.1f}"
                                               for r in done if r["k"] == RATE_KS[-1]), flush=True)

@@ -34,7 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
-from sgemm_grid import RATE_BLOCKS, WRONG_ABOVE, relative_error, tile_grid
+from sgemm_grid import RATE_BLOCKS, WRONG_ABOVE, rate_products, rate_row, relative_error
 
 SHORT_KS = (64, 192)
 NAMED_SHAPES = [(738, 2561, 782), (1070, 581, 2242), (1360, 669, 475), (571, 6087, 69),
@@ -97,20 +97,14 @@ def main(argv=None) -> int:
     sms, rows = entry["sms"], []
     device = torch.cuda.current_device()
     for config in sgemm.shape_model.menu(entry):
-        for q in RATE_BLOCKS:
-            tiles_m, tiles_n = tile_grid(q * sms)
-            m, n = tiles_m * config.bm, tiles_n * config.bn
-            for k in SHORT_KS:
-                a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
-                c = torch.empty((m, n), device="cuda")
-                go = entry_point._quick_plan("6", m, n, k, True, device, config, 1)
-                call = lambda: go(a.data_ptr(), b.data_ptr(), c.data_ptr())  # noqa: E731
-                call()
-                error = relative_error(c, torch.mm(a.double(), b.double()))
-                ms = time_ms(call)[0]
-                rows.append({"config": asdict(config), "blocks_per_sm": q, "m": m, "n": n,
-                             "k": k, "ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
-                             "max_rel_err": error})
+        for q, m, n, k in rate_products(config, sms, SHORT_KS):  # as --rates' products
+            a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
+            c = torch.empty((m, n), device="cuda")
+            go = entry_point._quick_plan("6", m, n, k, True, device, config, 1)
+            call = lambda: go(a.data_ptr(), b.data_ptr(), c.data_ptr())  # noqa: E731
+            call()
+            error = relative_error(c, torch.mm(a.double(), b.double()))
+            rows.append(rate_row(config, q, m, n, k, time_ms(call)[0], error))
         print(f"short {sgemm.shape_model.tile_key(config)}: " + ", ".join(
             f"q{r['blocks_per_sm']} k{r['k']} {r['ms'] * 1e3:.1f}us" for r in rows
             if r["config"] == asdict(config)), flush=True)

@@ -161,3 +161,10 @@ def test_the_figure_draws_every_drawn_shape_once_with_its_target():
     assert sorted(line.get_ydata()[0] for line in ax.lines) == [0.75, 0.85]
     plt.close("all")
     assert held_out.plot_held_out({}) is None
+
+
+def test_the_largest_miss_is_the_largest_product_under_its_target():
+    record = {"results": [_row(600, 700, 800, "auto", 0.80), _row(100, 900, 50, "auto", 0.70),
+                          _row(1000, 1000, 1000, "auto", 0.90)]}
+    assert held_out.largest_miss_gflop({1: record}) == pytest.approx(2 * 600 * 700 * 800 / 1e9)
+    assert held_out.largest_miss_gflop({1: {"results": record["results"][2:]}}) == 0.0

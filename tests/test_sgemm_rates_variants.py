@@ -350,3 +350,18 @@ def test_tiles_narrow_the_rates_to_new_ones_and_their_numbers_join_the_others(gr
     two = [r for r in rows if r["k"] != 4096]
     with pytest.raises(ValueError, match=r"the record's rates lack \['us_fixed'\]"):
         grid.save_rates(fake, {"gpu": H200, "results": two}, "x", merge=True)
+
+
+def test_the_rates_products_hold_q_blocks_an_sm_and_their_rows_read_back(grid):
+    # sgemm_grid.rate_products and rate_row, shared by --rates and
+    # sgemm_rates_short.py: q x SMs whole tiles at each depth; rows that
+    # shape_model.rates_from_record reads.
+    tile = TileConfig(64, 128, 16, 8, 8)
+    products = list(grid.rate_products(tile, 132, (512, 1024)))
+    assert [(q, k) for q, _, _, k in products] == [(q, k) for q in grid.RATE_BLOCKS
+                                                  for k in (512, 1024)]
+    assert all(m % 64 == 0 and n % 128 == 0 and (m // 64) * (n // 128) == 132 * q
+               for q, m, n, _ in products)
+    row = grid.rate_row(tile, 2, 128, 256, 512, 0.5, 1e-7)
+    assert row["tflops"] == pytest.approx(2 * 128 * 256 * 512 / 0.5 / 1e9)
+    assert sgemm.tile_config_of(row["config"]) == tile and row["blocks_per_sm"] == 2

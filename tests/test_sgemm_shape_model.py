@@ -515,18 +515,24 @@ def test_short_depths_price_one_round_below_the_lines_first_depth():
     assert sm_us(1, 128) == pytest.approx(2.0 + 0.1 * 128)
 
 
-def test_save_short_rates_keeps_the_sms_time_and_refuses_what_it_cannot_price(tmp_path):
-    # benchmarks/sgemm_model_json.py's save_short_rates: the busiest SM's us
-    # (the launch's fitted time taken out), None under HOST_BOUND_US, by
-    # depth; refused for a tile without rates, a missing q, or no rows.
+def _model_writer(tmp_path, text: str):
+    """(benchmarks/sgemm_model_json.py, a stand-in for the sgemm package whose
+    MODEL_PATH is a copy holding `text`, that copy's path)."""
     import types
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import sgemm_model_json
 
     path = tmp_path / "model.json"
-    path.write_text(sgemm.MODEL_PATH.read_text())
-    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    path.write_text(text)
+    return sgemm_model_json, types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model), path
+
+
+def test_save_short_rates_keeps_the_sms_time_and_refuses_what_it_cannot_price(tmp_path):
+    # benchmarks/sgemm_model_json.py's save_short_rates: the busiest SM's us
+    # (the launch's fitted time taken out), None under HOST_BOUND_US, by
+    # depth; refused for a tile without rates, a missing q, or no rows.
+    sgemm_model_json, fake, path = _model_writer(tmp_path, sgemm.MODEL_PATH.read_text())
     gpu = "NVIDIA H200"
     launch = json.loads(path.read_text())["gpus"][gpu]["constants"]["gpu_launch_us"]
     config = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "stages": 2}
@@ -851,11 +857,6 @@ def test_the_jsons_short_depths_are_the_committed_runs(tmp_path):
     # The H200's "us_short" is what save_short_rates makes of the run its
     # rates' source names (benchmarks/sgemm_rates_short.py --save), nothing
     # typed by hand: written afresh from that file, it comes out the same.
-    import types
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import sgemm_model_json
-
     gpu = "NVIDIA H200"
     rates = sgemm.gpu_entry(gpu)["rates"]
     name = "sgemm_rates_short-h200-2026-11-30.json"
@@ -864,9 +865,7 @@ def test_the_jsons_short_depths_are_the_committed_runs(tmp_path):
                                   results.find_results("sgemm_rates_short")[0].parent / name)
     data = json.loads(sgemm.MODEL_PATH.read_text())
     del data["gpus"][gpu]["rates"]["us_short"]
-    path = tmp_path / "model.json"
-    path.write_text(json.dumps(data))
-    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    sgemm_model_json, fake, path = _model_writer(tmp_path, json.dumps(data))
     sgemm_model_json.save_short_rates(fake, record, "again")
     assert json.loads(path.read_text())["gpus"][gpu]["rates"]["us_short"] == rates["us_short"]
     # Every tile of the menu has them, at K = 64 and 192, 8 counts of blocks each.

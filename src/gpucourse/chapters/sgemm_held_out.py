@@ -33,6 +33,23 @@ def load_held_out_results(number: int, path=None) -> dict | None:
     return results.load_results(name, path)
 
 
+def load_held_out_sets() -> dict:
+    """{set number: its newest run} of every held-out set committed, 1, 2, ...
+    in turn until one is missing ({} while none is)."""
+    found, number = {}, 1
+    while (record := load_held_out_results(number)) is not None:
+        found[number] = record
+        number += 1
+    return found
+
+
+def largest_miss_gflop(records: dict) -> float:
+    """The work (2 m n k, in GFLOP) of the largest product of `records` ({set
+    number: run}) that misses its target; 0.0 where none does."""
+    return max((2 * m * n * k / 1e9 for record in records.values() for name in ("large", "mid")
+                for m, n, k, _ in grid_targets(record)[name]["missed"]), default=0.0)
+
+
 def held_out_explore(number: int) -> dict | None:
     """The explore run that timed the menu at set `number`'s misses
     (HELD_OUT_EXPLORES), or None where there is none."""
@@ -98,16 +115,19 @@ def ring_variants(path=None) -> dict | None:
     """What benchmarks/sgemm_ring_variants.py found at the ragged products the
     menu runs short (the newest run, or the one at `path`; None while none is
     committed), at the first shape it timed: {"shape": as text; "menu": the
-    share of cuBLAS of the menu's best ring there (the script's first two
-    RINGS); "best": the best share of a ring outside the menu, and
+    share of cuBLAS of the best ring there that the GPU's menu holds (the
+    shape model's); "best": the best share of a ring outside the menu, and
     "best_variant" its name}."""
+    from gpucourse.kernels.sgemm import config as tiles, shape_model
+
     if path is None and not results.find_results("sgemm_ring_variants"):
         return None
-    rows = [r for r in results.load_results("sgemm_ring_variants", path)["results"]
-            if "ms" in r and r["variant"] not in ("auto", "cublas")]
+    record = results.load_results("sgemm_ring_variants", path)
+    rows = [r for r in record["results"] if "ms" in r and r["variant"] not in ("auto", "cublas")]
     first = (rows[0]["m"], rows[0]["n"], rows[0]["k"])
     here = [r for r in rows if (r["m"], r["n"], r["k"]) == first]
-    in_menu = lambda r: r["variant"].startswith(("64x128_8x8_s2_", "128x128_8x8_s2_"))  # noqa: E731
+    menu = shape_model.menu(shape_model.gpu_entry(record["gpu"]))
+    in_menu = lambda r: tiles.tile_config_of(r["config"]) in menu  # noqa: E731
     best = max((r for r in here if not in_menu(r)), key=lambda r: r["vs_cublas"])
     return {"shape": shape_text(*first), "menu": max(r["vs_cublas"] for r in here if in_menu(r)),
             "best": best["vs_cublas"], "best_variant": best["variant"]}
@@ -126,6 +146,14 @@ def cublas_tiles(path=None) -> list[str] | None:
                    for t in re.findall(r"tilesize(\d+x\d+x\d+)", name)})
 
 
+def short_depths(path=None) -> list[int] | None:
+    """The depths of K benchmarks/sgemm_rates_short.py timed (its newest run,
+    or the one at `path`), shallowest first; None while none is committed."""
+    if path is None and not results.find_results("sgemm_rates_short"):
+        return None
+    return sorted({r["k"] for r in results.load_results("sgemm_rates_short", path)["results"]})
+
+
 def plot_held_out(records: dict | None = None, ax=None):
     """Every shape of the held-out sets (`records`: {set number: run}; default
     the committed runs), auto's share of cuBLAS against the product's work
@@ -136,11 +164,7 @@ def plot_held_out(records: dict | None = None, ax=None):
 
     from gpucourse.chapters.sgemm import shape_class, shape_target
 
-    if records is None:
-        records, number = {}, 1
-        while (record := load_held_out_results(number)) is not None:
-            records[number] = record
-            number += 1
+    records = load_held_out_sets() if records is None else records
     if not records:
         return None
     import matplotlib.pyplot as plt
