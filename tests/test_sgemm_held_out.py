@@ -168,3 +168,8 @@ def test_the_largest_miss_is_the_largest_product_under_its_target():
                           _row(1000, 1000, 1000, "auto", 0.90)]}
     assert held_out.largest_miss_gflop({1: record}) == pytest.approx(2 * 600 * 700 * 800 / 1e9)
     assert held_out.largest_miss_gflop({1: {"results": record["results"][2:]}}) == 0.0
+    for bad in ([record], {1: [1, 2]}):
+        with pytest.raises(ValueError, match="records must be a dict"):
+            held_out.largest_miss_gflop(bad)
+        with pytest.raises(ValueError, match="records must be a dict"):
+            held_out.plot_held_out(bad)

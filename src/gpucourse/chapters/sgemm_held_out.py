@@ -45,9 +45,17 @@ def load_held_out_sets() -> dict:
 
 def largest_miss_gflop(records: dict) -> float:
     """The work (2 m n k, in GFLOP) of the largest product of `records` ({set
-    number: run}) that misses its target; 0.0 where none does."""
+    number: run}) that misses its target; 0.0 where none does. Raises
+    ValueError unless records is such a dict (``grid_targets``: of runs with rows)."""
+    _check_records(records)
     return max((2 * m * n * k / 1e9 for record in records.values() for name in ("large", "mid")
                 for m, n, k, _ in grid_targets(record)[name]["missed"]), default=0.0)
+
+
+def _check_records(records) -> None:
+    if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
+        raise ValueError(f"records must be a dict {{set number: held-out run}}, got "
+                         f"{type(records).__name__}")
 
 
 def held_out_explore(number: int) -> dict | None:
@@ -159,12 +167,14 @@ def plot_held_out(records: dict | None = None, ax=None):
     the committed runs), auto's share of cuBLAS against the product's work
     (2 m n k, log scale), one colour per target class (large: M and N of 512
     or more; mid: the smaller 64 to 511), a marker per set, each class's
-    target as a line. None while no held-out run is committed."""
+    target as a line. None while no held-out run is committed. Raises
+    ValueError unless records is such a dict."""
     import itertools
 
     from gpucourse.chapters.sgemm import shape_class, shape_target
 
     records = load_held_out_sets() if records is None else records
+    _check_records(records)
     if not records:
         return None
     import matplotlib.pyplot as plt
