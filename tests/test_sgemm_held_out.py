@@ -37,11 +37,13 @@ def _row(m, n, k, variant, share):
 def test_the_sets_are_the_seeded_draws_and_hold_no_shape_of_the_grid(scripts):
     off_grid, grid = scripts
     looked_at = {s for shapes in grid.GRID.values() for s in shapes} | set(grid.OFF_GRID_SHAPES)
-    assert sorted(off_grid.HELD_OUT) == sorted(off_grid.HELD_OUT_SEEDS) == [1, 2, 3]
+    assert sorted(off_grid.HELD_OUT) == sorted(off_grid.HELD_OUT_SEEDS) == [1, 2, 3, 4]
     drawn = set()
     for number, shapes in off_grid.HELD_OUT.items():
         assert len(shapes) == (48 if number == 3 else 24)
-        assert shapes == off_grid.held_out_draw(len(shapes), off_grid.HELD_OUT_SEEDS[number])
+        low = off_grid.HELD_OUT_LOW.get(number, 64)
+        assert shapes == off_grid.held_out_draw(len(shapes), off_grid.HELD_OUT_SEEDS[number], low)
+        assert min(min(m, n) for m, n, _ in shapes) >= low
         assert len(set(shapes)) == len(shapes) and not set(shapes) & (looked_at | drawn)
         drawn |= set(shapes)
         # Every shape is held to one of issue 33's targets (the smaller of M

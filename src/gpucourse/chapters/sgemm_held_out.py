@@ -17,8 +17,10 @@ from gpucourse import results
 from gpucourse.chapters.sgemm import explore_rows, grid_targets, load_explore_results
 
 # The explore runs that timed the menu at a set's misses (results/reruns/):
-# set 2's four large misses, the day it was drawn.
-HELD_OUT_EXPLORES = {2: "reruns/sgemm_explore-h200-2026-11-30-held-out-2.json"}
+# set 2's four large misses, the day it was drawn; set 3's seven misses of
+# its final run (and two of the grid's neighbours, which it leaves out).
+HELD_OUT_EXPLORES = {2: "reruns/sgemm_explore-h200-2026-11-30-held-out-2.json",
+                     3: "reruns/sgemm_explore-h200-2026-11-30-held-out-3.json"}
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
