@@ -53,7 +53,7 @@ def test_the_sets_are_the_seeded_draws_and_hold_no_shape_of_the_grid(scripts):
 
 def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scripts):
     off_grid, _ = scripts
-    runs = {n: held_out.load_held_out_results(n) for n in (1, 2, 3)}
+    runs = {n: held_out.load_held_out_results(n) for n in (1, 2, 3, 4)}
     if not all(runs.values()):
         pytest.skip("no held-out runs committed")
     for number, record in runs.items():
@@ -84,16 +84,64 @@ def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scrip
     host = held_out.host_costs()
     small = host[(116, 237, 2146)]
     assert small["torch_mm"] < small["matmul_auto"] and 0 < small["zero_launch"] < small["torch_mm"]
-    # Set 3, drawn after the short depths' rates joined the model (48 shapes):
-    # three large misses at 78-85%, seven smaller ones, each run under the
-    # model as committed but at three shapes where a later change (short
-    # timings price one round only) moved the pick (benchmarks/NOTES.md).
-    three = held_out.held_out_summary(runs[3])
-    assert (three["large"]["shapes"], three["large"]["met"]) == (11, 8)
-    assert (three["mid"]["shapes"], three["mid"]["met"]) == (37, 30)
-    assert [s[:3] for s in three["large"]["missed"]] == [(1633, 635, 342), (1275, 678, 1303),
-                                                        (1219, 1073, 2459)]
-    assert all(0.75 < s[3] < 0.85 for s in three["large"]["missed"])
+    # Set 3, drawn after the short depths' rates joined the model (48 shapes),
+    # run again under the model as committed: four large misses at 67-85%
+    # (the smallest of them, 1633 x 635 x 342, ran 78-79% in the earlier
+    # runs: calls of about 25 us move by several points between runs).
+    three = held_out.held_out_summary(runs[3], held_out.held_out_explore(3))
+    assert (three["large"]["shapes"], three["large"]["met"]) == (11, 7)
+    assert (three["mid"]["shapes"], three["mid"]["met"]) == (37, 32)
+    assert sorted(s[:3] for s in three["large"]["missed"]) == [
+        (706, 5558, 1654), (1219, 1073, 2459), (1275, 678, 1303), (1633, 635, 342)]
+    assert all(0.6 < s[3] < 0.85 for s in three["large"]["missed"])
+    # Set 4, large shapes only, drawn after the grid ran the committed model:
+    # 15 of 24 at 85%. At five misses no plan of the menu reaches it; at
+    # three one does (a 64 x 128 ring, by stream-K or slices) and the pick not.
+    four = held_out.held_out_summary(runs[4], held_out.held_out_explore(4))
+    assert (four["large"]["shapes"], four["large"]["met"], four["mid"]["shapes"]) == (24, 15, 0)
+    assert four["explored"] == 9
+    assert four["menu_short"].count("(best") == 5 and four["pick_short"].count("(best") == 3
+    assert "516 x 3,877 x 1,797 (best 92%)" in four["pick_short"]
+    assert held_out.largest_miss_gflop(runs) == pytest.approx(2 * 706 * 5558 * 1654 / 1e9)
+
+
+def test_every_held_out_run_ran_the_committed_models_picks():
+    # Each set's newest run timed the plans auto picks today: what it says
+    # of the targets is the committed model's, not an earlier one's.
+    from gpucourse.kernels.sgemm import shape_model
+
+    for number, record in held_out.load_held_out_sets().items():
+        entry = shape_model.gpu_entry(record["gpu"])
+        for row in (r for r in record["results"] if r["variant"] == "auto"):
+            plan = shape_model.choose_plan((row["m"], row["n"], row["k"]), entry=entry)
+            config = plan["config"]
+            picked = {"bm": config.bm, "bn": config.bn, "bk": config.bk, "tm": config.tm,
+                      "tn": config.tn, "stages": config.stages, "splits": plan["splits"]}
+            assert {"stages": 0, **row["config"]} == picked, (number, row["m"], row["n"], row["k"])
+
+
+def test_the_price_factor_trial_as_the_chapter_reads_it():
+    # The trial (a factor per tile and way of walking K, fitted to the
+    # explores) moved most of the grid's picks, raised the large shapes'
+    # median and lowered their worst: the reason it was not adopted.
+    trial = held_out.plan_factor_trial()
+    if trial is None:
+        pytest.skip("no price-factor trial committed")
+    assert trial["trial"]["shapes"] == trial["committed"]["shapes"] == 22
+    assert trial["moved"] == 22
+    assert trial["trial"]["median"] > trial["committed"]["median"]
+    assert 0.85 <= trial["trial"]["worst"] < trial["committed"]["worst"]
+
+
+def test_the_large_spread_is_the_median_and_worst_of_the_large_shapes():
+    record = {"results": [_row(600, 700, 800, "auto", 0.80), _row(600, 700, 800, "cublas", 1.0),
+                          _row(1000, 1000, 10, "auto", 0.90), _row(512, 2000, 10, "auto", 0.95),
+                          _row(100, 900, 50, "auto", 0.10)]}
+    assert held_out.large_spread(record) == {"shapes": 3, "median": 0.90, "worst": 0.80,
+                                             "worst_shape": "600 x 700 x 800"}
+    for bad in ({"results": [_row(100, 900, 50, "auto", 0.7)]}, {}, [1]):
+        with pytest.raises(ValueError, match="M and N >= 512"):
+            held_out.large_spread(bad)
 
 
 def test_rings_outside_the_menu_and_cublass_tiles_as_the_chapter_reads_them():

@@ -18,9 +18,15 @@ from gpucourse.chapters.sgemm import explore_rows, grid_targets, load_explore_re
 
 # The explore runs that timed the menu at a set's misses (results/reruns/):
 # set 2's four large misses, the day it was drawn; set 3's seven misses of
-# its final run (and two of the grid's neighbours, which it leaves out).
+# its first run under the model as committed (and two shapes of the earlier
+# sets); set 4's nine misses.
 HELD_OUT_EXPLORES = {2: "reruns/sgemm_explore-h200-2026-11-30-held-out-2.json",
-                     3: "reruns/sgemm_explore-h200-2026-11-30-held-out-3.json"}
+                     3: "reruns/sgemm_explore-h200-2026-11-30-held-out-3.json",
+                     4: "reruns/sgemm_explore-h200-2026-11-30-held-out-4.json"}
+
+# A trial of the model with a price factor per tile and way of walking K,
+# fitted to the explores and not adopted (benchmarks/NOTES.md): the grid it ran.
+PLAN_FACTOR_GRID = "reruns/sgemm_grid-h200-2026-11-30-plan-factor.json"
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -77,6 +83,39 @@ def share_at(record: dict, shape: tuple) -> float:
         if row["variant"] == "auto" and (row["m"], row["n"], row["k"]) == tuple(shape):
             return row["vs_cublas"]
     raise ValueError(f"the record has no auto row at {shape!r}")
+
+
+def large_spread(record: dict) -> dict:
+    """auto's shares of cuBLAS over the shapes of a grid-format `record` held to
+    the large target (M and N of 512 or more): {"shapes", "median", "worst",
+    "worst_shape" (as text)}. Raises ValueError for a record without such rows."""
+    import statistics
+
+    from gpucourse.chapters.sgemm import shape_class
+
+    rows = [r for r in (record.get("results") or []) if r.get("variant") == "auto"
+            and shape_class(r["m"], r["n"]) == "large"] if isinstance(record, dict) else []
+    if not rows:
+        raise ValueError("record must be a grid-format run with auto rows of M and N >= 512")
+    worst = min(rows, key=lambda r: r["vs_cublas"])
+    return {"shapes": len(rows), "median": statistics.median(r["vs_cublas"] for r in rows),
+            "worst": worst["vs_cublas"], "worst_shape": shape_text(worst["m"], worst["n"], worst["k"])}
+
+
+def plan_factor_trial() -> dict | None:
+    """The grid of the price-factor trial (PLAN_FACTOR_GRID) beside the newest
+    committed grid, each as ``large_spread``: {"trial": ..., "committed": ...,
+    "moved": how many of the grid's picks the trial changed}; None while
+    either is missing."""
+    folder = results.results_dir()
+    if not (folder / PLAN_FACTOR_GRID).exists() or not results.find_results("sgemm_grid"):
+        return None
+    trial = results.load_results("sgemm_grid", folder / PLAN_FACTOR_GRID)
+    committed = results.load_results("sgemm_grid")
+    plans = [{(r["m"], r["n"], r["k"]): r["config"] for r in record["results"]
+              if r["variant"] == "auto"} for record in (trial, committed)]
+    return {"trial": large_spread(trial), "committed": large_spread(committed),
+            "moved": sum(plans[0][s] != plans[1].get(s) for s in plans[0])}
 
 
 def host_costs(path=None) -> dict | None:
