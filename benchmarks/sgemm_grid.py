@@ -43,7 +43,7 @@ class, one round, written as ...-quick.json.
 **--calibrate** times level 6's kernel with every plan of the shape model's
 menu (each configuration, with the slices of K the model would consider) at
 CALIBRATION_SHAPES, which are not in the grid, fits the model's constants to
-those times (shape_model.calibrate) and writes them, with their source, into
+those times (shape_model_fit.calibrate) and writes them, with their source, into
 src/gpucourse/kernels/sgemm/sgemm_shape_model.json for this GPU, and the
 timings to DIR/sgemm_calibration-<gpu-slug>-<date>.json. Commit both; then
 run the grid.
@@ -75,7 +75,7 @@ hypothesis that 128 x 256 runs ~4.5% faster in square matrices than in the
 rates' wide ones). Each checked against float64. Writes
 DIR/sgemm_rates_variants-<gpu-slug>-<date>.json and, where every result is
 right and the entry has rates for every tile, each tile's split share
-(shape_model.split_shares_from_record) into the model's JSON as
+(shape_model_fit.split_shares_from_record) into the model's JSON as
 "split_kernel", which plan_cost charges split plans from then on (commit
 both only if a grid run with it is no worse). Time: 117 timings (12 tiles at
 2-3 counts, 3-4 products each; 7.7 TFLOP once through) and 24 compilations
@@ -107,7 +107,7 @@ the committed sgemm_shapes results (their rows of auto and level 6, and the
 plans their searches found slower as lower bounds) and writes them into the
 model's JSON: how the constants in it now were made. **--fit-scalar-loads**
 (CPU only) fits the H200's scalar-load shares, one a tile, to the committed
-explores (shape_model.fit_scalar_load_shares). **--fit-stream-share** (CPU
+explores (shape_model_fit.fit_scalar_load_shares). **--fit-stream-share** (CPU
 only) fits the H200's stream-K share to the committed sgemm_stream run. These
 writers, and those of the GPU runs above, live in sgemm_model_json.py.
 """
@@ -646,7 +646,7 @@ def rates_variants_main(sgemm, torch, time_ms, record, out_dir: Path, started: f
     shares = None
     if rows and not wrong:
         try:
-            shares = sgemm.shape_model.split_shares_from_record(record, entry)
+            shares = sgemm.shape_model_fit.split_shares_from_record(record, entry)
         except ValueError as e:  # a GPU whose entry has no rates for a tile
             print(f"no split shares: {e}", flush=True)
     record["split_shares"] = shares

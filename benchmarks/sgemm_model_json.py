@@ -8,6 +8,15 @@ what it fits without a GPU from committed results:
 
 Each writer changes one GPU's entry in place and records where its numbers
 came from, so that every number in the JSON names its source.
+
+One fit writes a trial model beside it instead, never into it:
+
+    python3 benchmarks/sgemm_model_json.py --trial-plan-factors OUT.json
+    python3 benchmarks/sgemm_off_grid.py --held-out N --model OUT.json   # on a GPU
+
+the committed JSON with the H200's plans priced by a factor per tile and way
+of walking K, fitted to the explores (PLAN_FACTOR_EXPLORES); tried on
+2026-11-30 and not adopted (benchmarks/NOTES.md has why, and the trial to run).
 """
 
 from __future__ import annotations
@@ -22,6 +31,11 @@ SCALAR_EXPLORES = ("sgemm_explore-h200-2026-11-29.json",
                    "sgemm_explore_off_grid-h200-2026-11-29.json")
 COMMITTED = {"NVIDIA H100 80GB HBM3": "sgemm_shapes-h100-2026-11-26.json",
              "NVIDIA H200": "sgemm_shapes-h200-2026-11-25.json"}
+# The explores --trial-plan-factors fits: every one of 2026-11-30, the model
+# and menu of today (rings, short depths), in results/reruns/.
+PLAN_FACTOR_EXPLORES = tuple(f"reruns/sgemm_explore-h200-2026-11-30-{name}.json" for name in (
+    "rings", "held-out", "held-out-menu", "off-grid-misses", "held-out-2", "held-out-3",
+    "held-out-4"))
 # The stream-K run whose kernel under two blocks' register cap (the one auto
 # runs, building_blocks.STREAM_REGISTERS) gives the H200's stream share
 # (--fit-stream-share), and its rows of that kernel.
@@ -30,11 +44,11 @@ STREAM_RECORD, STREAM_VARIANT = "sgemm_stream-h200-2026-11-29.json", "stream_two
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
     """Write an sgemm_rates_variants record's split shares
-    (shape_model.split_shares_from_record, priced by the entry's rates) into
+    (shape_model_fit.split_shares_from_record, priced by the entry's rates) into
     the model's JSON for its GPU, as "split_kernel", with their source; with
     `merge`, beside the shares of the tiles the record did not time."""
     def update(entry):
-        shares = sgemm.shape_model.split_shares_from_record(record, {"name": record["gpu"], **entry})
+        shares = sgemm.shape_model_fit.split_shares_from_record(record, {"name": record["gpu"], **entry})
         new = {key: round(value, 4) for key, value in shares.items()}
         old = entry.get("split_kernel") if merge else None
         entry["split_kernel"] = ({"source": f"{old['source']}; {source} ({', '.join(new)})",
@@ -145,13 +159,13 @@ def fit_committed() -> int:
     fitted = {}
     for gpu, name in COMMITTED.items():
         record = json.loads((RESULTS / name).read_text())
-        rows = [r for r in sgemm.shape_model.measured_rows(record) if r[0] != (1, 1, 1)]
+        rows = [r for r in sgemm.shape_model_fit.measured_rows(record) if r[0] != (1, 1, 1)]
         call = next(r for r in record["results"] if r["variant"] == "cublas" and r["m"] == 1)
         entry = sgemm.gpu_entry(gpu)
         start_from = dict(fitted.get("NVIDIA H100 80GB HBM3", entry["constants"]))
         has_splits = any(splits > 1 for _, _, splits, _ in rows)
         entry = {**entry, "constants": {**start_from, "call_us": call["ms"] * 1e3}}
-        bounds = sgemm.shape_model.search_bounds(record, entry)
+        bounds = sgemm.shape_model_fit.search_bounds(record, entry)
         fixed = ("call_us",) + (() if has_splits else split_constants)
         fit = sgemm.calibrate(rows, entry, bounds, rounds=80, fixed=fixed)
         fitted[gpu] = fit["constants"]
@@ -166,9 +180,9 @@ def fit_scalar_loads() -> int:
     fit_scalar_load_shares) from the committed explores, into the model's JSON."""
     from gpucourse.kernels import sgemm
 
-    rows = [row for name in SCALAR_EXPLORES for row in sgemm.shape_model.explore_rows(
+    rows = [row for name in SCALAR_EXPLORES for row in sgemm.shape_model_fit.explore_rows(
         json.loads((RESULTS / name).read_text()))]
-    fit = sgemm.shape_model.fit_scalar_load_shares(rows, sgemm.gpu_entry("NVIDIA H200"))
+    fit = sgemm.shape_model_fit.fit_scalar_load_shares(rows, sgemm.gpu_entry("NVIDIA H200"))
     update_entry(sgemm, "NVIDIA H200", lambda entry: entry.update(scalar_loads={
         "source": " and ".join(f"benchmarks/results/{name}" for name in SCALAR_EXPLORES)
         + " (--fit-scalar-loads)", "share": round(fit["share"], 4),
@@ -183,9 +197,9 @@ def stream_shares(record: dict, entry: dict, variant: str = STREAM_VARIANT) -> d
     model puts both on the GPU for STREAM_MIN_US or more, the share of
     stream-K's busiest SM that makes plan_cost (entry without a stream share)
     give the measured time of `variant`, the rates' drift between runs
-    cancelled by the same record's auto_plan row (shape_model.measured_share,
+    cancelled by the same record's auto_plan row (shape_model_fit.measured_share,
     as split_shares_from_record does)."""
-    from gpucourse.kernels.sgemm import shape_model, tile_config_of
+    from gpucourse.kernels.sgemm import shape_model, shape_model_fit, tile_config_of
 
     bare = {key: value for key, value in entry.items() if key != "stream_kernel"}
     rows = {(r["m"], r["n"], r["k"], r["variant"]): r for r in record["results"] if "ms" in r}
@@ -198,7 +212,7 @@ def stream_shares(record: dict, entry: dict, variant: str = STREAM_VARIANT) -> d
                  for r, splits in ((auto, auto["splits"]), (row, shape_model.STREAM))]
         if min(p["gpu_us"] for p in plans) < shape_model.STREAM_MIN_US:
             continue
-        shares[(m, n, k)] = shape_model.measured_share(auto["ms"] * 1e3, plans[0],
+        shares[(m, n, k)] = shape_model_fit.measured_share(auto["ms"] * 1e3, plans[0],
                                                        row["ms"] * 1e3, plans[1])
     return shares
 
@@ -219,3 +233,34 @@ def fit_stream_share() -> int:
     print(f"stream share {share:.3f}, from " + ", ".join(
         f"{m}x{n}x{k} {x:+.3f}" for (m, n, k), x in shares.items()))
     return 0
+
+
+def trial_plan_factors(out) -> dict:
+    """Write to `out` a trial model: the committed JSON with the H200's entry
+    given a "plan_factor" block fitted to PLAN_FACTOR_EXPLORES
+    (shape_model_fit.fit_plan_factors, the entry priced without factors).
+    Returns the factors. The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    entry = sgemm.gpu_entry("NVIDIA H200")
+    rows = [row for name in PLAN_FACTOR_EXPLORES for row in sgemm.shape_model_fit.explore_rows(
+        json.loads((RESULTS / name).read_text()))]
+    factors = sgemm.shape_model_fit.fit_plan_factors(rows, entry)
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    data["gpus"]["NVIDIA H200"]["plan_factor"] = {
+        "source": " and ".join(f"benchmarks/results/{name}" for name in PLAN_FACTOR_EXPLORES)
+        + " (sgemm_model_json.py --trial-plan-factors)", "factor": factors}
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return factors
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write a trial shape model (not the committed one).")
+    parser.add_argument("--trial-plan-factors", metavar="OUT", required=True,
+                        help="the committed model with price factors fitted to the explores")
+    found = trial_plan_factors(parser.parse_args().trial_plan_factors)
+    print(f"{len(found)} factors: " + ", ".join(f"{k} {v}" for k, v in found.items()))

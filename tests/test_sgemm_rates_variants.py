@@ -17,7 +17,7 @@ import pytest
 
 from gpucourse import results
 from gpucourse.kernels import sgemm
-from gpucourse.kernels.sgemm import TileConfig, shape_model
+from gpucourse.kernels.sgemm import TileConfig, shape_model, shape_model_fit
 
 H200 = "NVIDIA H200"
 TILE = TileConfig(128, 128, 16, 8, 8)
@@ -77,20 +77,20 @@ def _record(rows=HAND_ROWS, benchmark="sgemm_rates_variants"):
 
 
 def test_split_shares_from_a_record_made_by_hand():
-    shares = shape_model.split_shares_from_record(_record(), _entry())
+    shares = shape_model_fit.split_shares_from_record(_record(), _entry())
     assert list(shares) == [KEY] and math.isclose(shares[KEY], 0.07, rel_tol=1e-9)
     # One q alone gives its own share (0.05 at q = 2, 0.5 at q = 4).
     for rows, share in ((HAND_ROWS[:2], 0.05), (HAND_ROWS[3:5], 0.5)):
-        found = shape_model.split_shares_from_record(_record(rows), _entry())[KEY]
+        found = shape_model_fit.split_shares_from_record(_record(rows), _entry())[KEY]
         assert math.isclose(found, share, rel_tol=1e-9)
     # The edge share plan_cost already charges split plans is not counted
     # twice: with edge_share 0.05, the same q = 2 times say (1 + 0.05) / (1 +
     # 0.05) - 1 = 0 beyond it.
-    found = shape_model.split_shares_from_record(_record(HAND_ROWS[:2]), _entry(0.05))[KEY]
+    found = shape_model_fit.split_shares_from_record(_record(HAND_ROWS[:2]), _entry(0.05))[KEY]
     assert abs(found) < 1e-12
     # Nor a share the entry holds already: it is left out when fitting.
     held = {**_entry(), "split_kernel": {"share": {KEY: 0.3}}}
-    assert math.isclose(shape_model.split_shares_from_record(_record(), held)[KEY], 0.07)
+    assert math.isclose(shape_model_fit.split_shares_from_record(_record(), held)[KEY], 0.07)
 
 
 def test_the_share_prices_split_plans_only_and_reproduces_the_measured_time():
@@ -187,7 +187,7 @@ def test_the_committed_grid_ran_the_picks_of_its_json():
 
 def test_bad_records_are_refused_naming_what_is_wrong():
     entry = _entry()
-    fit = shape_model.split_shares_from_record
+    fit = shape_model_fit.split_shares_from_record
     _fails(fit, _record(benchmark="sgemm_rates"), entry, naming="sgemm_rates_variants record")
     _fails(fit, _record([HAND_ROWS[2]]), entry, naming="no rows of whole and split")
     _fails(fit, _record(HAND_ROWS[1:2]), entry, naming=f"{KEY} q 2: needs a row of whole")
@@ -255,7 +255,8 @@ def test_the_shares_are_written_into_the_models_json(grid, tmp_path):
         split = shape_model.plan_cost((m, n, 4096), TILE, 2, entry)
         rows += [_row("whole", q, m, n, whole["gpu_us"], 1),
                  _row("split", q, m, n, split["gpu_us"] + 0.04 * split["sm_us"], 2)]
-    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model,
+                                 shape_model_fit=shape_model_fit)
     grid.save_split_shares(fake, _record(rows), "benchmarks/results/x.json (--rates-variants)")
     after = json.loads(path.read_text())
     block = after["gpus"][H200].pop("split_kernel")
@@ -326,7 +327,8 @@ def test_tiles_narrow_the_rates_to_new_ones_and_their_numbers_join_the_others(gr
     rows = [{"config": {"bm": 64, "bn": 128, "bk": 16, "tm": 8, "tn": 8, "stages": 2},
              "blocks_per_sm": q, "k": k, "ms": (launch + 1.0 + 0.01 * q * k) / 1e3}
             for q in range(1, 9) for k in (512, 1024, 4096)]
-    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model)
+    fake = types.SimpleNamespace(MODEL_PATH=path, shape_model=shape_model,
+                                 shape_model_fit=shape_model_fit)
     grid.save_rates(fake, {"gpu": H200, "results": rows}, "benchmarks/results/r.json (--rates)",
                     merge=True)
     after = json.loads(path.read_text())["gpus"][H200]["rates"]

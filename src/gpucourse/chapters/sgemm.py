@@ -717,14 +717,14 @@ def scalar_load_summary(record: dict | None = None, gpu: str = "NVIDIA H200",
     shares than with the one share, "moved_shapes": those shapes}. None
     while no explore run is committed or the GPU's entry has no share.
     `record`: an sgemm_explore record (default the newest)."""
-    from gpucourse.kernels.sgemm import shape_model
+    from gpucourse.kernels.sgemm import shape_model, shape_model_fit
 
     record = load_explore_results() if record is None else record
     entry = shape_model.gpu_entry(gpu)
     share = shape_model.scalar_load_share(entry)
     if record is None or not share:
         return None
-    rows = shape_model.scalar_load_rows(shape_model.explore_rows(record))
+    rows = shape_model_fit.scalar_load_rows(shape_model_fit.explore_rows(record))
     if not rows:
         return None
     bare = {**entry, "scalar_loads": None}

@@ -54,7 +54,8 @@ those above it in this list):
     vectorized       levels 5 and 6
     warptiling       level 7
     padding          ragged operands copied into padded buffers for 128-bit loads
-    shape_model      auto's cost model: waves, tails, padding, split-K; its calibration
+    shape_model      auto's cost model: waves, tails, padding, split-K
+    shape_model_fit  fitting that model to timings: constants, shares, factors
     tuned_table      reading level 6's tuned tiles per GPU, and auto's plan per shape
     kernel_choice    kernel_for: which kernel, grid and block a level runs
     split_k          cutting K into slices (split-K, stream-K), and adding them up
@@ -97,9 +98,10 @@ from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_
                                              STREAM_SIGNATURE, SUM_BLOCK, split_kernel_for,
                                              split_ranges, stream_kernel_for, stream_workers,
                                              sum_splits, zero_matrix)
-from gpucourse.kernels.sgemm.shape_model import (MODEL_PATH, SPLITS, calibrate, choose_plan,
+from gpucourse.kernels.sgemm.shape_model import (MODEL_PATH, SPLITS, choose_plan,
                                                  gpu_entry, plan_cost, plan_summary, planned,
                                                  resident_blocks, tail_efficiency)
+from gpucourse.kernels.sgemm.shape_model_fit import calibrate
 from gpucourse.kernels.sgemm.traffic import matmul_flops, minimum_bytes, traffic_model
 from gpucourse.kernels.sgemm.tuned_table import (TUNED_PATH, _read_tuned, _tuned_here, auto_config,
                                                  auto_plan, gpu_model, tuned_config)

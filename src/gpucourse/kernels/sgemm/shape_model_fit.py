@@ -1,0 +1,300 @@
+"""Fitting auto's shape model to measurements: what benchmarks/sgemm_grid.py
+and sgemm_model_json.py run, on a GPU's timings, to write the constants,
+shares and factors that ``shape_model`` prices plans with.
+
+``shape_model`` holds the pricing a student reads (``plan_cost``,
+``choose_plan``); this module holds the fits that turn timings into its
+numbers, each from rows of (shape, TileConfig, splits, microseconds):
+
+* ``calibrate``: the cost model's constants, a coordinate search on their
+  logarithms (``search_bounds`` adds the plans a sweep timed no faster than
+  its winner as lower bounds; ``measured_rows`` reads a results record);
+* ``split_shares_from_record`` and ``measured_share``: how much longer the
+  split-K kernel works than the rates' one, tile by tile;
+* ``fit_scalar_load_shares``: what loading one float at a time costs each
+  tile, from the explores (``explore_rows``, ``scalar_load_rows``);
+* ``fit_plan_factors``: measured over priced time for each tile and way of
+  walking K, from the explores: a correction tried on 2026-11-30 and not
+  adopted (benchmarks/NOTES.md), kept so that a trial can be rerun.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from gpucourse.kernels.sgemm.config import _shape, _whole, check_config, tile_config_of
+from gpucourse.kernels.sgemm.shape_model import CONSTANTS, menu, plan_cost, plan_kind, tile_key
+
+
+def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> float:
+    """The share x of `other`'s busiest SM (a plan_cost, priced without its
+    share) that makes the model give its measured t_other us, the rates'
+    drift between runs cancelled by `whole`, priced and measured (t_whole) in
+    the same run: f = (t_whole - rest) / sm_us, x = (t_other - rest') /
+    (f sm_us') - 1, rest being gpu_us less sm_us. Raises ValueError where
+    t_whole is not above its plan's fixed costs (no drift can be read)."""
+    rest, rest_other = whole["gpu_us"] - whole["sm_us"], other["gpu_us"] - other["sm_us"]
+    if not t_whole > rest:
+        raise ValueError(f"t_whole must exceed the plan's fixed costs ({rest:.1f} us), "
+                         f"got {t_whole!r}")
+    return (t_other - rest_other) / ((t_whole - rest) / whole["sm_us"] * other["sm_us"]) - 1
+
+
+def split_shares_from_record(record: dict, entry: dict) -> dict:
+    """{tile key: split share} from an sgemm_rates_variants record
+    (benchmarks/sgemm_grid.py --rates-variants; sgemm_rates_variants_tiles
+    with --tiles): for each tile, the median
+    over its counts of blocks an SM (q) of the share x that makes plan_cost
+    give the measured split time from the measured time with K whole. At
+    one q, with T1 and T2 the measured microseconds with K whole and with
+    slices (rows "whole" and "split" of one shape), and plan_cost's sm_us and
+    the rest of its gpu_us (launch; with slices also zero_us and the atomics)
+    for both, priced by the entry without any split shares:
+
+        f = (T1 - rest1) / sm1          (this run's kernel against the rates)
+        x = (T2 - rest2) / (f sm2) - 1
+
+    so that rest2 + f sm2 (1 + x) = T2: the charges plan_cost already makes
+    for splitting are not counted twice, and the rates' drift between runs
+    (f) cancels. Raises ValueError, naming what is wrong, for a record of
+    another benchmark, one without such pairs, a row without its partner or
+    twice, of another shape than its partner, a time that is not > 0, a tile
+    the entry has no measured rates for, or a time below the model's fixed
+    costs."""
+    if not isinstance(record, dict) or record.get("benchmark") not in (
+            "sgemm_rates_variants", "sgemm_rates_variants_tiles"):
+        raise ValueError("the record must be an sgemm_rates_variants record (benchmarks/"
+                         "sgemm_grid.py --rates-variants, or _tiles with --tiles), got "
+                         f"{record.get('benchmark') if isinstance(record, dict) else record!r}")
+    bare = {key: value for key, value in entry.items() if key != "split_kernel"}
+    pairs: dict = {}
+    for row in record.get("results", []):
+        if row.get("variant") not in ("whole", "split"):
+            continue
+        config = tile_config_of(row["config"])
+        key, q = tile_key(config), row["blocks_per_sm"]
+        if not (isinstance(row.get("ms"), (int, float)) and row["ms"] > 0):
+            raise ValueError(f"{key} q {q} {row['variant']}: ms must be > 0, got {row.get('ms')!r}")
+        here = pairs.setdefault(key, {}).setdefault(q, {})
+        if row["variant"] in here:
+            raise ValueError(f"{key} q {q}: two rows of {row['variant']}")
+        here[row["variant"]] = ((row["m"], row["n"], row["k"]), row.get("splits", 1), config,
+                                row["ms"] * 1e3)
+    if not pairs:
+        raise ValueError("the record holds no rows of whole and split (sgemm_grid.py "
+                         "--rates-variants)")
+    shares = {}
+    for key, by_q in pairs.items():
+        found = []
+        for q, here in sorted(by_q.items()):
+            if set(here) != {"whole", "split"}:
+                raise ValueError(f"{key} q {q}: needs a row of whole and one of split, got "
+                                 f"{sorted(here)}")
+            (shape, one, config, t1), (shape2, splits, _, t2) = here["whole"], here["split"]
+            if shape != shape2 or one != 1 or splits < 2:
+                raise ValueError(f"{key} q {q}: whole must be splits 1 and split splits >= 2 "
+                                 f"of the same shape, got {shape} ({one}) and {shape2} ({splits})")
+            p1, p2 = plan_cost(shape, config, 1, bare), plan_cost(shape, config, splits, bare)
+            if p1["rate"] != "measured":
+                raise ValueError(f"{key}: the entry has no measured rates for this tile "
+                                 "(sgemm_grid.py --rates first)")
+            rest1, rest2 = p1["gpu_us"] - p1["sm_us"], p2["gpu_us"] - p2["sm_us"]
+            if t1 <= rest1 or t2 <= rest2:
+                raise ValueError(f"{key} q {q}: measured {t1:.1f} / {t2:.1f} us, below the "
+                                 f"model's fixed costs {rest1:.1f} / {rest2:.1f} us")
+            found.append(measured_share(t1, p1, t2, p2))
+        shares[key] = statistics.median(found)
+    return shares
+
+
+def explore_rows(record: dict) -> list:
+    """(shape, TileConfig, splits, microseconds) of every plan a
+    benchmarks/sgemm_grid.py --explore (or --explore-off-grid) record timed as
+    auto runs it, tiles outside the menu included (their rates are measured
+    too); or, of a grid record, its rows of auto."""
+    if record.get("benchmark", "").startswith("sgemm_explore"):
+        return [((r["m"], r["n"], r["k"]),
+                 tile_config_of(r["config"]),
+                 r["config"]["splits"], r["ms"] * 1e3) for r in record.get("results", [])]
+    return measured_rows(record, variants=("auto",))
+
+
+def scalar_load_rows(rows) -> list:
+    """The rows (shape, TileConfig, splits, microseconds) whose products matmul
+    runs with scalar loads: n or k not a multiple of 4 (plan_cost's test)."""
+    return [row for row in rows if row[0][1] % 4 or row[0][2] % 4]
+
+
+def fit_scalar_load_share(rows, entry: dict, low: float = 0.0, high: float = 0.5) -> float:
+    """The scalar_share that makes plan_cost's times closest to measured ones
+    (least squares of log ratios, a golden-section search over [low, high]),
+    the entry's other constants and rates kept. rows: (shape, TileConfig,
+    splits, microseconds) as ``explore_rows`` gives them; only rows of
+    products with scalar loads say anything about it. Raises ValueError when
+    none of the rows has scalar loads."""
+    rows = _rows(rows, "rows")
+    ragged = scalar_load_rows(rows)
+    if not ragged:
+        raise ValueError("no row has scalar loads (n or k not a multiple of 4): nothing to fit")
+
+    def error(share):
+        trial = {**entry, "scalar_loads": {"share": share}}
+        return sum(math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / us) ** 2
+                   for shape, config, splits, us in ragged)
+
+    golden = (math.sqrt(5) - 1) / 2
+    for _ in range(60):
+        a, b = high - golden * (high - low), low + golden * (high - low)
+        if error(a) < error(b):
+            high = b
+        else:
+            low = a
+    return (low + high) / 2
+
+
+def fit_scalar_load_shares(rows, entry: dict, min_shapes: int = 3) -> dict:
+    """The entry's "scalar_loads" block fitted to timings (rows as
+    ``explore_rows`` gives them): {"share": one share for every tile
+    (``fit_scalar_load_share`` over every ragged row), "tile_share": {tile
+    key: the share fitted to that tile's ragged rows alone}} for each tile
+    timed at `min_shapes` ragged shapes or more. The cost is the tile's own:
+    four scalar loads replace each 128-bit one, and what that costs depends
+    on what else the tile's threads wait for. On the H200's explores
+    (2026-11-29) 128 x 128 paid 0.06, 64 x 256 0.13, 64 x 64 (4 x 8) 0.19 and
+    64 x 64 x 8 nothing; loads per multiply-add alone do not explain them, so
+    they are measured, not derived. Raises ValueError as
+    fit_scalar_load_share does."""
+    rows = _rows(rows, "rows")
+    ragged = scalar_load_rows(rows)
+    by_tile: dict = {}
+    for row in ragged:
+        by_tile.setdefault(tile_key(row[1]), []).append(row)
+    return {"share": fit_scalar_load_share(ragged, entry, high=0.6),
+            "tile_share": {key: fit_scalar_load_share(found, entry, high=0.6)
+                           for key, found in by_tile.items()
+                           if len({row[0] for row in found}) >= min_shapes}}
+
+
+def _prediction_error(constants: dict, entry: dict, rows: list, bounds: list) -> float:
+    """Mean squared log ratio of predicted to measured time over `rows`, plus,
+    for each of `bounds` predicted faster than its measured lower bound (less
+    a 3% margin, the spread of a quick timing), the square of the log ratio."""
+    trial = {**entry, "constants": constants}
+    errors = [math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / us) ** 2
+              for shape, config, splits, us in rows]
+    for shape, config, splits, at_least in bounds:
+        short = math.log(plan_cost(shape, config, splits, trial)["predicted_us"] / (0.97 * at_least))
+        errors.append(min(0.0, short) ** 2)
+    return sum(errors) / len(errors)
+
+
+def _rows(rows, name: str) -> list:
+    checked = [(_shape(tuple(shape)), check_config(config), _whole("splits", splits), float(us))
+               for shape, config, splits, us in rows]
+    if any(not us > 0 for *_, us in checked):
+        raise ValueError(f"{name} must be (shape, config, splits, microseconds > 0) rows")
+    return checked
+
+
+def calibrate(rows, entry: dict, bounds=(), rounds: int = 30, fixed=("call_us",)) -> dict:
+    """Constants that fit measured times, from the entry's constants as a start.
+
+    rows: (shape, TileConfig, splits, measured microseconds) of level 6's kernel
+    as a user calls it. bounds: rows of the same form whose time is a lower
+    bound (a plan a search measured no faster than its winner: ``search_bounds``),
+    so that the model does not pick what the sweep found slower. A coordinate
+    search on each constant's logarithm (steps of x2, then smaller), keeping any
+    change that lowers the error; the constants named in `fixed` stay. Returns
+    {"constants": ..., "rms_log_error": ..., "rows": ..., "bounds": ...}.
+    """
+    rows, bounds = _rows(rows, "rows"), _rows(bounds, "bounds")
+    if not rows:
+        raise ValueError("rows must hold at least one measured (shape, config, splits, microseconds)")
+    constants = dict(entry["constants"])
+    best = _prediction_error(constants, entry, rows, bounds)
+    step = 2.0
+    for _ in range(rounds):
+        improved = False
+        for name in CONSTANTS:
+            if name in fixed:
+                continue
+            for factor in (step, 1 / step):
+                trial = {**constants, name: constants[name] * factor}
+                if name == "eff_max" and trial[name] > 1:
+                    continue
+                error = _prediction_error(trial, entry, rows, bounds)
+                if error < best:
+                    constants, best, improved = trial, error, True
+        if not improved:
+            step = math.sqrt(step)
+            if step < 1.01:
+                break
+    return {"constants": constants, "rms_log_error": math.sqrt(best), "rows": len(rows),
+            "bounds": len(bounds)}
+
+
+def search_bounds(record: dict, entry: dict) -> list:
+    """Lower bounds from a benchmarks/sgemm_shapes.py record's search: at each
+    shape it searched, every configuration of the GPU's menu that its search
+    space held was timed with one slice of K and was no faster than the
+    winner; the winner itself was timed with every number of slices the
+    search tried; and where it tried split-K in its quick pass (tiles of
+    64 x 128 and more, at its SPLIT_SHAPES: 2048^3 and where a winner has
+    slices), so was every such configuration of the menu."""
+    search = record.get("search") or {}
+    space = search.get("space") or {}
+    tried_splits = [s for s in search.get("splits") or (1,) if s > 1]
+    found = []
+    for best in search.get("by_shape", []):
+        shape = (best["m"], best["n"], best["k"])
+        winner = (tile_config_of(best), best.get("splits", 1))
+        split_shape = best.get("splits", 1) > 1 or shape == (2048, 2048, 2048)
+        for config in menu(entry):
+            if any(getattr(config, f) not in space.get(f, ()) for f in ("bm", "bn", "bk", "tm", "tn")):
+                continue
+            splits = [1] + (tried_splits if split_shape and config.bm * config.bn >= 64 * 128 else [])
+            found += [(shape, config, s, best["ms"] * 1e3) for s in splits if (config, s) != winner]
+        found += [(shape, winner[0], s, best["ms"] * 1e3) for s in [1] + tried_splits
+                  if s != winner[1] and (shape, winner[0], s, best["ms"] * 1e3) not in found]
+    return found
+
+
+def measured_rows(record: dict, variants=("auto", "level6")) -> list:
+    """(shape, TileConfig, splits, microseconds) of a benchmark record's rows of
+    level 6's kernel (sgemm_shapes or sgemm_grid results: rows with a "config"
+    of bm, bn, bk, tm, tn and a wall-clock "ms"), for ``calibrate`` and the tests."""
+    found = []
+    for row in record.get("results", []):
+        config = row.get("config")
+        if row.get("variant") not in variants or not config or row.get("failed"):
+            continue
+        tiles = tile_config_of(config)
+        found.append(((row["m"], row["n"], row["k"]), tiles, config.get("splits", 1),
+                      row["ms"] * 1e3))
+    return found
+
+
+def fit_plan_factors(rows, entry: dict, min_rows: int = 3, weight: float = 2.0) -> dict:
+    """{"tile key kind": factor} for the entry's "plan_factor" block
+    (``shape_model.plan_factor``), from timings (rows as ``explore_rows``
+    gives them): for each tile and way of walking K (``shape_model.plan_kind``:
+    "whole", "split" or "stream") timed `min_rows` times or more, the median
+    over its rows of the busiest SM's measured time over its priced one,
+    (us - the plan's other costs) / sm_us, priced by the entry without any
+    factors, pulled toward 1 as if `weight` more rows had measured exactly
+    the price: 1 + (median - 1) n / (n + weight). Rows the host decides
+    (host_us >= gpu_us) say nothing of the kernel and are left out. Raises
+    ValueError for rows that are not (shape, config, splits, us > 0)."""
+    bare = {key: value for key, value in entry.items() if key != "plan_factor"}
+    found: dict = {}
+    for shape, config, splits, us in rows:
+        if not (isinstance(us, (int, float)) and us > 0):
+            raise ValueError(f"rows must be (shape, config, splits, microseconds > 0), got {us!r}")
+        plan = plan_cost(shape, check_config(config), splits, bare)
+        if plan["host_us"] >= plan["gpu_us"]:
+            continue
+        ratio = (us - (plan["gpu_us"] - plan["sm_us"])) / plan["sm_us"]
+        found.setdefault(f"{tile_key(config)} {plan_kind(plan)}", []).append(ratio)
+    return {key: round(1 + (statistics.median(ratios) - 1) * len(ratios) / (len(ratios) + weight), 4)
+            for key, ratios in sorted(found.items()) if len(ratios) >= min_rows}
