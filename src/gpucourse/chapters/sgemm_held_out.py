@@ -226,6 +226,8 @@ def plot_held_out(records: dict | None = None, ax=None):
         for name, colour in colours.items():
             rows = [r for r in record["results"] if r["variant"] == "auto"
                     and shape_class(r["m"], r["n"]) == name]
+            if not rows:  # a set of large shapes only: no empty entry in the legend
+                continue
             ax.scatter([2 * r["m"] * r["n"] * r["k"] for r in rows],
                        [r["vs_cublas"] for r in rows], color=colour, marker=marker, s=22,
                        alpha=0.8, label=f"set {number}, {name}")
