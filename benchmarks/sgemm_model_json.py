@@ -48,7 +48,8 @@ def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> 
     the model's JSON for its GPU, as "split_kernel", with their source; with
     `merge`, beside the shares of the tiles the record did not time."""
     def update(entry):
-        shares = sgemm.shape_model_fit.split_shares_from_record(record, {"name": record["gpu"], **entry})
+        shares = sgemm.shape_model_fit.split_shares_from_record(
+            record, {"name": record["gpu"], **entry})
         new = {key: round(value, 4) for key, value in shares.items()}
         old = entry.get("split_kernel") if merge else None
         entry["split_kernel"] = ({"source": f"{old['source']}; {source} ({', '.join(new)})",
@@ -259,7 +260,8 @@ def trial_plan_factors(out) -> dict:
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Write a trial shape model (not the committed one).")
+    parser = argparse.ArgumentParser(
+        description="Write a trial shape model (never the committed one).")
     parser.add_argument("--trial-plan-factors", metavar="OUT", required=True,
                         help="the committed model with price factors fitted to the explores")
     found = trial_plan_factors(parser.parse_args().trial_plan_factors)

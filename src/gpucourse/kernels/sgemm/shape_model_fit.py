@@ -296,5 +296,6 @@ def fit_plan_factors(rows, entry: dict, min_rows: int = 3, weight: float = 2.0) 
             continue
         ratio = (us - (plan["gpu_us"] - plan["sm_us"])) / plan["sm_us"]
         found.setdefault(f"{tile_key(config)} {plan_kind(plan)}", []).append(ratio)
-    return {key: round(1 + (statistics.median(ratios) - 1) * len(ratios) / (len(ratios) + weight), 4)
-            for key, ratios in sorted(found.items()) if len(ratios) >= min_rows}
+    pulled = {key: 1 + (statistics.median(ratios) - 1) * len(ratios) / (len(ratios) + weight)
+              for key, ratios in sorted(found.items()) if len(ratios) >= min_rows}
+    return {key: round(factor, 4) for key, factor in pulled.items()}
