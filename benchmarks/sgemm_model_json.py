@@ -176,13 +176,19 @@ def fit_committed() -> int:
     return 0
 
 
+def explore_rows(sgemm, names) -> list:
+    """The rows (shape_model_fit.explore_rows) of the committed explores `names`
+    (paths under benchmarks/results/), one after another."""
+    return [row for name in names for row in sgemm.shape_model_fit.explore_rows(
+        json.loads((RESULTS / name).read_text()))]
+
+
 def fit_scalar_loads() -> int:
     """--fit-scalar-loads: the H200's scalar-load shares (shape_model.
     fit_scalar_load_shares) from the committed explores, into the model's JSON."""
     from gpucourse.kernels import sgemm
 
-    rows = [row for name in SCALAR_EXPLORES for row in sgemm.shape_model_fit.explore_rows(
-        json.loads((RESULTS / name).read_text()))]
+    rows = explore_rows(sgemm, SCALAR_EXPLORES)
     fit = sgemm.shape_model_fit.fit_scalar_load_shares(rows, sgemm.gpu_entry("NVIDIA H200"))
     update_entry(sgemm, "NVIDIA H200", lambda entry: entry.update(scalar_loads={
         "source": " and ".join(f"benchmarks/results/{name}" for name in SCALAR_EXPLORES)
@@ -246,8 +252,7 @@ def trial_plan_factors(out) -> dict:
     from gpucourse.kernels import sgemm
 
     entry = sgemm.gpu_entry("NVIDIA H200")
-    rows = [row for name in PLAN_FACTOR_EXPLORES for row in sgemm.shape_model_fit.explore_rows(
-        json.loads((RESULTS / name).read_text()))]
+    rows = explore_rows(sgemm, PLAN_FACTOR_EXPLORES)
     factors = sgemm.shape_model_fit.fit_plan_factors(rows, entry)
     data = json.loads(sgemm.MODEL_PATH.read_text())
     data["gpus"]["NVIDIA H200"]["plan_factor"] = {

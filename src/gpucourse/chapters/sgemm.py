@@ -548,8 +548,8 @@ def grid_targets(record: dict) -> dict:
     """What a grid record says of issue 33's targets: for auto, the shapes with
     M and N both at least 512 ("large", target GRID_TARGETS["auto_large"]) and
     those whose smaller side of M and N is 64 to 511 ("mid", target
-    GRID_TARGETS["auto_mid"]), each as {"shapes", "met", "worst", "worst_shape",
-    "missed": [(m, n, k, share), ...]}; for level 7's default, its share at each
+    GRID_TARGETS["auto_mid"]), each as {"shapes", "met", "median", "worst",
+    "worst_shape", "missed": [(m, n, k, share), ...]}; for level 7's default, its share at each
     square shape of 4096 or more ("level7_square": {size: share}). Raises
     ValueError for a record without rows."""
     rows = record.get("results") if isinstance(record, dict) else None
@@ -563,6 +563,7 @@ def grid_targets(record: dict) -> dict:
         found[name] = {
             "target": target, "shapes": len(picked),
             "met": sum(r["vs_cublas"] >= target for r in picked),
+            "median": statistics.median(r["vs_cublas"] for r in picked) if picked else None,
             "worst": picked[0]["vs_cublas"] if picked else None,
             "worst_shape": (picked[0]["m"], picked[0]["n"], picked[0]["k"]) if picked else None,
             "missed": [(r["m"], r["n"], r["k"], r["vs_cublas"]) for r in picked

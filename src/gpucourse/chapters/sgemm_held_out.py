@@ -89,17 +89,14 @@ def large_spread(record: dict) -> dict:
     """auto's shares of cuBLAS over the shapes of a grid-format `record` held to
     the large target (M and N of 512 or more): {"shapes", "median", "worst",
     "worst_shape" (as text)}. Raises ValueError for a record without such rows."""
-    import statistics
-
-    from gpucourse.chapters.sgemm import shape_class
-
-    rows = [r for r in (record.get("results") or []) if r.get("variant") == "auto"
-            and shape_class(r["m"], r["n"]) == "large"] if isinstance(record, dict) else []
-    if not rows:
+    try:
+        large = grid_targets(record)["large"]
+    except ValueError:  # no rows at all
+        large = None
+    if not large or not large["shapes"]:
         raise ValueError("record must be a grid-format run with auto rows of M and N >= 512")
-    worst = min(rows, key=lambda r: r["vs_cublas"])
-    return {"shapes": len(rows), "median": statistics.median(r["vs_cublas"] for r in rows),
-            "worst": worst["vs_cublas"], "worst_shape": shape_text(worst["m"], worst["n"], worst["k"])}
+    return {"shapes": large["shapes"], "median": large["median"], "worst": large["worst"],
+            "worst_shape": shape_text(*large["worst_shape"])}
 
 
 def plan_factor_trial() -> dict | None:

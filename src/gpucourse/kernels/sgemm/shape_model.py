@@ -402,7 +402,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     copies, copy_us = padding_us((m, n, k), entry) if scalar and padding else (0, 0.0)
     padded = bool(scalar and padding and copy_us < scalar_us - aligned_us)
     sm_us = scalar_us if scalar and not padded else aligned_us
-    sm_us *= plan_factor(entry, config, "stream" if stream else "split" if split else "whole")
+    sm_us *= plan_factor(entry, config, _kind(stream, split))
     gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
     host_us = c["call_us"] + split * c["split_call_us"]
     if padded:
@@ -444,9 +444,13 @@ def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
     return float(block.get("share", 0.0))
 
 
+def _kind(stream: bool, split: bool) -> str:
+    return "stream" if stream else "split" if split else "whole"
+
+
 def plan_kind(plan: dict) -> str:
     """How a plan (``plan_cost``'s) walks K: "whole", "split" or "stream"."""
-    return "stream" if plan["splits"] == STREAM else "split" if plan["slices"] > 1 else "whole"
+    return _kind(plan["splits"] == STREAM, plan["slices"] > 1)
 
 
 def plan_factor(entry: dict, config: TileConfig, kind: str) -> float:
