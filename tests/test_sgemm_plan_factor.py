@@ -49,6 +49,8 @@ def test_a_factor_scales_the_busiest_sms_time_of_its_tile_and_kind_only():
             pytest.approx(plans[splits]["sm_us"])
     assert shape_model.plan_factor(halved, RING, "split") == 1.0
     assert shape_model.plan_factor(entry, RING, "whole") == 1.0
+    with pytest.raises(ValueError, match="kind must be 'whole', 'split' or 'stream'"):
+        shape_model.plan_factor(halved, RING, "sliced")
 
 
 def test_the_fit_is_the_shrunk_median_of_measured_over_priced():

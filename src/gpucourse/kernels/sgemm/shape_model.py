@@ -458,7 +458,10 @@ def plan_factor(entry: dict, config: TileConfig, kind: str) -> float:
     is multiplied by the entry's "plan_factor"["factor"]["<tile key> <kind>"]
     where it has one (``shape_model_fit.fit_plan_factors``), else by 1. No
     committed entry has one: the factors were tried and not adopted
-    (benchmarks/NOTES.md); a trial model JSON may hold them."""
+    (benchmarks/NOTES.md); a trial model JSON may hold them. Raises ValueError
+    for a kind other than those three."""
+    if kind not in ("whole", "split", "stream"):
+        raise ValueError(f"kind must be 'whole', 'split' or 'stream', got {kind!r}")
     factors = (entry.get("plan_factor") or {}).get("factor") or {}
     return float(factors.get(f"{tile_key(config)} {kind}", 1.0))
 
