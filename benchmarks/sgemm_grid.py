@@ -273,7 +273,7 @@ def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[di
             row["config"] = {**asdict(plan["config"]), "splits": plan["splits"]}
             row["model"] = {key: plan[key] for key in (
                 "tiles", "slices", "blocks", "blocks_per_sm", "waves", "busiest_sm_blocks",
-                "tail_efficiency", "padding_efficiency", "predicted_us")}
+                "tail_efficiency", "padding_efficiency", "predicted_us", "ring_scalar_b")}
         if name == "level7":
             row["config"] = asdict(sgemm.WARP_TILE_DEFAULT)
         rows.append(row)

@@ -148,6 +148,7 @@ def update_entry(sgemm, gpu: str, update) -> None:
     sgemm.MODEL_PATH.write_text(json.dumps(data, indent=1) + "\n")
     sgemm.shape_model._read_model.cache_clear()
     sgemm.shape_model.auto_choice.cache_clear()
+    sgemm.shape_model.ring_reads_b_scalar.cache_clear()
 
 
 def fit_committed() -> int:

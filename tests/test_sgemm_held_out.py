@@ -124,6 +124,10 @@ def test_every_held_out_run_ran_the_committed_models_picks():
             picked = {"bm": config.bm, "bn": config.bn, "bk": config.bk, "tm": config.tm,
                       "tn": config.tn, "stages": config.stages, "splits": plan["splits"]}
             assert {"stages": 0, **row["config"]} == picked, (number, row["m"], row["n"], row["k"])
+            # and read a ragged B the way the model says (runs before the
+            # model could read it as given always copied it first)
+            assert row["model"].get("ring_scalar_b", False) == plan["ring_scalar_b"], (
+                number, row["m"], row["n"], row["k"])
 
 
 def test_the_price_factor_trial_as_the_chapter_reads_it():

@@ -112,6 +112,32 @@ def test_a_ring_copies_b_alone_and_only_where_its_rows_are_ragged(monkeypatch):
         assert kinds == [kind], (m, n, k)
 
 
+def test_a_ring_told_to_read_b_as_given_copies_nothing(monkeypatch):
+    # entry_point.RING_RAGGED_B "scalar": a ragged B is read 4 bytes a copy,
+    # in the one launch, with no copy of B first; exact on integers, split
+    # and stream-K included. A value other than None, "padded" or "scalar"
+    # is named.
+    from gpucourse.kernels.sgemm import entry_point
+
+    monkeypatch.setattr(entry_point, "padded_b", lambda *_: pytest.fail("B was copied"))
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    kinds = []
+    real_kernel_for = entry_point.kernel_for
+    monkeypatch.setattr(entry_point, "kernel_for", lambda key, shape, vectorized, config: (
+        kinds.append(vectorized), real_kernel_for(key, shape, vectorized, config))[1])
+    config = replace(SMALL, stages=2)
+    for (m, n, k), splits in [((37, 30, 70), 1), ((5, 33, 41), 2), ((40, 31, 90), "stream"),
+                              ((33, 36, 71), 1)]:
+        kinds.clear()
+        a, b = _integers((m, k), 5), _integers((k, n), 6)
+        np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config, splits=splits),
+                                      _reference(a, b), err_msg=f"{m} x {n} x {k}")
+        assert kinds == ([bool(n % 4 == 0)] if splits == 1 else []), (m, n, k)
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "copy")
+    with pytest.raises(ValueError, match="RING_RAGGED_B must be None, 'padded' or 'scalar'"):
+        sgemm.matmul(_integers((3, 5), 1), _integers((5, 7), 2), 6, config=config)
+
+
 def test_either_order_of_fmas_multiplies_exactly(monkeypatch):
     # vectorized.FMA_ORDER (kernels through registers, "rows" by default) and
     # RING_FMA_ORDER (rings, "serpentine": odd rows of a thread's patch right

@@ -822,7 +822,8 @@ def test_a_ring_on_ragged_n_is_priced_with_the_copy_of_b():
     # where n is ragged, matmul first copies B into rows of n rounded up to 4
     # (entry_point's _ring_plan), and the model adds that copy to the plan;
     # a ragged k alone costs nothing, and a ring never loads a float at a time.
-    entry = {**sgemm.gpu_entry(H200), "ring_copy": {"copy_gbps": 2000.0, "fixed_us": 3.0}}
+    entry = {**sgemm.gpu_entry(H200), "ring_copy": {"copy_gbps": 2000.0, "fixed_us": 3.0},
+             "ring_scalar_b": None}  # no price for reading B as given: always the copy
     ring = TileConfig(64, 128, 16, 8, 8, stages=2)
     ragged = shape_model.plan_cost((1537, 1023, 771), ring, 1, entry)
     even = shape_model.plan_cost((1537, 1024, 771), ring, 1, entry)
@@ -845,6 +846,64 @@ def test_a_ring_on_ragged_n_is_priced_with_the_copy_of_b():
                    for p in candidates) == stream, shape
     with pytest.raises(ValueError, match=r"shape must be a tuple \(m, n, k\) of whole numbers"):
         shape_model.ring_copy_us((10, -1, 4), entry)
+    assert ragged["host_us"] - even["host_us"] == pytest.approx(shape_model.PAD_CALL_US)
+
+
+def test_a_ring_reads_a_ragged_b_as_given_where_that_prices_cheaper():
+    # Copying B first costs a second launch, on the GPU and on the host; read
+    # as given, 4 bytes a copy, the loop runs the tile's measured share longer.
+    # The model takes whichever gives the lower max(host, GPU): as given at a
+    # short call the host decides, the copy where the loop is long.
+    base = {**sgemm.gpu_entry(H200), "ring_copy": {"copy_gbps": 2000.0, "fixed_us": 3.0}}
+    ring = TileConfig(64, 64, 16, 8, 4, stages=2)
+    block = {"share": {shape_model.tile_key(ring): 0.1}, "copy_call_us": 6.0}
+    entry = {**base, "ring_scalar_b": block}
+    for shape, scalar in [((1310, 1087, 197), True), ((3001, 2999, 1009), False)]:
+        copied = shape_model.plan_cost(shape, ring, 1, {**base, "ring_scalar_b": None})
+        plan = shape_model.plan_cost(shape, ring, 1, entry)
+        copy_us = copied["ring_copy_us"]
+        by_hand = {  # (host, GPU) each way, from the copy's plan
+            True: (copied["host_us"] - shape_model.PAD_CALL_US,
+                   copied["gpu_us"] - copy_us + 0.1 * copied["sm_us"]),
+            False: (copied["host_us"] - shape_model.PAD_CALL_US + 6.0, copied["gpu_us"])}
+        assert (max(by_hand[True]) < max(by_hand[False])) == scalar, shape
+        assert plan["ring_scalar_b"] == scalar, shape
+        assert (plan["host_us"], plan["gpu_us"]) == pytest.approx(by_hand[scalar]), shape
+        assert plan["ring_copy_us"] == (0.0 if scalar else pytest.approx(copy_us)), shape
+    # No share for the tile, or n a multiple of 4: B is never read as given.
+    other = TileConfig(64, 128, 16, 8, 8, stages=2)
+    assert not shape_model.plan_cost((1310, 1087, 197), other, 1, entry)["ring_scalar_b"]
+    assert not shape_model.plan_cost((1310, 1088, 197), ring, 1, entry)["ring_scalar_b"]
+    # The H200's committed fit: as given at set 5's 1310 x 1087 x 197, where
+    # the call is short; the copy at 8192 x 50257 x 768 under 64 x 256 rings.
+    assert shape_model.ring_reads_b_scalar(H200, 1310, 1087, 197, ring, 1)
+    assert not shape_model.ring_reads_b_scalar(H200, 8192, 50257, 768,
+                                               TileConfig(64, 256, 16, 8, 16, stages=2), 1)
+
+
+def test_the_rings_share_for_reading_b_as_given_is_fitted_from_pairs():
+    # fit_ring_scalar_b: each ring timed both ways at one shape (variant X
+    # with B copied, X_scalar_b as given); the share is the median over a
+    # tile's shapes of its product kernel's time as given over copied, less 1,
+    # for tiles timed at min_shapes shapes or more; the host's cost of the
+    # copy is the median difference of the host's time a call.
+    ring = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "stages": 2, "splits": 1}
+    other = {**ring, "bn": 128, "tn": 8}
+
+    def pair(shape, config, copied, as_given, host):
+        m, n, k = shape
+        kernels = [{"name": "product", "us": copied}, {"name": "pad_copy", "us": 2.0}]
+        return [{"m": m, "n": n, "k": k, "variant": "ring", "config": config,
+                 "host_us": 20.0 + host, "kernels": kernels},
+                {"m": m, "n": n, "k": k, "variant": "ring_scalar_b", "config": config,
+                 "host_us": 20.0, "kernels": [{"name": "product", "us": as_given}]}]
+
+    rows = (pair((1, 1, 1), ring, 100.0, 110.0, 6.0) + pair((2, 1, 1), ring, 50.0, 51.0, 7.0)
+            + pair((3, 1, 1), ring, 20.0, 21.0, 5.0) + pair((1, 1, 1), other, 10.0, 20.0, 6.0))
+    fit = shape_model_fit.fit_ring_scalar_b({"results": rows})
+    assert fit == {"share": {"64x64x16 8x4 s2": 0.05}, "copy_call_us": 6.0}
+    with pytest.raises(ValueError, match="no ring timed both ways"):
+        shape_model_fit.fit_ring_scalar_b({"results": rows[::2]})
 
 
 def test_a_share_is_read_from_a_pair_of_timings_and_a_bad_pair_is_named():

@@ -31,7 +31,7 @@ from gpucourse.kernels.sgemm.kernel_choice import kernel_for
 from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid, padded_b,
                                              padded_operands, padded_sizes, rounded_up_to_4,
                                              scratch)
-from gpucourse.kernels.sgemm.shape_model import padded_plan
+from gpucourse.kernels.sgemm.shape_model import padded_plan, ring_reads_b_scalar
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
                                              STREAM, STREAM_SIGNATURE, SUM_BLOCK,
                                              _check_split_sum, _check_splits, _split_kernel,
@@ -334,6 +334,26 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
     return go_padded
 
 
+# How a cp.async ring reads a B whose rows do not allow 16-byte copies (n not
+# a multiple of 4, or B or C not on 16 bytes): "padded", B first copied into
+# rows of n4 by a second launch (``padding.padded_b``), then 16 bytes a copy;
+# "scalar", B as given, 4 bytes a copy, in one launch; None, as the shape
+# model prices the plan (shape_model.ring_reads_b_scalar: one launch where
+# the host's time a call decides, the copy where the loop's does).
+RING_RAGGED_B = None
+
+
+def _ring_b(gpu_name: str, m: int, n: int, k: int, config, splits) -> str:
+    """"scalar" or "padded": RING_RAGGED_B, or where None the model's choice."""
+    if RING_RAGGED_B not in (None, "padded", "scalar"):
+        raise ValueError(f"RING_RAGGED_B must be None, 'padded' or 'scalar', got "
+                         f"{RING_RAGGED_B!r}")
+    if RING_RAGGED_B is not None:
+        return RING_RAGGED_B
+    scalar = ring_reads_b_scalar(gpu_name, m, n, k, config, splits or 1)
+    return "scalar" if scalar else "padded"
+
+
 def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits):
     """go(a_ptr, b_ptr, c_ptr) for level 5 or 6's kernel with a cp.async ring
     (config.stages). The ring copies A a float at a time, so A is read as
@@ -351,11 +371,16 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
         return ways[aligned]
 
     copy_b = None
+    scalar = _ring_b(_gpu_name(device_id), m, n, k, config, splits) == "scalar"
 
     def go(a_ptr, b_ptr, c_ptr):
         nonlocal copy_b
         if not (n % 4 or b_ptr % 16 or c_ptr % 16):
             return way(True)(a_ptr, b_ptr, c_ptr)
+        if scalar:
+            if "scalar" not in ways:
+                ways["scalar"] = _launches(key, m, n, k, n, False, device_id, config, splits)
+            return ways["scalar"](a_ptr, b_ptr, c_ptr)
         if copy_b is None:
             copy_b = _copy_launch(k, n, k, n4, device_id)
         b_padded = scratch(device_id, k * n4).device_ctypes_pointer.value
@@ -587,7 +612,7 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             # A cp.async ring reads A a float at a time: only B's rows (and
             # C's, for 128-bit stores) decide; else B alone is padded (_ring_plan).
             vectorized = _aligned_rows(b_dev) and _aligned_rows(c_dev)
-            if not vectorized:
+            if not vectorized and _ring_b(gpu_model(), m, n, k, config, splits) == "padded":
                 b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:

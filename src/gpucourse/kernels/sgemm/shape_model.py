@@ -345,7 +345,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     that predicts. With `padding` (what auto prices where the GPU's entry
     holds a "padding" block, ``padding_on``), a ragged product may instead
     be priced with its operands copied into padded buffers first
-    (``padding_us``), where that is cheaper: then "padded" is True.
+    (``padding_us``), where that is cheaper: then "padded" is True. A ring
+    on a ragged n reads B 4 bytes a copy ("ring_scalar_b" True) where that
+    is cheaper than copying B first (ring_copy_us, the copy's time).
     """
     m, n, k = _shape(shape)
     check_config(config)
@@ -408,10 +410,21 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     if padded:
         gpu_us += copy_us
         host_us += copies * PAD_CALL_US
+    # A ring on a ragged n: B copied into rows of n4 first (a second launch,
+    # on the GPU and the host), or B read 4 bytes a copy in one launch, its
+    # busiest SM the tile's measured share longer (``ring_scalar_b_share``;
+    # only where the entry has one), whichever the model finds cheaper.
     ring_copy = ring_copy_us((m, n, k), entry) if ring else 0.0
+    ring_scalar_b = False
     if ring_copy:
-        gpu_us += ring_copy
-        host_us += PAD_CALL_US
+        copy_host = (entry.get("ring_scalar_b") or {}).get("copy_call_us", PAD_CALL_US)
+        share = ring_scalar_b_share(entry, config)
+        ring_scalar_b = share is not None and max(host_us, gpu_us + sm_us * share) < max(
+            host_us + copy_host, gpu_us + ring_copy)
+        if ring_scalar_b:
+            gpu_us, ring_copy = gpu_us + sm_us * share, 0.0
+        else:
+            gpu_us, host_us = gpu_us + ring_copy, host_us + copy_host
     predicted = max(host_us, gpu_us)
     return {
         "config": config, "splits": STREAM if stream else splits, "tiles": tiles,
@@ -426,6 +439,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
         "worker_steps": worker_steps if stream else None,
         "scalar_loads": scalar and not padded, "padded": padded, "ring_copy_us": ring_copy,
+        "ring_scalar_b": ring_scalar_b,
         "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
@@ -442,6 +456,16 @@ def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
     if config is not None and tile_key(config) in (block.get("tile_share") or {}):
         return float(block["tile_share"][tile_key(config)])
     return float(block.get("share", 0.0))
+
+
+def ring_scalar_b_share(entry: dict, config: TileConfig) -> float | None:
+    """How much longer the busiest SM of `config`'s ring works where it reads
+    a ragged B 4 bytes a copy instead of 16 (entry_point.RING_RAGGED_B): the
+    entry's "ring_scalar_b"["share"][tile_key(config)]
+    (``shape_model_fit.fit_ring_scalar_b``), None where it has none (the
+    ring then always copies B first)."""
+    share = (entry.get("ring_scalar_b") or {}).get("share", {}).get(tile_key(config))
+    return None if share is None else float(share)
 
 
 def _kind(stream: bool, split: bool) -> str:
@@ -561,6 +585,15 @@ def padded_plan(gpu_name: str, m: int, n: int, k: int) -> bool:
     """Whether auto's plan for this shape copies A and B into padded buffers
     first (``auto_choice``)."""
     return auto_choice(gpu_name, m, n, k)[2]
+
+
+@lru_cache(maxsize=4096)
+def ring_reads_b_scalar(gpu_name: str, m: int, n: int, k: int, config: TileConfig,
+                        splits) -> bool:
+    """Whether a ring plan (`config` with stages, `splits`) on this shape reads
+    a ragged B 4 bytes a copy rather than copying it first (``plan_cost``'s
+    "ring_scalar_b"), found once per GPU, shape and plan."""
+    return bool(plan_cost((m, n, k), config, splits, gpu_entry(gpu_name))["ring_scalar_b"])
 
 
 def plan_summary(plan: dict) -> dict:

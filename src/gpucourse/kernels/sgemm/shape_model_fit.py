@@ -13,6 +13,9 @@ numbers, each from rows of (shape, TileConfig, splits, microseconds):
   split-K kernel works than the rates' one, tile by tile;
 * ``fit_scalar_load_shares``: what loading one float at a time costs each
   tile, from the explores (``explore_rows``, ``scalar_load_rows``);
+* ``fit_ring_scalar_b``: what reading a ragged B 4 bytes a copy costs each
+  ring, and what copying it first costs the host, from
+  benchmarks/sgemm_kernel_times.py;
 * ``fit_plan_factors``: measured over priced time for each tile and way of
   walking K, from the explores: a correction tried on 2026-11-30 and not
   adopted (benchmarks/NOTES.md), kept so that a trial can be rerun.
@@ -299,3 +302,38 @@ def fit_plan_factors(rows, entry: dict, min_rows: int = 3, weight: float = 2.0) 
     pulled = {key: 1 + (statistics.median(ratios) - 1) * len(ratios) / (len(ratios) + weight)
               for key, ratios in sorted(found.items()) if len(ratios) >= min_rows}
     return {key: round(factor, 4) for key, factor in pulled.items()}
+
+
+def fit_ring_scalar_b(record: dict, min_shapes: int = 3) -> dict:
+    """The entry's "ring_scalar_b" block fitted to a sgemm_kernel_times record
+    (benchmarks/sgemm_kernel_times.py): each ring plan timed at a ragged n
+    twice, B copied first (variant X) and B read 4 bytes a copy (X_scalar_b).
+    {"share": {tile key: the median over its pairs of the product kernel's
+    time read scalar over its time padded, less 1}, for each tile timed at
+    `min_shapes` shapes or more; "copy_call_us": the median of the host's
+    time a call padded less scalar (the copy's launch, on the host)}.
+
+    The product kernel is each call's longest (the copy of B and split-K's
+    zeroing are shorter). Raises ValueError where the record holds no pair."""
+    rows = record.get("results", [])
+    padded = {(r["m"], r["n"], r["k"], r["variant"]): r for r in rows}
+    ratios: dict = {}
+    host = []
+    for row in rows:
+        if not row["variant"].endswith("_scalar_b"):
+            continue
+        twin = padded.get((row["m"], row["n"], row["k"], row["variant"][:-len("_scalar_b")]))
+        if twin is None:
+            continue
+        main = [max(kernel["us"] for kernel in r["kernels"]) for r in (row, twin)]
+        key = tile_key(tile_config_of(row["config"]))
+        ratios.setdefault(key, {})[(row["m"], row["n"], row["k"], row["variant"])] = \
+            main[0] / main[1]
+        host.append(twin["host_us"] - row["host_us"])
+    if not host:
+        raise ValueError("the record holds no ring timed both ways (variants X and "
+                         "X_scalar_b at one shape)")
+    return {"share": {key: round(statistics.median(found.values()) - 1, 4)
+                      for key, found in sorted(ratios.items())
+                      if len({shape[:3] for shape in found}) >= min_shapes},
+            "copy_call_us": round(statistics.median(host), 2)}
