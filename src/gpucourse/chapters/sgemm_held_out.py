@@ -25,8 +25,14 @@ HELD_OUT_EXPLORES = {2: "reruns/sgemm_explore-h200-2026-11-30-held-out-2.json",
                      4: "reruns/sgemm_explore-h200-2026-11-30-held-out-4.json"}
 
 # A trial of the model with a price factor per tile and way of walking K,
-# fitted to the explores and not adopted (benchmarks/NOTES.md): the grid it ran.
+# fitted to the explores and not adopted (benchmarks/NOTES.md): the grid it ran,
+# and the grid of the committed model it ran beside, in the same session.
 PLAN_FACTOR_GRID = "reruns/sgemm_grid-h200-2026-11-30-plan-factor.json"
+PLAN_FACTOR_BASE = "reruns/sgemm_grid-h200-2026-11-30-sixth.json"
+
+# Each set's run before rings could read a ragged B as given (every ring on a
+# ragged n copied B first): the runs the explores timed the menu beside.
+BEFORE_SCALAR_B = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-scalar-b.json"
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -100,19 +106,52 @@ def large_spread(record: dict) -> dict:
 
 
 def plan_factor_trial() -> dict | None:
-    """The grid of the price-factor trial (PLAN_FACTOR_GRID) beside the newest
-    committed grid, each as ``large_spread``: {"trial": ..., "committed": ...,
+    """The grid of the price-factor trial (PLAN_FACTOR_GRID) beside the grid of
+    the model it was a trial against (PLAN_FACTOR_BASE, else the newest
+    committed grid), each as ``large_spread``: {"trial": ..., "committed": ...,
     "moved": how many of the grid's picks the trial changed}; None while
     either is missing."""
     folder = results.results_dir()
     if not (folder / PLAN_FACTOR_GRID).exists() or not results.find_results("sgemm_grid"):
         return None
     trial = results.load_results("sgemm_grid", folder / PLAN_FACTOR_GRID)
-    committed = results.load_results("sgemm_grid")
+    base = folder / PLAN_FACTOR_BASE
+    committed = results.load_results("sgemm_grid", base if base.exists() else None)
     plans = [{(r["m"], r["n"], r["k"]): r["config"] for r in record["results"]
               if r["variant"] == "auto"} for record in (trial, committed)]
     return {"trial": large_spread(trial), "committed": large_spread(committed),
             "moved": sum(plans[0][s] != plans[1].get(s) for s in plans[0])}
+
+
+def before_scalar_b(number: int) -> dict | None:
+    """Set `number`'s run before rings could read a ragged B as given
+    (BEFORE_SCALAR_B), None where there is none."""
+    path = results.results_dir() / BEFORE_SCALAR_B.format(number)
+    return load_held_out_results(number, path) if path.exists() else None
+
+
+def large_met(records: dict) -> tuple[int, int]:
+    """(large shapes at their target, large shapes) over {set: run}."""
+    _check_records(records)
+    found = [grid_targets(record)["large"] for record in records.values()]
+    return sum(t["met"] for t in found), sum(t["shapes"] for t in found)
+
+
+def kernel_times(shape: tuple, path=None) -> dict | None:
+    """What one call costs at `shape` in the newest benchmarks/sgemm_kernel_times.py
+    run (or the one at `path`): {variant: {"wall", "host", "kernels": its
+    kernels' microseconds a call, "product": the longest kernel's}}, None
+    while none is committed. Raises ValueError where the run did not time
+    `shape`."""
+    if path is None and not results.find_results("sgemm_kernel_times"):
+        return None
+    record = results.load_results("sgemm_kernel_times", path)
+    rows = [r for r in record["results"] if (r["m"], r["n"], r["k"]) == tuple(shape)]
+    if not rows:
+        raise ValueError(f"shape must be one the sgemm_kernel_times run timed, got {shape!r}")
+    return {r["variant"]: {"wall": r["wall_us"], "host": r["host_us"],
+                           "kernels": sum(k["us"] * k["per_call"] for k in r["kernels"]),
+                           "product": max(k["us"] for k in r["kernels"])} for r in rows}
 
 
 def host_costs(path=None) -> dict | None:

@@ -358,9 +358,10 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     """go(a_ptr, b_ptr, c_ptr) for level 5 or 6's kernel with a cp.async ring
     (config.stages). The ring copies A a float at a time, so A is read as
     given whatever K is; B is copied 16 bytes at a time, from B itself where
-    its rows allow it (n a multiple of 4, B and C on 16 bytes), else from a
-    copy of B padded to k x n4 (``padding.padded_b``), C then stored a float
-    at a time. Each way is compiled the first time it is needed."""
+    its rows allow it (n a multiple of 4, B and C on 16 bytes); else, as
+    ``_ring_b`` says, 4 bytes at a time from B itself, or 16 from a copy of B
+    padded to k x n4 (``padding.padded_b``), C then stored a float at a
+    time. Each way is compiled the first time it is needed."""
     n4 = rounded_up_to_4(n)
     ways = {}
 

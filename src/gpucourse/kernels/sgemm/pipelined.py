@@ -44,11 +44,14 @@ FMAs each (about 41 KB of instructions), beyond what the SM's instruction
 caches hold, with one block an SM to hide the fetches.
 
 Where n is not a multiple of 4, B's rows do not allow 16-byte copies:
-matmul then copies B alone into rows of n rounded up to 4 first
-(entry_point's ``_ring_plan``, ``padding.padded_b``), and the shape model
-adds that copy, timed on its own (``padding.ring_copy_us``,
-benchmarks/sgemm_ring_copy.py), to the ring's plan. A is read as given,
-whatever K is.
+the ring then copies B 4 bytes at a time, in the same launch, or matmul
+first copies B alone into rows of n rounded up to 4 (entry_point's
+``_ring_plan``, ``padding.padded_b``), whichever the shape model prices
+cheaper: the loop longer by the ring's measured share
+(``shape_model.ring_scalar_b_share``), or the copy, timed on its own
+(``padding.ring_copy_us``, benchmarks/sgemm_ring_copy.py), and its launch on
+the host. At calls of about 20 us the host's second launch decided
+(benchmarks/sgemm_kernel_times.py). A is read as given, whatever K is.
 
 Measured on the H200 (benchmarks/NOTES.md has every run), 16-deep steps in
 two stages, as auto runs them in the grid of 2026-11-30
