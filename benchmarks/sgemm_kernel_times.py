@@ -1,7 +1,8 @@
 """Where a call's time goes on the GPU at the shapes auto misses: each kernel's
 own duration beside the call's wall-clock time, ours and cuBLAS's.
 
-    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py [--shapes MxNxK,...] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py --save RECORD
 
 Issue 33. At the held-out misses of products under about 13 GFLOP
 (sgemm_off_grid.py's sets 3-5), the explores found the menu's best plan 73-83%
@@ -45,6 +46,7 @@ from pathlib import Path
 
 from _common import (benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
                      write_record)
+from sgemm_grid import parse_shapes
 
 # Misses of held-out sets 3-5 (the first eight where the explores found the
 # menu short), then shapes of the grid, five with a ragged n.
@@ -141,9 +143,15 @@ def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--save", metavar="RECORD", help="write RECORD's fit of the rings' "
                         "scalar reads of B into the model's JSON for its GPU (no GPU needed)")
+    parser.add_argument("--shapes", default="",
+                        help="these shapes instead of SHAPES, MxNxK comma-separated")
     known, _ = parser.parse_known_args(argv)
     if known.save:
         return save(known.save)
+    try:
+        shapes = parse_shapes(known.shapes) or SHAPES
+    except ValueError as problem:
+        parser.error(str(problem))
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_kernel_times.py", "--save fits a committed record without one"))
     import torch
@@ -162,7 +170,7 @@ def main(argv=None) -> int:
         "waiting for the GPU; TF32 off; N(0,1) inputs")
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
     try:
-        for shape in SHAPES:
+        for shape in shapes:
             m, n, k = shape
             a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
             expected = torch.mm(a.double(), b.double())
@@ -181,7 +189,7 @@ def main(argv=None) -> int:
                 rows.append({"m": m, "n": n, "k": k, "variant": name, **calls[name][1],
                              "wall_us": wall, "host_us": host_us(torch, calls[name][0], CALLS),
                              "kernels": kernels})
-                if shape == SHAPES[0] and name == "auto":
+                if shape == shapes[0] and name == "auto":
                     record["host_profile"] = host_profile(calls[name][0], 20 * CALLS)
                     torch.cuda.synchronize()
             entry_point.auto_plan, entry_point.RING_RAGGED_B = real_plan, real_b

@@ -26,6 +26,8 @@ depths of K joined the model (sgemm_rates_short.py), and judges that. Set
 session), of large shapes only (M and N from 512): it judges the model as
 finally committed, where the 85% target holds. Set 5, drawn the same way,
 judges that model against a trial one (--model) on shapes neither has seen.
+Set 6, drawn the same way after the grid and sets 1-5 ran the model whose
+rings read a ragged B as given, judges that model.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # where m n k <= 2^36 (a few milliseconds on the GPU), the first 24 kept. Set
 # 1 (seed 20261130): 10 have M and N of 512 or more (target 85%), 14 the
 # smaller from 64 to 511 (target 75%).
-HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203}
+HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
+                  6: 20261204}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -93,6 +96,15 @@ HELD_OUT = {
         (1310, 1087, 197), (1057, 2688, 116), (4648, 5584, 102), (2342, 3307, 531),
         (3659, 4381, 90), (4723, 893, 105), (5077, 1463, 148), (591, 2322, 3234), (4046, 835, 161),
         (648, 2813, 23957), (733, 1486, 589), (560, 1646, 2545)],
+    # Set 6 (seed 20261204, m and n from 512), drawn on 2026-11-30 after the
+    # grid and sets 1-5 ran the model whose rings read a ragged B as given
+    # (twenty-second session), before any of it was timed: it judges that model.
+    6: [(1377, 5587, 221), (920, 1316, 11487), (604, 1973, 4666), (1206, 1982, 19451),
+        (1108, 7656, 71), (6893, 3557, 2644), (7303, 637, 1595), (633, 4661, 974),
+        (786, 6786, 3349), (2820, 547, 568), (612, 4999, 4308), (1081, 2578, 11241),
+        (7534, 597, 5740), (2805, 3384, 354), (3587, 1570, 70), (738, 5087, 1177),
+        (686, 3001, 72), (580, 3002, 13104), (1056, 1511, 955), (593, 623, 320),
+        (549, 642, 10703), (1670, 1412, 824), (5323, 600, 6992), (610, 4826, 146)],
 }
 
 
