@@ -66,7 +66,11 @@ def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scrip
     # timed beside those.
     before = {n: held_out.before_scalar_b(n) for n in runs}
     assert all(before.values())
-    assert held_out.large_met(before) == (57, 78) and held_out.large_met(runs) == (65, 78)
+    assert held_out.class_met(before) == (57, 78) and held_out.class_met(runs) == (65, 78)
+    assert held_out.class_met(before, "mid") == (58, 66)
+    assert held_out.class_met(runs, "mid") == (57, 66)
+    with pytest.raises(ValueError, match="'large' or 'mid'"):
+        held_out.class_met(runs, "small")
     # Set 1, after 192 x 128 tiles joined the menu: every large shape at 85%,
     # five small calls under 75% (the host's time decides them; two of them,
     # 160 x 1271 x 223 and 187 x 1502 x 201, ran rings that read B as given

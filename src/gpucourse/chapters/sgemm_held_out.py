@@ -130,10 +130,13 @@ def before_scalar_b(number: int) -> dict | None:
     return load_held_out_results(number, path) if path.exists() else None
 
 
-def large_met(records: dict) -> tuple[int, int]:
-    """(large shapes at their target, large shapes) over {set: run}."""
+def class_met(records: dict, name: str = "large") -> tuple[int, int]:
+    """(shapes at their target, shapes) of class `name` (``grid_targets``'s
+    "large", M and N of 512 or more, or "mid") over {set: run}."""
     _check_records(records)
-    found = [grid_targets(record)["large"] for record in records.values()]
+    if name not in ("large", "mid"):
+        raise ValueError(f"name must be 'large' or 'mid', got {name!r}")
+    found = [grid_targets(record)[name] for record in records.values()]
     return sum(t["met"] for t in found), sum(t["shapes"] for t in found)
 
 
