@@ -126,15 +126,12 @@ def save(path: str) -> int:
     """--save: the record's ring_scalar_b fit into the model's JSON (no GPU)."""
     import json
 
-    from sgemm_model_json import update_entry
+    from sgemm_model_json import save_ring_scalar_b
 
     from gpucourse.kernels import sgemm
-    from gpucourse.kernels.sgemm.shape_model_fit import fit_ring_scalar_b
 
     record = json.loads(Path(path).read_text())
-    fit = fit_ring_scalar_b(record)
-    update_entry(sgemm, record["gpu"], lambda entry: entry.update(ring_scalar_b={
-        "source": f"benchmarks/results/{Path(path).name} (fit_ring_scalar_b)", **fit}))
+    fit = save_ring_scalar_b(sgemm, record, f"benchmarks/results/{Path(path).name}")
     print(f"wrote {path}'s ring_scalar_b into {sgemm.MODEL_PATH.name}: {fit}")
     return 0
 

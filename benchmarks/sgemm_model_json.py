@@ -129,6 +129,19 @@ def save_short_rates(sgemm, record: dict, source: str) -> None:
     update_entry(sgemm, record["gpu"], update)
 
 
+def save_ring_scalar_b(sgemm, record: dict, source: str) -> dict:
+    """Write a sgemm_kernel_times record's fit of the rings read both ways
+    (shape_model_fit.fit_ring_scalar_b: each ring tile's share for reading a
+    ragged B as given, the copy's host time) into the model's JSON for its
+    GPU as "ring_scalar_b", with its source; returns the fit."""
+    from gpucourse.kernels.sgemm.shape_model_fit import fit_ring_scalar_b
+
+    fit = fit_ring_scalar_b(record)
+    update_entry(sgemm, record["gpu"], lambda entry: entry.update(
+        ring_scalar_b={"source": f"{source} (fit_ring_scalar_b)", **fit}))
+    return fit
+
+
 def save_constants(sgemm, gpu: str, fit: dict, source: str) -> None:
     """Write fitted constants for `gpu` into the model's JSON, with their source."""
     def update(entry):

@@ -274,3 +274,16 @@ def test_the_largest_miss_is_the_largest_product_under_its_target():
             held_out.largest_miss_gflop(bad)
         with pytest.raises(ValueError, match="records must be a dict"):
             held_out.plot_held_out(bad)
+
+
+def test_the_rings_shares_for_reading_b_as_given_least_and_most():
+    # ring_scalar_b_shares names the least and the most of a GPU entry's
+    # shares with their tiles, as the chapter writes them; an entry without
+    # them is named.
+    entry = {"ring_scalar_b": {"share": {"64x64x16 8x4 s2": 0.05, "64x256x16 8x16 s2": 0.5,
+                                         "64x128x16 8x8 s2": 0.1}}}
+    assert held_out.ring_scalar_b_shares(entry) == {"low": (0.05, "64 × 64"),
+                                                    "high": (0.5, "64 × 256")}
+    for bad in ({}, {"ring_scalar_b": None}, {"ring_scalar_b": {"share": {}}}):
+        with pytest.raises(ValueError, match="ring_scalar_b"):
+            held_out.ring_scalar_b_shares(bad)

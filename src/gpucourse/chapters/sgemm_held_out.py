@@ -82,13 +82,35 @@ def held_out_explore(number: int) -> dict | None:
     return load_explore_results(folder / name)
 
 
-def share_at(record: dict, shape: tuple) -> float:
-    """auto's share of cuBLAS at `shape` (m, n, k) in a grid-format record.
-    Raises ValueError where the record did not time it."""
+def auto_row(record: dict, shape: tuple) -> dict:
+    """auto's row at `shape` (m, n, k) in a grid-format record. Raises
+    ValueError where the record did not time it."""
     for row in record.get("results", []):
         if row["variant"] == "auto" and (row["m"], row["n"], row["k"]) == tuple(shape):
-            return row["vs_cublas"]
+            return row
     raise ValueError(f"the record has no auto row at {shape!r}")
+
+
+def share_at(record: dict, shape: tuple) -> float:
+    """auto's share of cuBLAS at `shape` (m, n, k) in a grid-format record
+    (``auto_row``'s "vs_cublas")."""
+    return auto_row(record, shape)["vs_cublas"]
+
+
+def ring_scalar_b_shares(entry: dict) -> dict:
+    """The ring tiles' shares for reading a ragged B as given, in a GPU entry
+    of the shape model: {"low": (share, "bm × bn"), "high": (share, "bm × bn")},
+    the least and the most. Raises ValueError for an entry without them."""
+    shares = (entry.get("ring_scalar_b") or {}).get("share")
+    if not shares:
+        raise ValueError("entry must hold a \"ring_scalar_b\" block with shares "
+                         "(benchmarks/sgemm_kernel_times.py --save)")
+    found = {}
+    for name, pick in (("low", min), ("high", max)):
+        key = pick(shares, key=shares.get)  # "64x64x16 8x4 s2": its first two sizes
+        bm, bn = key.split("x")[:2]
+        found[name] = (shares[key], f"{bm} × {bn}")
+    return found
 
 
 def large_spread(record: dict) -> dict:
