@@ -27,7 +27,9 @@ session), of large shapes only (M and N from 512): it judges the model as
 finally committed, where the 85% target holds. Set 5, drawn the same way,
 judges that model against a trial one (--model) on shapes neither has seen.
 Set 6, drawn the same way after the grid and sets 1-5 ran the model whose
-rings read a ragged B as given, judges that model.
+rings read a ragged B as given, judges that model. Set 7, drawn the same
+way after set 6 ran, judges the model with the shares by blocks an SM
+against the one before it (--model).
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # 1 (seed 20261130): 10 have M and N of 512 or more (target 85%), 14 the
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
-                  6: 20261204}
+                  6: 20261204, 7: 20261205}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -105,6 +107,17 @@ HELD_OUT = {
         (7534, 597, 5740), (2805, 3384, 354), (3587, 1570, 70), (738, 5087, 1177),
         (686, 3001, 72), (580, 3002, 13104), (1056, 1511, 955), (593, 623, 320),
         (549, 642, 10703), (1670, 1412, 824), (5323, 600, 6992), (610, 4826, 146)],
+    # Set 7 (seed 20261205, m and n from 512), drawn on 2026-11-30 in the
+    # twenty-third session after set 6 ran and its misses were explored,
+    # before any of it was timed: it judges the model with the shares of
+    # reading B as given by blocks an SM and stream-K's shares by tile
+    # against the model before them, both run on it in one session.
+    7: [(1241, 1540, 1027), (1085, 7433, 212), (884, 601, 2448), (3824, 2841, 157),
+        (1085, 2652, 3444), (1365, 4027, 1265), (1132, 2039, 836), (2914, 573, 1901),
+        (2446, 1958, 167), (660, 4093, 7669), (2995, 809, 320), (1000, 1337, 276),
+        (1824, 900, 3122), (2680, 2505, 1007), (937, 863, 136), (1170, 1014, 7889),
+        (2767, 1312, 372), (1676, 924, 2637), (4851, 5602, 746), (4147, 1286, 5041),
+        (6815, 981, 1440), (3465, 1311, 1265), (4727, 2734, 2373), (876, 1061, 436)],
 }
 
 
