@@ -2,7 +2,7 @@
 own duration beside the call's wall-clock time, ours and cuBLAS's.
 
     PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py [--shapes MxNxK,...] [--out DIR]
-    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py --save RECORD
+    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py --save RECORD[,RECORD]
 
 Issue 33. At the held-out misses of products under about 13 GFLOP
 (sgemm_off_grid.py's sets 3-5), the explores found the menu's best plan 73-83%
@@ -23,8 +23,9 @@ the host's own time a call (the same calls not waited for); then
 cProfile's view of the host's time in auto's calls at the first shape.
 
 Writes DIR/sgemm_kernel_times-<gpu-slug>-<date>.json. About a minute and a
-half. --save RECORD fits a run's rings both ways
-(shape_model_fit.fit_ring_scalar_b) into the model's JSON, no GPU needed.
+half. --save RECORD[,RECORD] fits the runs' rings both ways
+(shape_model_fit.fit_ring_scalar_b, with the shares by how full the busiest
+SM is) into the model's JSON, no GPU needed.
 
 First run (H200, 2026-11-30): at 1310 x 1087 x 197 the ring's product kernel
 took 20.0 us, cuBLAS's 18.1, but B's copy added a launch, and the host's
@@ -122,24 +123,33 @@ def host_profile(call, calls: int) -> str:
     return text.getvalue()
 
 
-def save(path: str) -> int:
-    """--save: the record's ring_scalar_b fit into the model's JSON (no GPU)."""
+def save(paths: str) -> int:
+    """--save: the ring_scalar_b fit of one record, or of several records'
+    rows joined (comma-separated, one GPU), into the model's JSON (no GPU)."""
     import json
 
     from sgemm_model_json import save_ring_scalar_b
 
     from gpucourse.kernels import sgemm
 
-    record = json.loads(Path(path).read_text())
-    fit = save_ring_scalar_b(sgemm, record, f"benchmarks/results/{Path(path).name}")
-    print(f"wrote {path}'s ring_scalar_b into {sgemm.MODEL_PATH.name}: {fit}")
+    names = [Path(path) for path in paths.split(",") if path]
+    records = [json.loads(path.read_text()) for path in names]
+    if len({record["gpu"] for record in records}) != 1:
+        raise SystemExit(f"--save's records must be of one GPU, got {[r['gpu'] for r in records]}")
+    joined = {**records[0], "results": [row for record in records for row in record["results"]]}
+    source = " and ".join(
+        f"benchmarks/results/{path.parent.name + '/' if path.parent.name == 'reruns' else ''}"
+        f"{path.name}" for path in names)
+    fit = save_ring_scalar_b(sgemm, joined, source)
+    print(f"wrote the ring_scalar_b fit of {source} into {sgemm.MODEL_PATH.name}: {fit}")
     return 0
 
 
 def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--save", metavar="RECORD", help="write RECORD's fit of the rings' "
-                        "scalar reads of B into the model's JSON for its GPU (no GPU needed)")
+    parser.add_argument("--save", metavar="RECORD[,RECORD]", help="write the fit of the rings' "
+                        "scalar reads of B in these records into the model's JSON for their GPU "
+                        "(no GPU needed)")
     parser.add_argument("--shapes", default="",
                         help="these shapes instead of SHAPES, MxNxK comma-separated")
     known, _ = parser.parse_known_args(argv)

@@ -9,6 +9,11 @@ what it fits without a GPU from committed results:
 Each writer changes one GPU's entry in place and records where its numbers
 came from, so that every number in the JSON names its source.
 
+and, without a GPU, from committed records:
+
+    python3 benchmarks/sgemm_kernel_times.py --save RECORD[,RECORD]   # ring_scalar_b
+    python3 benchmarks/sgemm_model_json.py --fit-stream-tile-shares   # stream-K by tile
+
 One fit writes a trial model beside it instead, never into it:
 
     python3 benchmarks/sgemm_model_json.py --trial-plan-factors OUT.json
@@ -40,6 +45,12 @@ PLAN_FACTOR_EXPLORES = tuple(f"reruns/sgemm_explore-h200-2026-11-30-{name}.json"
 # runs, building_blocks.STREAM_REGISTERS) gives the H200's stream share
 # (--fit-stream-share), and its rows of that kernel.
 STREAM_RECORD, STREAM_VARIANT = "sgemm_stream-h200-2026-11-29.json", "stream_two_blocks"
+# The explores whose stream-K plans give each tile its own stream share
+# (--fit-stream-tile-shares), and whether they ran rings reading a ragged B
+# as given (from the twenty-third session; before, rings copied it first).
+STREAM_TILE_EXPLORES = {**{name: False for name in PLAN_FACTOR_EXPLORES},
+                        "reruns/sgemm_explore-h200-2026-11-30-held-out-5.json": False,
+                        "reruns/sgemm_explore-h200-2026-11-30-misses-scalar-b.json": True}
 
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
@@ -132,11 +143,12 @@ def save_short_rates(sgemm, record: dict, source: str) -> None:
 def save_ring_scalar_b(sgemm, record: dict, source: str) -> dict:
     """Write a sgemm_kernel_times record's fit of the rings read both ways
     (shape_model_fit.fit_ring_scalar_b: each ring tile's share for reading a
-    ragged B as given, the copy's host time) into the model's JSON for its
-    GPU as "ring_scalar_b", with its source; returns the fit."""
+    ragged B as given, overall and by how full the busiest SM is, the copy's
+    host time) into the model's JSON for its GPU as "ring_scalar_b", with its
+    source; returns the fit."""
     from gpucourse.kernels.sgemm.shape_model_fit import fit_ring_scalar_b
 
-    fit = fit_ring_scalar_b(record)
+    fit = fit_ring_scalar_b(record, entry=sgemm.gpu_entry(record["gpu"]))
     update_entry(sgemm, record["gpu"], lambda entry: entry.update(
         ring_scalar_b={"source": f"{source} (fit_ring_scalar_b)", **fit}))
     return fit
@@ -256,6 +268,32 @@ def fit_stream_share() -> int:
     return 0
 
 
+def fit_stream_tile_shares() -> dict:
+    """--fit-stream-tile-shares: the H200's stream-K share tile by tile
+    (shape_model_fit.fit_stream_tile_shares) from STREAM_TILE_EXPLORES, each
+    priced the way it read B, into the model's JSON beside the one share
+    for every other tile. Returns the shares."""
+    from gpucourse.kernels import sgemm
+
+    entry = sgemm.gpu_entry("NVIDIA H200")
+    copied = {key: value for key, value in entry.items() if key != "ring_scalar_b"}
+    samples: dict = {}
+    for name, as_given in STREAM_TILE_EXPLORES.items():
+        for key, found in sgemm.shape_model_fit.stream_share_samples(
+                explore_rows(sgemm, (name,)), entry if as_given else copied).items():
+            samples.setdefault(key, {}).update(found)
+    shares = sgemm.shape_model_fit.fit_stream_tile_shares(samples)
+
+    def update(entry):
+        entry["stream_kernel"]["tile_share"] = shares
+        entry["stream_kernel"]["source"] = entry["stream_kernel"]["source"].split("; tile_share")[0] + (
+            "; tile_share: " + " and ".join(f"benchmarks/results/{name}" for name in STREAM_TILE_EXPLORES)
+            + " (--fit-stream-tile-shares)")
+
+    update_entry(sgemm, "NVIDIA H200", update)
+    return shares
+
+
 def trial_plan_factors(out) -> dict:
     """Write to `out` a trial model: the committed JSON with the H200's entry
     given a "plan_factor" block fitted to PLAN_FACTOR_EXPLORES
@@ -280,8 +318,18 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(
-        description="Write a trial shape model (never the committed one).")
-    parser.add_argument("--trial-plan-factors", metavar="OUT", required=True,
-                        help="the committed model with price factors fitted to the explores")
-    found = trial_plan_factors(parser.parse_args().trial_plan_factors)
-    print(f"{len(found)} factors: " + ", ".join(f"{k} {v}" for k, v in found.items()))
+        description="Fit stream-K's shares by tile into the shape model, or write a trial "
+                    "model (never the committed one).")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--trial-plan-factors", metavar="OUT",
+                       help="the committed model with price factors fitted to the explores")
+    which.add_argument("--fit-stream-tile-shares", action="store_true",
+                       help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
+                            "committed model")
+    args = parser.parse_args()
+    if args.fit_stream_tile_shares:
+        found = fit_stream_tile_shares()
+        print("stream-K shares by tile: " + ", ".join(f"{k} {v:+.3f}" for k, v in found.items()))
+    else:
+        found = trial_plan_factors(args.trial_plan_factors)
+        print(f"{len(found)} factors: " + ", ".join(f"{k} {v}" for k, v in found.items()))

@@ -742,7 +742,8 @@ def test_a_stream_plan_is_one_wave_of_equal_runs_plus_its_atomic_adds():
     columns = math.ceil(64 * 1024 / plan["blocks"]) * 16
     assert columns == 3984 and plan["slices"] == pytest.approx((64 + 264 - 1) / 64)
     # Pieces are edge-checked, as split-K's slices are (edge_share).
-    share, c = entry["stream_kernel"]["share"], entry["constants"]
+    share, c = shape_model.stream_kernel_share(entry, tile), entry["constants"]
+    assert share == entry["stream_kernel"]["tile_share"][shape_model.tile_key(tile)] > 0
     bare = {k: v for k, v in entry.items() if k != "stream_kernel"}
     assert plan["sm_us"] == pytest.approx(
         shape_model.measured_sm_us(bare, tile, resident, columns) * (1 + share)
@@ -760,18 +761,22 @@ def test_a_stream_plan_is_one_wave_of_equal_runs_plus_its_atomic_adds():
 def test_stream_k_is_priced_only_where_its_share_was_fitted():
     # On the H100 (no "stream_kernel" in its entry) never; on the H200 for
     # every tile, rings included, but not below STREAM_MIN_US on the GPU; at
-    # 1024^2 x 16384 and 3001 x 2999 x 1009 it is the pick, on a ring (0.90
-    # and 0.90 of cuBLAS in the grid of 2026-11-30, against 0.85 and 0.84
-    # the day before).
+    # 777 x 1313 x 2047, 384 x 3000 x 5000 and 768 x 3072 x 8192 it is the
+    # pick, on a 64 x 128 ring (1.00, 0.93 and 0.91 of cuBLAS in the grid of
+    # 2026-11-30 under stream-K's shares by tile). (1024^2 x 16384 and 3001
+    # x 2999 x 1009 ran 64 x 256 rings under stream-K at 0.90 and 0.90 before
+    # those shares; now 64 x 256 in 4 slices, 0.89, and 64 x 128 with K
+    # whole, 1.01.)
     for shape in [(1024, 1024, 16384), (300, 200, 400), (8192, 768, 3072)]:
         assert all(p["splits"] != shape_model.STREAM
                    for p in _plan(shape, H100)["candidates"])
         for p in _plan(shape, H200)["candidates"]:
             if p["splits"] == shape_model.STREAM:
                 assert p["gpu_us"] >= shape_model.STREAM_MIN_US
-    for shape in [(1024, 1024, 16384), (3001, 2999, 1009)]:
+    for shape in [(777, 1313, 2047), (384, 3000, 5000), (768, 3072, 8192)]:
         plan = _plan(shape, H200)
         assert plan["splits"] == shape_model.STREAM and plan["config"].stages, shape
+        assert (plan["config"].bm, plan["config"].bn) == (64, 128), shape
     assert all(p["splits"] != shape_model.STREAM for p in _plan((300, 200, 400), H200)["candidates"])
     # Nor where a worker runs fewer than STREAM_MIN_STEPS steps: at 1200 x 900
     # x 700, 64 x 256 rings give 19 x 4 = 76 tiles of 44 steps (700 / 16, up),

@@ -33,6 +33,10 @@ PLAN_FACTOR_BASE = "reruns/sgemm_grid-h200-2026-11-30-sixth.json"
 # Each set's run before rings could read a ragged B as given (every ring on a
 # ragged n copied B first): the runs the explores timed the menu beside.
 BEFORE_SCALAR_B = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-scalar-b.json"
+# Each set's run before the shares by how full the SM is (rings reading B as
+# given) and stream-K's shares by tile (twenty-third session); set 7's was
+# timed in the same session as its run under them.
+BEFORE_TILE_SHARES = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-tile-shares.json"
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -150,6 +154,57 @@ def before_scalar_b(number: int) -> dict | None:
     (BEFORE_SCALAR_B), None where there is none."""
     path = results.results_dir() / BEFORE_SCALAR_B.format(number)
     return load_held_out_results(number, path) if path.exists() else None
+
+
+def before_tile_shares(number: int) -> dict | None:
+    """Set `number`'s run before stream-K's shares by tile and the shares by
+    how full the SM is (BEFORE_TILE_SHARES), None where there is none."""
+    path = results.results_dir() / BEFORE_TILE_SHARES.format(number)
+    return load_held_out_results(number, path) if path.exists() else None
+
+
+def gains(before: dict, after: dict, name: str = "large") -> dict:
+    """The shapes of class `name` that missed their target in `before` and
+    meet it in `after` (each {set: run} over the same sets), split by
+    whether auto ran the same plan in both: {"moved": [...], "same": [...]},
+    each a list of (m, n, k). At the same plan a gain is the run's, not the
+    model's (the host's pace, the clocks)."""
+    _check_records(before)
+    _check_records(after)
+    if set(before) != set(after):
+        raise ValueError(f"before and after must hold the same sets, got {sorted(before)} "
+                         f"and {sorted(after)}")
+    found = {"moved": [], "same": []}
+    for number, record in after.items():
+        missed = {s[:3] for s in grid_targets(before[number])[name]["missed"]}
+        still = {s[:3] for s in grid_targets(record)[name]["missed"]}
+        for shape in sorted(missed - still):
+            same = auto_row(before[number], shape)["config"] == auto_row(record, shape)["config"]
+            found["same" if same else "moved"].append(shape)
+    return found
+
+
+def moved_picks(before: dict, after: dict) -> dict:
+    """What a change of the model did where it changed auto's plan: over the
+    shapes of {set: run} `before` and `after` (the same sets, or two
+    grid-format runs of the same shapes as {0: run}) whose plan differs,
+    {"moved": how many, "faster": how many ran a larger share of cuBLAS
+    after, "mean": the mean change of that share (0.017: 1.7 points)}."""
+    _check_records(before)
+    _check_records(after)
+    if set(before) != set(after):
+        raise ValueError(f"before and after must hold the same sets, got {sorted(before)} "
+                         f"and {sorted(after)}")
+    changes = []
+    for number, record in after.items():
+        rows = {(r["m"], r["n"], r["k"]): r for r in before[number]["results"]
+                if r["variant"] == "auto"}
+        for row in record["results"]:
+            old = rows.get((row["m"], row["n"], row["k"]))
+            if row["variant"] == "auto" and old is not None and old["config"] != row["config"]:
+                changes.append(row["vs_cublas"] - old["vs_cublas"])
+    return {"moved": len(changes), "faster": sum(change > 0 for change in changes),
+            "mean": sum(changes) / len(changes) if changes else 0.0}
 
 
 def class_met(records: dict, name: str = "large") -> tuple[int, int]:

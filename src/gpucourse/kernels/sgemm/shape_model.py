@@ -54,8 +54,9 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   1 + its share of the busiest SM's time. Stream-K (splits "stream",
   ``split_k``) runs one wave of workers, each an equal run of all the tiles'
   steps of K: the busiest SM's resident workers at the measured rate, times
-  1 + the entry's "stream_kernel" share, plus zeroing C and the atomic adds
-  of every piece; priced only on a GPU whose entry has that share.
+  1 + the entry's "stream_kernel" share (the tile's own where the entry has
+  one, ``stream_kernel_share``), plus zeroing C and the atomic adds of every
+  piece; priced only on a GPU whose entry has that share.
 
 The product takes max(what the host needs to issue the call, what the GPU
 needs to run it). ``choose_plan`` prices every configuration of the GPU's menu
@@ -394,7 +395,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     ring = bool(config.stages)
     scalar = bool(k % 4 or n % 4) and not ring
     split = slices > 1 or stream
-    split_share = (entry.get("stream_kernel") or {}).get("share", 0.0) if stream \
+    split_share = stream_kernel_share(entry, config) if stream \
         else split_kernel_share(entry, config) if split else 0.0
     # Scalar loads, or the operands copied first into buffers whose rows are a
     # multiple of 4 long (``padding_us``), whichever the model finds cheaper.
@@ -418,7 +419,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     ring_scalar_b = False
     if ring_copy:
         copy_host = (entry.get("ring_scalar_b") or {}).get("copy_call_us", PAD_CALL_US)
-        share = ring_scalar_b_share(entry, config)
+        share = ring_scalar_b_share(entry, config, busiest, resident)
         ring_scalar_b = share is not None and max(host_us, gpu_us + sm_us * share) < max(
             host_us + copy_host, gpu_us + ring_copy)
         if ring_scalar_b:
@@ -458,14 +459,48 @@ def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
     return float(block.get("share", 0.0))
 
 
-def ring_scalar_b_share(entry: dict, config: TileConfig) -> float | None:
+def blocks_regime(busiest: int, resident: int) -> str:
+    """How full the busiest SM is: "one" block, "part" of what it holds at
+    once (2 to resident - 1 blocks), or "full" (resident blocks or more,
+    rounds after rounds)."""
+    return "one" if busiest <= 1 else "full" if busiest >= resident else "part"
+
+
+def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = None,
+                        resident: int | None = None) -> float | None:
     """How much longer the busiest SM of `config`'s ring works where it reads
-    a ragged B 4 bytes a copy instead of 16 (entry_point.RING_RAGGED_B): the
-    entry's "ring_scalar_b"["share"][tile_key(config)]
-    (``shape_model_fit.fit_ring_scalar_b``), None where it has none (the
-    ring then always copies B first)."""
-    share = (entry.get("ring_scalar_b") or {}).get("share", {}).get(tile_key(config))
+    a ragged B 4 bytes a copy instead of 16 (entry_point.RING_RAGGED_B),
+    with `busiest` blocks on it of the `resident` it holds at once: the
+    entry's "ring_scalar_b"["share_by_blocks"][tile_key(config)][regime]
+    (``blocks_regime``) where it has one, else its "share" for the tile
+    (``shape_model_fit.fit_ring_scalar_b``); None where it has neither (the
+    ring then always copies B first).
+
+    Measured pairs say the share depends on how full the SM is: a 64 x 128
+    ring read as given took 27-29% longer alone on its SM, 7-11% with two
+    blocks of the four it holds, 10-18% with rounds of them
+    (benchmarks/results/sgemm_kernel_times-h200-2026-11-30.json and
+    reruns/...-rounds.json): alone, nothing hides the four times as many
+    loads; full, they take issue slots from the arithmetic."""
+    block = entry.get("ring_scalar_b") or {}
+    key = tile_key(config)
+    if busiest is not None and resident is not None:
+        by_blocks = (block.get("share_by_blocks") or {}).get(key) or {}
+        regime = blocks_regime(busiest, resident)
+        if regime in by_blocks:
+            return float(by_blocks[regime])
+    share = (block.get("share") or {}).get(key)
     return None if share is None else float(share)
+
+
+def stream_kernel_share(entry: dict, config: TileConfig) -> float:
+    """How much longer than its rates the busiest SM works where `config`'s
+    plan is stream-K: the entry's "stream_kernel"["tile_share"][tile_key(config)]
+    where it has one (``shape_model_fit.fit_stream_tile_shares``), else its
+    "share" for every tile, 0 where it has neither."""
+    block = entry.get("stream_kernel") or {}
+    tile_share = (block.get("tile_share") or {}).get(tile_key(config))
+    return float(block.get("share", 0.0) if tile_share is None else tile_share)
 
 
 def _kind(stream: bool, split: bool) -> str:

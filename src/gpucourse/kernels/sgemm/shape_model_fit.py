@@ -14,8 +14,10 @@ numbers, each from rows of (shape, TileConfig, splits, microseconds):
 * ``fit_scalar_load_shares``: what loading one float at a time costs each
   tile, from the explores (``explore_rows``, ``scalar_load_rows``);
 * ``fit_ring_scalar_b``: what reading a ragged B 4 bytes a copy costs each
-  ring, and what copying it first costs the host, from
-  benchmarks/sgemm_kernel_times.py;
+  ring (by how full its busiest SM is, where an entry is given), and what
+  copying it first costs the host, from benchmarks/sgemm_kernel_times.py;
+* ``fit_stream_tile_shares``: stream-K's share tile by tile, from the
+  explores;
 * ``fit_plan_factors``: measured over priced time for each tile and way of
   walking K, from the explores: a correction tried on 2026-11-30 and not
   adopted (benchmarks/NOTES.md), kept so that a trial can be rerun.
@@ -27,7 +29,9 @@ import math
 import statistics
 
 from gpucourse.kernels.sgemm.config import _shape, _whole, check_config, tile_config_of
-from gpucourse.kernels.sgemm.shape_model import CONSTANTS, menu, plan_cost, plan_kind, tile_key
+from gpucourse.kernels.sgemm.shape_model import (CONSTANTS, STREAM, STREAM_MIN_STEPS, STREAM_MIN_US,
+                                                 blocks_regime, menu, plan_cost, plan_kind,
+                                                 ring_scalar_b_share, tile_key)
 
 
 def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> float:
@@ -304,20 +308,29 @@ def fit_plan_factors(rows, entry: dict, min_rows: int = 3, weight: float = 2.0) 
     return {key: round(factor, 4) for key, factor in pulled.items()}
 
 
-def fit_ring_scalar_b(record: dict, min_shapes: int = 3) -> dict:
+def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = None,
+                      min_regime_shapes: int = 2) -> dict:
     """The entry's "ring_scalar_b" block fitted to a sgemm_kernel_times record
-    (benchmarks/sgemm_kernel_times.py): each ring plan timed at a ragged n
-    twice, B copied first (variant X) and B read 4 bytes a copy (X_scalar_b).
+    (benchmarks/sgemm_kernel_times.py; several runs' rows may be joined in one
+    "results"): each ring plan timed at a ragged n twice, B copied first
+    (variant X) and B read 4 bytes a copy (X_scalar_b).
     {"share": {tile key: the median over its pairs of the product kernel's
     time read scalar over its time padded, less 1}, for each tile timed at
     `min_shapes` shapes or more; "copy_call_us": the median of the host's
-    time a call padded less scalar (the copy's launch, on the host)}.
+    time a call padded less scalar (the copy's launch, on the host)}. Given
+    the GPU's `entry`, also "share_by_blocks": {tile key: {regime: the
+    median of the tile's pairs whose plan (``plan_cost`` on `entry`) puts
+    that many blocks on the busiest SM (``shape_model.blocks_regime``: "one",
+    "part", "full")}}, for each regime timed at `min_regime_shapes` shapes or
+    more (each a pair of one kernel timed two ways in one run: two shapes
+    that agree are evidence enough).
 
     The product kernel is each call's longest (the copy of B and split-K's
     zeroing are shorter). Raises ValueError where the record holds no pair."""
     rows = record.get("results", [])
     padded = {(r["m"], r["n"], r["k"], r["variant"]): r for r in rows}
     ratios: dict = {}
+    regimes: dict = {}
     host = []
     for row in rows:
         if not row["variant"].endswith("_scalar_b"):
@@ -326,14 +339,64 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3) -> dict:
         if twin is None:
             continue
         main = [max(kernel["us"] for kernel in r["kernels"]) for r in (row, twin)]
-        key = tile_key(tile_config_of(row["config"]))
-        ratios.setdefault(key, {})[(row["m"], row["n"], row["k"], row["variant"])] = \
-            main[0] / main[1]
+        config = tile_config_of(row["config"])
+        key, pair = tile_key(config), (row["m"], row["n"], row["k"], row["variant"])
+        ratios.setdefault(key, {})[pair] = main[0] / main[1]
+        if entry is not None:
+            plan = plan_cost(pair[:3], config, row["config"].get("splits", 1), entry)
+            regime = blocks_regime(plan["busiest_sm_blocks"], plan["blocks_per_sm"])
+            regimes.setdefault(key, {}).setdefault(regime, {})[pair] = main[0] / main[1]
         host.append(twin["host_us"] - row["host_us"])
     if not host:
         raise ValueError("the record holds no ring timed both ways (variants X and "
                          "X_scalar_b at one shape)")
-    return {"share": {key: round(statistics.median(found.values()) - 1, 4)
-                      for key, found in sorted(ratios.items())
-                      if len({shape[:3] for shape in found}) >= min_shapes},
-            "copy_call_us": round(statistics.median(host), 2)}
+
+    def medians(found, least):
+        return {key: round(statistics.median(pairs.values()) - 1, 4)
+                for key, pairs in sorted(found.items())
+                if len({shape[:3] for shape in pairs}) >= least}
+
+    fit = {"share": medians(ratios, min_shapes), "copy_call_us": round(statistics.median(host), 2)}
+    if entry is not None:
+        fit["share_by_blocks"] = {key: found for key, found in
+                                  ((key, medians(by_regime, min_regime_shapes))
+                                   for key, by_regime in sorted(regimes.items())) if found}
+    return fit
+
+
+def stream_share_samples(rows, entry: dict) -> dict:
+    """{tile key: {shape: x}} from rows (shape, TileConfig, splits, us;
+    ``explore_rows``) of stream-K plans that the model prices (on the GPU
+    STREAM_MIN_US or more, STREAM_MIN_STEPS steps a worker or more): the
+    share x that makes plan_cost on `entry` (without any stream share) give
+    the measured time, x = (us - rest) / sm_us - 1, sm_us being the busiest
+    SM's time (a ring reading B as given: its share included), rest the
+    launch, zeroing and atomic adds. Rings on a ragged n are priced the way
+    `entry` says they read B (an entry without "ring_scalar_b" copies it
+    first, as the explores timed before rings read B as given did)."""
+    bare = {**entry, "stream_kernel": {"share": 0.0}}
+    found: dict = {}
+    for shape, config, splits, us in rows:
+        if splits != STREAM:
+            continue
+        plan = plan_cost(shape, check_config(config), STREAM, bare)
+        if plan["gpu_us"] < STREAM_MIN_US or plan["worker_steps"] < STREAM_MIN_STEPS:
+            continue
+        sm_us = plan["sm_us"] * (1 + (ring_scalar_b_share(
+            bare, config, plan["busiest_sm_blocks"], plan["blocks_per_sm"]) or 0.0)
+            if plan["ring_scalar_b"] else 1.0)
+        found.setdefault(tile_key(config), {})[tuple(shape)] = (
+            us - (plan["gpu_us"] - sm_us)) / sm_us - 1
+    return found
+
+
+def fit_stream_tile_shares(samples: dict, min_shapes: int = 3) -> dict:
+    """{tile key: stream-K's share}: for each tile of `samples`
+    (``stream_share_samples``, several joined) timed at `min_shapes` shapes
+    or more, the median of its shares, at least 0: a worker runs the
+    kernel's steps and adds its pieces, so stream-K is never priced faster a
+    step than the rates (as ``shape_model.split_kernel_share`` for slices;
+    the 64 x 128 rings' median, -0.055 on 2026-11-30, would have moved 91 of
+    229 picks off plans that ran at 86-105% of cuBLAS)."""
+    return {key: max(0.0, round(statistics.median(shares.values()), 4))
+            for key, shares in sorted(samples.items()) if len(shares) >= min_shapes}
