@@ -29,7 +29,8 @@ judges that model against a trial one (--model) on shapes neither has seen.
 Set 6, drawn the same way after the grid and sets 1-5 ran the model whose
 rings read a ragged B as given, judges that model. Set 7, drawn the same
 way after set 6 ran, judges the model with the shares by blocks an SM
-against the one before it (--model).
+against the one before it (--model). Set 8, drawn after the grid and sets
+1-7 ran that model, judges it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # 1 (seed 20261130): 10 have M and N of 512 or more (target 85%), 14 the
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
-                  6: 20261204, 7: 20261205}
+                  6: 20261204, 7: 20261205,
+                  8: 20261206}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -118,6 +120,15 @@ HELD_OUT = {
         (1824, 900, 3122), (2680, 2505, 1007), (937, 863, 136), (1170, 1014, 7889),
         (2767, 1312, 372), (1676, 924, 2637), (4851, 5602, 746), (4147, 1286, 5041),
         (6815, 981, 1440), (3465, 1311, 1265), (4727, 2734, 2373), (876, 1061, 436)],
+    # Set 8 (seed 20261206, m and n from 512), drawn on 2026-11-30 after the
+    # grid and sets 1-7 ran the model with those shares (twenty-third
+    # session), before any of it was timed: it judges that model.
+    8: [(5437, 1047, 10404), (776, 1091, 6782), (4622, 988, 8195), (1012, 673, 5726),
+        (1137, 6538, 5584), (4020, 2513, 104), (1687, 5758, 938), (3918, 1480, 310),
+        (3869, 2764, 671), (810, 1516, 14537), (7750, 661, 8106), (713, 2064, 837),
+        (941, 2454, 92), (5156, 690, 4088), (553, 1741, 638), (4039, 1041, 11782),
+        (1144, 4544, 3830), (3678, 749, 16675), (6694, 1563, 161), (711, 516, 103),
+        (1306, 813, 841), (1613, 4689, 317), (4043, 3113, 1757), (632, 1938, 1262)],
 }
 
 

@@ -37,7 +37,7 @@ def _row(m, n, k, variant, share):
 def test_the_sets_are_the_seeded_draws_and_hold_no_shape_of_the_grid(scripts):
     off_grid, grid = scripts
     looked_at = {s for shapes in grid.GRID.values() for s in shapes} | set(grid.OFF_GRID_SHAPES)
-    assert sorted(off_grid.HELD_OUT) == sorted(off_grid.HELD_OUT_SEEDS) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(off_grid.HELD_OUT) == sorted(off_grid.HELD_OUT_SEEDS) == [1, 2, 3, 4, 5, 6, 7, 8]
     drawn = set()
     for number, shapes in off_grid.HELD_OUT.items():
         assert len(shapes) == (48 if number == 3 else 24)
@@ -173,6 +173,12 @@ def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scrip
     assert held_out.held_out_summary(before[5])["missed_text"].startswith("1,310 x 1,087 x 197 (60.")
     assert held_out.largest_miss_gflop(runs) == pytest.approx(2 * 1792 * 1040 * 25863 / 1e9)
     assert held_out.largest_miss_gflop(shares_before) == pytest.approx(2 * 580 * 3002 * 13104 / 1e9)
+    # Every miss but two is a product of 13 GFLOP or less; those two are deep
+    # products within a point of the target.
+    assert held_out.largest_miss_gflop(runs, 20) == pytest.approx(2 * 706 * 5558 * 1654 / 1e9)
+    deep = held_out.misses_above(runs, 20)
+    assert [text for text, _ in deep] == ["1,792 x 1,040 x 25,863", "580 x 3,002 x 13,104"]
+    assert all(0.84 < share < 0.85 for _, share in deep)
 
 
 def test_where_the_worst_call_of_set_5_spent_its_time():
@@ -314,6 +320,10 @@ def test_the_largest_miss_is_the_largest_product_under_its_target():
                           _row(1000, 1000, 1000, "auto", 0.90)]}
     assert held_out.largest_miss_gflop({1: record}) == pytest.approx(2 * 600 * 700 * 800 / 1e9)
     assert held_out.largest_miss_gflop({1: {"results": record["results"][2:]}}) == 0.0
+    # At most 0.1 GFLOP: the 100 x 900 x 50 product (0.009); above it, the other.
+    assert held_out.largest_miss_gflop({1: record}, 0.1) == pytest.approx(2 * 100 * 900 * 50 / 1e9)
+    assert held_out.misses_above({1: record}, 0.1) == [("600 x 700 x 800", 0.80)]
+    assert held_out.misses_above({1: record}, 1.0) == []
     for bad in ([record], {1: [1, 2]}):
         with pytest.raises(ValueError, match="records must be a dict"):
             held_out.largest_miss_gflop(bad)

@@ -61,13 +61,27 @@ def load_held_out_sets() -> dict:
     return found
 
 
-def largest_miss_gflop(records: dict) -> float:
-    """The work (2 m n k, in GFLOP) of the largest product of `records` ({set
-    number: run}) that misses its target; 0.0 where none does. Raises
-    ValueError unless records is such a dict (``grid_targets``: of runs with rows)."""
+def _misses(records: dict) -> list:
+    """(GFLOP, m, n, k, share) of every miss of `records` ({set: run})."""
     _check_records(records)
-    return max((2 * m * n * k / 1e9 for record in records.values() for name in ("large", "mid")
-                for m, n, k, _ in grid_targets(record)[name]["missed"]), default=0.0)
+    return [(2 * m * n * k / 1e9, m, n, k, share) for record in records.values()
+            for name in ("large", "mid") for m, n, k, share in grid_targets(record)[name]["missed"]]
+
+
+def largest_miss_gflop(records: dict, at_most: float | None = None) -> float:
+    """The work (2 m n k, in GFLOP) of the largest product of `records` ({set
+    number: run}) that misses its target, of those of `at_most` GFLOP or less
+    where given; 0.0 where none does. Raises ValueError unless records is
+    such a dict (``grid_targets``: of runs with rows)."""
+    return max((work for work, *_ in _misses(records) if at_most is None or work <= at_most),
+               default=0.0)
+
+
+def misses_above(records: dict, gflop: float) -> list[tuple[str, float]]:
+    """(shape as text, share of cuBLAS) of each miss of `records` ({set: run})
+    whose product is more than `gflop` GFLOP of work, the largest first."""
+    return [(shape_text(m, n, k), share) for work, m, n, k, share in
+            sorted(_misses(records), reverse=True) if work > gflop]
 
 
 def _check_records(records) -> None:
@@ -338,7 +352,7 @@ def plot_held_out(records: dict | None = None, ax=None):
 
     ax = ax or plt.subplots(figsize=(8, 4.6))[1]
     colours = {"large": "tab:blue", "mid": "tab:orange"}
-    for (number, record), marker in zip(sorted(records.items()), itertools.cycle("osD^v")):
+    for (number, record), marker in zip(sorted(records.items()), itertools.cycle("osD^vPX*")):
         for name, colour in colours.items():
             rows = [r for r in record["results"] if r["variant"] == "auto"
                     and shape_class(r["m"], r["n"]) == name]
