@@ -5,14 +5,11 @@ what it fits without a GPU from committed results:
 
     python3 benchmarks/sgemm_grid.py --fit-committed     # the constants
     python3 benchmarks/sgemm_grid.py --fit-scalar-loads  # the scalar-load shares
+    python3 benchmarks/sgemm_kernel_times.py --save RECORD[,RECORD]   # ring_scalar_b
+    python3 benchmarks/sgemm_model_json.py --fit-stream-tile-shares   # stream-K by tile
 
 Each writer changes one GPU's entry in place and records where its numbers
 came from, so that every number in the JSON names its source.
-
-and, without a GPU, from committed records:
-
-    python3 benchmarks/sgemm_kernel_times.py --save RECORD[,RECORD]   # ring_scalar_b
-    python3 benchmarks/sgemm_model_json.py --fit-stream-tile-shares   # stream-K by tile
 
 One fit writes a trial model beside it instead, never into it:
 

@@ -371,7 +371,7 @@ def stream_share_samples(rows, entry: dict) -> dict:
     share x that makes plan_cost on `entry` (without any stream share) give
     the measured time, x = (us - rest) / sm_us - 1, sm_us being the busiest
     SM's time (a ring reading B as given: its share included), rest the
-    launch, zeroing and atomic adds. Rings on a ragged n are priced the way
+    launch, zeroing, atomic adds and any copy of B. Rings on a ragged n are priced the way
     `entry` says they read B (an entry without "ring_scalar_b" copies it
     first, as the explores timed before rings read B as given did)."""
     bare = {**entry, "stream_kernel": {"share": 0.0}}
@@ -382,9 +382,9 @@ def stream_share_samples(rows, entry: dict) -> dict:
         plan = plan_cost(shape, check_config(config), STREAM, bare)
         if plan["gpu_us"] < STREAM_MIN_US or plan["worker_steps"] < STREAM_MIN_STEPS:
             continue
-        sm_us = plan["sm_us"] * (1 + (ring_scalar_b_share(
-            bare, config, plan["busiest_sm_blocks"], plan["blocks_per_sm"]) or 0.0)
-            if plan["ring_scalar_b"] else 1.0)
+        as_given = ring_scalar_b_share(bare, config, plan["busiest_sm_blocks"],
+                                       plan["blocks_per_sm"]) if plan["ring_scalar_b"] else 0.0
+        sm_us = plan["sm_us"] * (1 + (as_given or 0.0))
         found.setdefault(tile_key(config), {})[tuple(shape)] = (
             us - (plan["gpu_us"] - sm_us)) / sm_us - 1
     return found
