@@ -47,8 +47,8 @@ Where n is not a multiple of 4, B's rows do not allow 16-byte copies:
 the ring then copies B 4 bytes at a time, in the same launch, or matmul
 first copies B alone into rows of n rounded up to 4 (entry_point's
 ``_ring_plan``, ``padding.padded_b``), whichever the shape model prices
-cheaper: the loop longer by the ring's measured share
-(``shape_model.ring_scalar_b_share``), or the copy, timed on its own
+cheaper: the loop longer by the ring's measured share, which depends on how
+full the busiest SM is (``shape_model.ring_scalar_b_share``), or the copy, timed on its own
 (``padding.ring_copy_us``, benchmarks/sgemm_ring_copy.py), and its launch on
 the host. At calls of about 20 us the host's second launch decided
 (benchmarks/sgemm_kernel_times.py). A is read as given, whatever K is.

@@ -348,7 +348,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     be priced with its operands copied into padded buffers first
     (``padding_us``), where that is cheaper: then "padded" is True. A ring
     on a ragged n reads B 4 bytes a copy ("ring_scalar_b" True) where that
-    is cheaper than copying B first (ring_copy_us, the copy's time).
+    is cheaper than copying B first (ring_copy_us, the copy's time), its
+    busiest SM longer by the share for as many blocks as it holds
+    (``ring_scalar_b_share``).
     """
     m, n, k = _shape(shape)
     check_config(config)
