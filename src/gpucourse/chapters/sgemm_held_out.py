@@ -13,6 +13,8 @@ or the menu fell short (``sgemm.explore_rows``).
 
 from __future__ import annotations
 
+import math
+
 from gpucourse import results
 from gpucourse.chapters.sgemm import explore_rows, grid_targets, load_explore_results
 
@@ -265,11 +267,18 @@ def shape_text(m: int, n: int, k: int) -> str:
     return f"{m:,} x {n:,} x {k:,}"
 
 
+def miss_percent(share: float) -> str:
+    """A miss's share of cuBLAS as a percentage to a tenth, rounded down, so
+    that a share just under its target never reads as the target (0.8499:
+    "84.9%", not "85.0%")."""
+    return f"{math.floor(share * 1000 + 1e-9) / 10:.1f}%"
+
+
 def held_out_summary(record: dict, explore: dict | None = None) -> dict:
     """What a held-out run says of issue 33's targets: "shapes" (how many),
     "large" and "mid" (``grid_targets``'s classes: shapes, met, worst,
     missed), "missed_text" (the misses of both classes, "m x n x k (share)",
-    worst first), and, with `explore` (an sgemm_explore record that timed the
+    the share rounded down, ``miss_percent``, worst first), and, with `explore` (an sgemm_explore record that timed the
     menu at some of the misses), "menu_short" and "pick_short": the misses
     where no plan of the menu reached the target, and those where one did
     and auto's pick did not, each as text with the best plan's share. Raises
@@ -278,7 +287,7 @@ def held_out_summary(record: dict, explore: dict | None = None) -> dict:
     missed = sorted(targets["large"]["missed"] + targets["mid"]["missed"], key=lambda x: x[3])
     found = {"shapes": len({(r["m"], r["n"], r["k"]) for r in record["results"]}),
              "large": targets["large"], "mid": targets["mid"],
-             "missed_text": ", ".join(f"{shape_text(m, n, k)} ({share:.1%})"
+             "missed_text": ", ".join(f"{shape_text(m, n, k)} ({miss_percent(share)})"
                                       for m, n, k, share in missed)}
     if explore is not None:
         misses = {(m, n, k) for m, n, k, _ in missed}
