@@ -333,6 +333,14 @@ def test_the_largest_miss_is_the_largest_product_under_its_target():
     assert held_out.largest_miss_gflop({1: record}, 0.1) == pytest.approx(2 * 100 * 900 * 50 / 1e9)
     assert held_out.misses_above({1: record}, 0.1) == [("600 x 700 x 800", 0.80)]
     assert held_out.misses_above({1: record}, 1.0) == []
+    with pytest.raises(ValueError, match="gflop must be a number"):
+        held_out.misses_above({1: record}, "20")
+    with pytest.raises(ValueError, match="at_most must be a number"):
+        held_out.largest_miss_gflop({1: record}, -1)
+    with pytest.raises(ValueError, match="share must be a number"):
+        held_out.miss_percent(float("nan"))
+    with pytest.raises(ValueError, match="'large' or 'mid'"):
+        held_out.gains({1: record}, {1: record}, "small")
     for bad in ([record], {1: [1, 2]}):
         with pytest.raises(ValueError, match="records must be a dict"):
             held_out.largest_miss_gflop(bad)

@@ -23,6 +23,10 @@ def test_how_full_the_busiest_sm_is_has_three_names():
         "one", "one", "part", "part", "full", "full"]
     # A tile the SM holds one of at a time: one block is "one", more "full".
     assert [shape_model.blocks_regime(b, 1) for b in (1, 2)] == ["one", "full"]
+    for busiest, resident, named in ((-1, 6, "busiest"), (1.5, 6, "busiest"), (1, 0, "resident"),
+                                     (1, True, "resident")):
+        with pytest.raises(ValueError, match=named):
+            shape_model.blocks_regime(busiest, resident)
 
 
 def test_the_share_of_reading_b_as_given_is_read_by_how_full_the_sm_is():

@@ -75,6 +75,8 @@ def largest_miss_gflop(records: dict, at_most: float | None = None) -> float:
     number: run}) that misses its target, of those of `at_most` GFLOP or less
     where given; 0.0 where none does. Raises ValueError unless records is
     such a dict (``grid_targets``: of runs with rows)."""
+    if at_most is not None:
+        _check_gflop("at_most", at_most)
     return max((work for work, *_ in _misses(records) if at_most is None or work <= at_most),
                default=0.0)
 
@@ -82,8 +84,14 @@ def largest_miss_gflop(records: dict, at_most: float | None = None) -> float:
 def misses_above(records: dict, gflop: float) -> list[tuple[str, float]]:
     """(shape as text, share of cuBLAS) of each miss of `records` ({set: run})
     whose product is more than `gflop` GFLOP of work, the largest first."""
+    _check_gflop("gflop", gflop)
     return [(shape_text(m, n, k), share) for work, m, n, k, share in
             sorted(_misses(records), reverse=True) if work > gflop]
+
+
+def _check_gflop(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name} must be a number of GFLOP >= 0, got {value!r}")
 
 
 def _check_records(records) -> None:
@@ -165,18 +173,37 @@ def plan_factor_trial() -> dict | None:
             "moved": sum(plans[0][s] != plans[1].get(s) for s in plans[0])}
 
 
+def _earlier_run(template: str, number: int) -> dict | None:
+    """Set `number`'s run kept in results/ under `template` (a name with {} for
+    the set), None where there is none."""
+    path = results.results_dir() / template.format(number)
+    return load_held_out_results(number, path) if path.exists() else None
+
+
 def before_scalar_b(number: int) -> dict | None:
     """Set `number`'s run before rings could read a ragged B as given
     (BEFORE_SCALAR_B), None where there is none."""
-    path = results.results_dir() / BEFORE_SCALAR_B.format(number)
-    return load_held_out_results(number, path) if path.exists() else None
+    return _earlier_run(BEFORE_SCALAR_B, number)
 
 
 def before_tile_shares(number: int) -> dict | None:
     """Set `number`'s run before stream-K's shares by tile and the shares by
     how full the SM is (BEFORE_TILE_SHARES), None where there is none."""
-    path = results.results_dir() / BEFORE_TILE_SHARES.format(number)
-    return load_held_out_results(number, path) if path.exists() else None
+    return _earlier_run(BEFORE_TILE_SHARES, number)
+
+
+def _check_class(name: str) -> None:
+    if name not in ("large", "mid"):
+        raise ValueError(f"name must be 'large' or 'mid', got {name!r}")
+
+
+def _check_pair(before: dict, after: dict) -> None:
+    """Both {set: run}, over the same sets (a ValueError naming them else)."""
+    _check_records(before)
+    _check_records(after)
+    if set(before) != set(after):
+        raise ValueError(f"before and after must hold the same sets, got {sorted(before)} "
+                         f"and {sorted(after)}")
 
 
 def gains(before: dict, after: dict, name: str = "large") -> dict:
@@ -185,11 +212,8 @@ def gains(before: dict, after: dict, name: str = "large") -> dict:
     whether auto ran the same plan in both: {"moved": [...], "same": [...]},
     each a list of (m, n, k). At the same plan a gain is the run's, not the
     model's (the host's pace, the clocks)."""
-    _check_records(before)
-    _check_records(after)
-    if set(before) != set(after):
-        raise ValueError(f"before and after must hold the same sets, got {sorted(before)} "
-                         f"and {sorted(after)}")
+    _check_pair(before, after)
+    _check_class(name)
     found = {"moved": [], "same": []}
     for number, record in after.items():
         missed = {s[:3] for s in grid_targets(before[number])[name]["missed"]}
@@ -206,11 +230,7 @@ def moved_picks(before: dict, after: dict) -> dict:
     grid-format runs of the same shapes as {0: run}) whose plan differs,
     {"moved": how many, "faster": how many ran a larger share of cuBLAS
     after, "mean": the mean change of that share (0.017: 1.7 points)}."""
-    _check_records(before)
-    _check_records(after)
-    if set(before) != set(after):
-        raise ValueError(f"before and after must hold the same sets, got {sorted(before)} "
-                         f"and {sorted(after)}")
+    _check_pair(before, after)
     changes = []
     for number, record in after.items():
         rows = {(r["m"], r["n"], r["k"]): r for r in before[number]["results"]
@@ -227,8 +247,7 @@ def class_met(records: dict, name: str = "large") -> tuple[int, int]:
     """(shapes at their target, shapes) of class `name` (``grid_targets``'s
     "large", M and N of 512 or more, or "mid") over {set: run}."""
     _check_records(records)
-    if name not in ("large", "mid"):
-        raise ValueError(f"name must be 'large' or 'mid', got {name!r}")
+    _check_class(name)
     found = [grid_targets(record)[name] for record in records.values()]
     return sum(t["met"] for t in found), sum(t["shapes"] for t in found)
 
@@ -271,6 +290,8 @@ def miss_percent(share: float) -> str:
     """A miss's share of cuBLAS as a percentage to a tenth, rounded down, so
     that a share just under its target never reads as the target (0.8499:
     "84.9%", not "85.0%")."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or share != share:
+        raise ValueError(f"share must be a number (a share of cuBLAS), got {share!r}")
     return f"{math.floor(share * 1000 + 1e-9) / 10:.1f}%"
 
 
@@ -278,8 +299,9 @@ def held_out_summary(record: dict, explore: dict | None = None) -> dict:
     """What a held-out run says of issue 33's targets: "shapes" (how many),
     "large" and "mid" (``grid_targets``'s classes: shapes, met, worst,
     missed), "missed_text" (the misses of both classes, "m x n x k (share)",
-    the share rounded down, ``miss_percent``, worst first), and, with `explore` (an sgemm_explore record that timed the
-    menu at some of the misses), "menu_short" and "pick_short": the misses
+    the share rounded down, ``miss_percent``, worst first), and, with
+    `explore` (an sgemm_explore record that timed the menu at some of the
+    misses), "menu_short" and "pick_short": the misses
     where no plan of the menu reached the target, and those where one did
     and auto's pick did not, each as text with the best plan's share. Raises
     ValueError for a record without rows (``grid_targets``)."""

@@ -464,7 +464,12 @@ def scalar_load_share(entry: dict, config: TileConfig | None = None) -> float:
 def blocks_regime(busiest: int, resident: int) -> str:
     """How full the busiest SM is: "one" block, "part" of what it holds at
     once (2 to resident - 1 blocks), or "full" (resident blocks or more,
-    rounds after rounds)."""
+    rounds after rounds). Raises ValueError unless busiest is a whole number
+    >= 0 and resident one >= 1."""
+    if isinstance(busiest, bool) or not isinstance(busiest, int) or busiest < 0:
+        raise ValueError(f"busiest must be a whole number of blocks >= 0, got {busiest!r}")
+    if isinstance(resident, bool) or not isinstance(resident, int) or resident < 1:
+        raise ValueError(f"resident must be a whole number of blocks >= 1, got {resident!r}")
     return "one" if busiest <= 1 else "full" if busiest >= resident else "part"
 
 
