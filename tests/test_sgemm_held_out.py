@@ -179,6 +179,17 @@ def test_the_committed_runs_timed_their_sets_and_say_what_the_chapter_says(scrip
     deep = held_out.misses_above(runs, 20)
     assert [text for text, _ in deep] == ["1,792 x 1,040 x 25,863", "580 x 3,002 x 13,104"]
     assert all(0.84 < share < 0.85 for _, share in deep)
+    # Set 8, drawn after the grid and sets 1-7 ran the model as committed and
+    # timed before anything changed: 21 of 24, the misses within two points
+    # of the target (the explore at them: benchmarks/NOTES.md).
+    eight = held_out.load_held_out_results(8)
+    assert [(r["m"], r["n"], r["k"]) for r in eight["results"] if r["variant"] == "auto"] == \
+        off_grid.HELD_OUT[8]
+    eight = held_out.held_out_summary(eight)
+    assert (eight["large"]["shapes"], eight["large"]["met"], eight["mid"]["shapes"]) == (24, 21, 0)
+    assert sorted(s[:3] for s in eight["large"]["missed"]) == [
+        (632, 1938, 1262), (941, 2454, 92), (4622, 988, 8195)]
+    assert all(0.83 < s[3] < 0.85 for s in eight["large"]["missed"])
 
 
 def test_where_the_worst_call_of_set_5_spent_its_time():
