@@ -48,6 +48,11 @@ STREAM_RECORD, STREAM_VARIANT = "sgemm_stream-h200-2026-11-29.json", "stream_two
 STREAM_TILE_EXPLORES = {**{name: False for name in PLAN_FACTOR_EXPLORES},
                         "reruns/sgemm_explore-h200-2026-11-30-held-out-5.json": False,
                         "reruns/sgemm_explore-h200-2026-11-30-misses-scalar-b.json": True}
+# --trial-split-residency: the kernel-times records whose zeroing kernels give
+# its cost, and the registers of the rings' kernels (sgemm_registers.py).
+KERNEL_TIMES = ("sgemm_kernel_times-h200-2026-11-30.json",
+                "reruns/sgemm_kernel_times-h200-2026-11-30-rounds.json")
+REGISTERS = "sgemm_registers-sm90-2026-11-30.json"
 
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
@@ -265,21 +270,25 @@ def fit_stream_share() -> int:
     return 0
 
 
-def fit_stream_tile_shares() -> dict:
-    """--fit-stream-tile-shares: the H200's stream-K share tile by tile
-    (shape_model_fit.fit_stream_tile_shares) from STREAM_TILE_EXPLORES, each
-    priced the way it read B, into the model's JSON beside the one share
-    for every other tile. Returns the shares."""
-    from gpucourse.kernels import sgemm
-
-    entry = sgemm.gpu_entry("NVIDIA H200")
+def stream_tile_shares(sgemm, entry: dict) -> dict:
+    """The stream-K share tile by tile (shape_model_fit.fit_stream_tile_shares)
+    from STREAM_TILE_EXPLORES, each priced by `entry` the way it read B."""
     copied = {key: value for key, value in entry.items() if key != "ring_scalar_b"}
     samples: dict = {}
     for name, as_given in STREAM_TILE_EXPLORES.items():
         for key, found in sgemm.shape_model_fit.stream_share_samples(
                 explore_rows(sgemm, (name,)), entry if as_given else copied).items():
             samples.setdefault(key, {}).update(found)
-    shares = sgemm.shape_model_fit.fit_stream_tile_shares(samples)
+    return sgemm.shape_model_fit.fit_stream_tile_shares(samples)
+
+
+def fit_stream_tile_shares() -> dict:
+    """--fit-stream-tile-shares: the H200's stream-K share tile by tile
+    (``stream_tile_shares``) into the model's JSON beside the one share for
+    every other tile. Returns the shares."""
+    from gpucourse.kernels import sgemm
+
+    shares = stream_tile_shares(sgemm, sgemm.gpu_entry("NVIDIA H200"))
 
     def update(entry):
         entry["stream_kernel"]["tile_share"] = shares
@@ -311,6 +320,38 @@ def trial_plan_factors(out) -> dict:
     return factors
 
 
+def trial_split_residency(out) -> dict:
+    """Write to `out` a trial model: the committed JSON with the H200's entry
+    given the zeroing kernel's measured cost ("zero_matrix",
+    shape_model_fit.fit_zero_matrix over KERNEL_TIMES), the K-whole rings'
+    registers ("split_kernel"["whole_registers"], from REGISTERS: where the
+    busiest SM has more blocks than that kernel fits, a ring's measured split
+    share counts even below 0, shape_model.split_kernel_share), and stream-K's
+    tile shares fitted again under both (``stream_tile_shares``). Returns the
+    H200's new blocks. The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    entry = data["gpus"]["NVIDIA H200"]
+    records = [json.loads((RESULTS / name).read_text()) for name in KERNEL_TIMES]
+    joined = {**records[0], "results": [row for r in records for row in r["results"]]}
+    zero = sgemm.shape_model_fit.fit_zero_matrix(joined)
+    entry["zero_matrix"] = {"source": " and ".join(f"benchmarks/results/{name}" for name in
+                                                   KERNEL_TIMES) + " (fit_zero_matrix)", **zero}
+    registers = json.loads((RESULTS / REGISTERS).read_text())
+    entry["split_kernel"]["whole_registers"] = {
+        row["tile"]: row["registers"] for row in registers["results"] if row["kernel"] == "whole"}
+    entry["split_kernel"]["source"] += f"; whole_registers: benchmarks/results/{REGISTERS}"
+    shares = stream_tile_shares(sgemm, entry)
+    entry["stream_kernel"]["tile_share"] = shares
+    entry["stream_kernel"]["source"] += " (again under zero_matrix)"
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return {"zero_matrix": zero, "whole_registers": entry["split_kernel"]["whole_registers"],
+            "tile_share": shares}
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -320,6 +361,9 @@ if __name__ == "__main__":
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--trial-plan-factors", metavar="OUT",
                        help="the committed model with price factors fitted to the explores")
+    which.add_argument("--trial-split-residency", metavar="OUT",
+                       help="the committed model with the zeroing's measured cost and the "
+                            "K-whole rings' registers, stream-K's shares fitted again")
     which.add_argument("--fit-stream-tile-shares", action="store_true",
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
@@ -327,6 +371,8 @@ if __name__ == "__main__":
     if args.fit_stream_tile_shares:
         found = fit_stream_tile_shares()
         print("stream-K shares by tile: " + ", ".join(f"{k} {v:+.3f}" for k, v in found.items()))
+    elif args.trial_split_residency:
+        print(json.dumps(trial_split_residency(args.trial_split_residency), indent=1))
     else:
         found = trial_plan_factors(args.trial_plan_factors)
         print(f"{len(found)} factors: " + ", ".join(f"{k} {v}" for k, v in found.items()))

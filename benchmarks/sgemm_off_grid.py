@@ -30,7 +30,8 @@ Set 6, drawn the same way after the grid and sets 1-5 ran the model whose
 rings read a ragged B as given, judges that model. Set 7, drawn the same
 way after set 6 ran, judges the model with the shares by blocks an SM
 against the one before it (--model). Set 8, drawn after the grid and sets
-1-7 ran that model, judges it.
+1-7 ran that model, judges it. Set 9, drawn after set 8 ran, judges a trial
+(sgemm_model_json.py --trial-split-residency) against it.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
                   6: 20261204, 7: 20261205,
-                  8: 20261206}
+                  8: 20261206, 9: 20261207}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -129,6 +130,16 @@ HELD_OUT = {
         (941, 2454, 92), (5156, 690, 4088), (553, 1741, 638), (4039, 1041, 11782),
         (1144, 4544, 3830), (3678, 749, 16675), (6694, 1563, 161), (711, 516, 103),
         (1306, 813, 841), (1613, 4689, 317), (4043, 3113, 1757), (632, 1938, 1262)],
+    # Set 9 (seed 20261207, m and n from 512), drawn on 2026-11-30 after set 8
+    # ran (twenty-fourth session), before any of it was timed: it judges the
+    # trial with the zeroing's measured cost and the rings' registers
+    # (sgemm_model_json.py --trial-split-residency) against the committed model.
+    9: [(5803, 2342, 579), (1071, 1842, 743), (759, 3767, 467), (2761, 7072, 367),
+        (521, 820, 163), (2396, 814, 446), (969, 6352, 11134), (2680, 1170, 128),
+        (643, 689, 27273), (2144, 1656, 7232), (7760, 7451, 89), (6110, 937, 5498),
+        (756, 2334, 690), (604, 3808, 13865), (740, 4748, 10930), (559, 1362, 3662),
+        (3914, 724, 2681), (4392, 588, 1580), (5050, 1462, 9008), (1132, 724, 1346),
+        (5145, 2421, 5129), (551, 5909, 14463), (4996, 1038, 1449), (1077, 900, 681)],
 }
 
 

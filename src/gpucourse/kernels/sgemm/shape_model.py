@@ -398,7 +398,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     scalar = bool(k % 4 or n % 4) and not ring
     split = slices > 1 or stream
     split_share = stream_kernel_share(entry, config) if stream \
-        else split_kernel_share(entry, config) if split else 0.0
+        else split_kernel_share(entry, config, busiest) if split else 0.0
     # Scalar loads, or the operands copied first into buffers whose rows are a
     # multiple of 4 long (``padding_us``), whichever the model finds cheaper.
     aligned_us = sm_us * (1 + c["edge_share"] * edges) * (1 + split_share)
@@ -408,7 +408,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     padded = bool(scalar and padding and copy_us < scalar_us - aligned_us)
     sm_us = scalar_us if scalar and not padded else aligned_us
     sm_us *= plan_factor(entry, config, _kind(stream, split))
-    gpu_us = c["gpu_launch_us"] + sm_us + split * (c["zero_us"] + m * n * slices / c["atomics_per_us"])
+    gpu_us = c["gpu_launch_us"] + sm_us + split * (zeroing_us(entry, m, n)
+                                                   + m * n * slices / c["atomics_per_us"])
     host_us = c["call_us"] + split * c["split_call_us"]
     if padded:
         gpu_us += copy_us
@@ -532,20 +533,46 @@ def plan_factor(entry: dict, config: TileConfig, kind: str) -> float:
     return float(factors.get(f"{tile_key(config)} {kind}", 1.0))
 
 
-def split_kernel_share(entry: dict, config: TileConfig) -> float:
+def split_kernel_share(entry: dict, config: TileConfig, busiest: int | None = None) -> float:
     """How much longer than its rates the busiest SM works where `config`'s
     plan cuts K into slices (split_k.py's kernel, not the rates' interior
     one), beyond what plan_cost charges every split plan anyway (edge_share,
     the zeroing launch, the atomics): the entry's
     "split_kernel"["share"][tile_key(config)] (``split_shares_from_record``),
-    0 where the entry has none for this tile, and 0 where the share measured
-    is below 0: a slice's blocks do the whole kernel's steps plus their adds,
-    so a split plan is never priced faster a step than K whole. (The rings'
-    shares were measured at -5% and -9% on the H200, and auto then picked
-    rings split in two where they ran 7% slower than priced:
-    reruns/sgemm_explore-h200-2026-11-30-rings.json at 1024 x 1024 x 16384.)"""
-    shares = (entry.get("split_kernel") or {}).get("share") or {}
-    return max(0.0, float(shares.get(tile_key(config), 0.0)))
+    0 where the entry has none for this tile.
+
+    A share below 0 (the split kernel faster a step than K whole) is charged
+    only where the busiest SM has more blocks (`busiest`) than the K-whole
+    kernel fits at once, from its registers as ptxas counts them (the entry's
+    "split_kernel"["whole_registers"], benchmarks/sgemm_registers.py): there
+    the rates time rounds of that kernel, and the split kernel, which needs
+    fewer registers, runs more of its blocks together or in shorter rounds
+    (128 x 128 rings: 165 registers, one block an SM, against 128 and two).
+    Elsewhere, and where the entry names no registers, 0: up to one round of
+    the K-whole kernel a split plan runs at its price (auto once picked rings
+    split in two at a share of -5% and ran 7% slower than priced:
+    reruns/sgemm_explore-h200-2026-11-30-rings.json at 1024 x 1024 x 16384)."""
+    block = entry.get("split_kernel") or {}
+    share = float((block.get("share") or {}).get(tile_key(config), 0.0))
+    registers = (block.get("whole_registers") or {}).get(tile_key(config))
+    if share >= 0:
+        return share
+    if registers is None or busiest is None:
+        return 0.0
+    whole, _ = resident_blocks(int(registers), kernel_resources(config)[1], config.threads, entry)
+    return share if busiest > whole else 0.0
+
+
+def zeroing_us(entry: dict, m: int, n: int) -> float:
+    """What zeroing C adds to the GPU's time of a split-K or stream-K plan on
+    an m x n product: the entry's "zero_matrix" line where it has one (the
+    zeroing kernel's duration under the profiler, fixed_us plus us_per_million
+    a million floats of C, and the gap a second kernel adds;
+    ``shape_model_fit.fit_zero_matrix``), else the constant zero_us."""
+    line = entry.get("zero_matrix")
+    if not line:
+        return entry["constants"]["zero_us"]
+    return line["fixed_us"] + line["us_per_million"] * m * n / 1e6
 
 
 def _splits_worth_pricing(k: int) -> list[int]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import defaultdict
 
 from gpucourse.kernels.sgemm.config import _shape, _whole, check_config, tile_config_of
 from gpucourse.kernels.sgemm.shape_model import (CONSTANTS, STREAM, STREAM_MIN_STEPS, STREAM_MIN_US,
@@ -400,3 +401,39 @@ def fit_stream_tile_shares(samples: dict, min_shapes: int = 3) -> dict:
     229 picks off plans that ran at 86-105% of cuBLAS)."""
     return {key: max(0.0, round(statistics.median(shares.values()), 4))
             for key, shares in sorted(samples.items()) if len(shares) >= min_shapes}
+
+
+def fit_zero_matrix(record: dict, min_points: int = 3) -> dict:
+    """The cost of zeroing C before split-K's or stream-K's adds, from a
+    benchmarks/sgemm_kernel_times.py record (its rows' kernels under the
+    profiler): a straight line through the zeroing kernel's median durations
+    against C's size in millions of floats (least squares), plus the gap a
+    second kernel adds to a call that the GPU paces (the median, over its
+    shapes, of the wall clock beyond the kernels with two kernels less that
+    with one). Returns {"fixed_us": intercept + gap, "us_per_million": slope,
+    "points": how many durations}. Raises ValueError with fewer than
+    min_points durations at two sizes or more, or no shape timed both ways."""
+    points, beyond = [], defaultdict(dict)
+    for row in record.get("results", []):
+        kernels = row.get("kernels") or []
+        zero = [k["us"] for k in kernels if "zero_matrix" in k["name"]]
+        if zero:
+            points.append((row["m"] * row["n"] / 1e6, zero[0]))
+        if row["variant"] != "cublas" and row["wall_us"] > 1.1 * row["host_us"]:
+            total = sum(k["us"] * k["per_call"] for k in kernels)
+            beyond[(row["m"], row["n"], row["k"])].setdefault(len(kernels), []).append(
+                row["wall_us"] - total)
+    if len(points) < min_points or len({x for x, _ in points}) < 2:
+        raise ValueError(f"the record holds {len(points)} durations of the zeroing kernel; "
+                         f"the line needs {min_points} or more, at two sizes or more")
+    gaps = [statistics.median(by[2]) - statistics.median(by[1])
+            for by in beyond.values() if 1 in by and 2 in by]
+    if not gaps:
+        raise ValueError("no shape of the record was timed with one kernel and with two, "
+                         "whose difference is a second kernel's gap")
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
+             / sum((x - mean_x) ** 2 for x, _ in points))
+    return {"fixed_us": round(mean_y - slope * mean_x + statistics.median(gaps), 3),
+            "us_per_million": round(slope, 3), "points": len(points)}
