@@ -19,6 +19,13 @@ One fit writes a trial model beside it instead, never into it:
 the committed JSON with the H200's plans priced by a factor per tile and way
 of walking K, fitted to the explores (PLAN_FACTOR_EXPLORES); tried on
 2026-11-30 and not adopted (benchmarks/NOTES.md has why, and the trial to run).
+
+    python3 benchmarks/sgemm_model_json.py --trial-split-residency OUT.json
+
+the committed JSON with the zeroing kernel's measured cost (KERNEL_TIMES) and
+the K-whole rings' registers (REGISTERS, from sgemm_registers.py), stream-K's
+tile shares fitted again under both; tried on held-out set 9 on 2026-11-30
+(benchmarks/NOTES.md).
 """
 
 from __future__ import annotations

@@ -39,6 +39,13 @@ BEFORE_SCALAR_B = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-scalar-b.json
 # given) and stream-K's shares by tile (twenty-third session); set 7's was
 # timed in the same session as its run under them.
 BEFORE_TILE_SHARES = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-tile-shares.json"
+# Each set's run under the trial with the zeroing's measured cost and the
+# K-whole rings' registers (benchmarks/sgemm_model_json.py
+# --trial-split-residency, twenty-fourth session); set 9, drawn before, ran
+# it in the same call as the committed model, twice each.
+TRIAL_SPLIT_RESIDENCY = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-split-residency.json"
+# What ptxas counts for each ring's three kernels (benchmarks/sgemm_registers.py).
+REGISTERS = "sgemm_registers-sm90-2026-11-30.json"
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -190,6 +197,26 @@ def before_tile_shares(number: int) -> dict | None:
     """Set `number`'s run before stream-K's shares by tile and the shares by
     how full the SM is (BEFORE_TILE_SHARES), None where there is none."""
     return _earlier_run(BEFORE_TILE_SHARES, number)
+
+
+def trial_split_residency(number: int) -> dict | None:
+    """Set `number`'s run under the trial with the zeroing's measured cost and
+    the K-whole rings' registers (TRIAL_SPLIT_RESIDENCY), None where there is
+    none."""
+    return _earlier_run(TRIAL_SPLIT_RESIDENCY, number)
+
+
+def ring_registers(path=None) -> dict | None:
+    """{tile: {kernel: (registers a thread, blocks an SM)}} for each ring's
+    kernels ("whole", "split", "stream") from the sgemm_registers record at
+    `path` (default REGISTERS in results/), None while none is committed."""
+    path = results.results_dir() / REGISTERS if path is None else path
+    if not path.exists():
+        return None
+    found: dict = {}
+    for row in results.load_results("sgemm_registers", path)["results"]:
+        found.setdefault(row["tile"], {})[row["kernel"]] = (row["registers"], row["blocks_per_sm"])
+    return found
 
 
 def _check_class(name: str) -> None:

@@ -51,7 +51,9 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   (split_k.py's, edge-checked, its slice from blockIdx.z) than the one the
   rates time: where the entry measured it (``split_kernel_share``,
   ``sgemm_grid.py --rates-variants``), each tile's split-K plans take
-  1 + its share of the busiest SM's time. Stream-K (splits "stream",
+  1 + its share of the busiest SM's time (a share below 0 only past one
+  round of the K-whole kernel, where the entry names its registers). The
+  zeroing costs the entry's measured line where it has one (``zeroing_us``). Stream-K (splits "stream",
   ``split_k``) runs one wave of workers, each an equal run of all the tiles'
   steps of K: the busiest SM's resident workers at the measured rate, times
   1 + the entry's "stream_kernel" share (the tile's own where the entry has
