@@ -327,21 +327,14 @@ def trial_plan_factors(out) -> dict:
     return factors
 
 
-def trial_split_residency(out) -> dict:
-    """Write to `out` a trial model: the committed JSON with the H200's entry
-    given the zeroing kernel's measured cost ("zero_matrix",
-    shape_model_fit.fit_zero_matrix over KERNEL_TIMES), the K-whole rings'
-    registers ("split_kernel"["whole_registers"], from REGISTERS: where the
-    busiest SM has more blocks than that kernel fits, a ring's measured split
-    share counts even below 0, shape_model.split_kernel_share), and stream-K's
-    tile shares fitted again under both (``stream_tile_shares``). Returns the
-    H200's new blocks. The committed JSON is left as it is."""
-    from pathlib import Path
-
-    from gpucourse.kernels import sgemm
-
-    data = json.loads(sgemm.MODEL_PATH.read_text())
-    entry = data["gpus"]["NVIDIA H200"]
+def split_residency_blocks(sgemm, entry: dict) -> dict:
+    """Give `entry` (the H200's, changed in place) the zeroing kernel's measured
+    cost ("zero_matrix", shape_model_fit.fit_zero_matrix over KERNEL_TIMES),
+    the K-whole rings' registers ("split_kernel"["whole_registers"], from
+    REGISTERS: where the busiest SM has more blocks than that kernel fits, a
+    ring's measured split share counts even below 0,
+    shape_model.split_kernel_share), and stream-K's tile shares fitted again
+    under both (``stream_tile_shares``). Returns the three new blocks."""
     records = [json.loads((RESULTS / name).read_text()) for name in KERNEL_TIMES]
     joined = {**records[0], "results": [row for r in records for row in r["results"]]}
     zero = sgemm.shape_model_fit.fit_zero_matrix(joined)
@@ -354,9 +347,34 @@ def trial_split_residency(out) -> dict:
     shares = stream_tile_shares(sgemm, entry)
     entry["stream_kernel"]["tile_share"] = shares
     entry["stream_kernel"]["source"] += " (again under zero_matrix)"
-    Path(out).write_text(json.dumps(data, indent=1) + "\n")
     return {"zero_matrix": zero, "whole_registers": entry["split_kernel"]["whole_registers"],
             "tile_share": shares}
+
+
+def trial_split_residency(out) -> dict:
+    """Write to `out` a trial model: the committed JSON with the H200's entry
+    given ``split_residency_blocks``. Returns those blocks. The committed JSON
+    is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    found = split_residency_blocks(sgemm, data["gpus"]["NVIDIA H200"])
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return found
+
+
+def fit_split_residency() -> dict:
+    """--fit-split-residency: ``split_residency_blocks`` into the committed
+    model's H200 entry (what --trial-split-residency writes beside it, once
+    the grid and the held-out sets have run it). Returns the blocks."""
+    from gpucourse.kernels import sgemm
+
+    found = {}
+    update_entry(sgemm, "NVIDIA H200",
+                 lambda entry: found.update(split_residency_blocks(sgemm, entry)))
+    return found
 
 
 if __name__ == "__main__":
@@ -371,6 +389,8 @@ if __name__ == "__main__":
     which.add_argument("--trial-split-residency", metavar="OUT",
                        help="the committed model with the zeroing's measured cost and the "
                             "K-whole rings' registers, stream-K's shares fitted again")
+    which.add_argument("--fit-split-residency", action="store_true",
+                       help="the same blocks into the committed model")
     which.add_argument("--fit-stream-tile-shares", action="store_true",
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
@@ -378,6 +398,8 @@ if __name__ == "__main__":
     if args.fit_stream_tile_shares:
         found = fit_stream_tile_shares()
         print("stream-K shares by tile: " + ", ".join(f"{k} {v:+.3f}" for k, v in found.items()))
+    elif args.fit_split_residency:
+        print(json.dumps(fit_split_residency(), indent=1))
     elif args.trial_split_residency:
         print(json.dumps(trial_split_residency(args.trial_split_residency), indent=1))
     else:
