@@ -343,10 +343,12 @@ def split_residency_blocks(sgemm, entry: dict) -> dict:
     registers = json.loads((RESULTS / REGISTERS).read_text())
     entry["split_kernel"]["whole_registers"] = {
         row["tile"]: row["registers"] for row in registers["results"] if row["kernel"] == "whole"}
-    entry["split_kernel"]["source"] += f"; whole_registers: benchmarks/results/{REGISTERS}"
+    entry["split_kernel"]["source"] = entry["split_kernel"]["source"].split("; whole_registers")[
+        0] + f"; whole_registers: benchmarks/results/{REGISTERS}"
     shares = stream_tile_shares(sgemm, entry)
     entry["stream_kernel"]["tile_share"] = shares
-    entry["stream_kernel"]["source"] += " (again under zero_matrix)"
+    again = " (again under zero_matrix)"  # written once, however often this runs
+    entry["stream_kernel"]["source"] = entry["stream_kernel"]["source"].replace(again, "") + again
     return {"zero_matrix": zero, "whole_registers": entry["split_kernel"]["whole_registers"],
             "tile_share": shares}
 
