@@ -53,9 +53,10 @@ a ``TileConfig``) and `splits` slices of K, ``plan_cost`` works out:
   ``sgemm_grid.py --rates-variants``), each tile's split-K plans take
   1 + its share of the busiest SM's time (a share below 0 only past one
   round of the K-whole kernel, where the entry names its registers). The
-  zeroing costs the entry's measured line where it has one (``zeroing_us``). Stream-K (splits "stream",
-  ``split_k``) runs one wave of workers, each an equal run of all the tiles'
-  steps of K: the busiest SM's resident workers at the measured rate, times
+  zeroing costs the entry's measured line where it has one (``zeroing_us``).
+  Stream-K (splits "stream", ``split_k``) runs one wave of workers, each an
+  equal run of all the tiles' steps of K: the busiest SM's resident workers
+  at the measured rate, times
   1 + the entry's "stream_kernel" share (the tile's own where the entry has
   one, ``stream_kernel_share``), plus zeroing C and the atomic adds of every
   piece; priced only on a GPU whose entry has that share.
