@@ -31,7 +31,8 @@ rings read a ragged B as given, judges that model. Set 7, drawn the same
 way after set 6 ran, judges the model with the shares by blocks an SM
 against the one before it (--model). Set 8, drawn after the grid and sets
 1-7 ran that model, judges it. Set 9, drawn after set 8 ran, judges a trial
-(sgemm_model_json.py --trial-split-residency) against it.
+(sgemm_model_json.py --trial-split-residency) against it. Set 10 waits for
+the next change after that trial's adoption.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
                   6: 20261204, 7: 20261205,
-                  8: 20261206, 9: 20261207}
+                  8: 20261206, 9: 20261207, 10: 20261208}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -140,6 +141,15 @@ HELD_OUT = {
         (756, 2334, 690), (604, 3808, 13865), (740, 4748, 10930), (559, 1362, 3662),
         (3914, 724, 2681), (4392, 588, 1580), (5050, 1462, 9008), (1132, 724, 1346),
         (5145, 2421, 5129), (551, 5909, 14463), (4996, 1038, 1449), (1077, 900, 681)],
+    # Set 10 (seed 20261208, m and n from 512), drawn on 2026-11-30 after set 9
+    # and the trial ran (twenty-fourth session), before any of it was timed:
+    # for the next change of the model after the trial's adoption.
+    10: [(6495, 1805, 426), (3357, 754, 103), (3589, 2096, 733), (1453, 2617, 7497),
+         (2442, 719, 4870), (2977, 989, 15934), (1754, 5646, 462), (968, 1344, 5620),
+         (2922, 591, 222), (1210, 4037, 236), (2144, 4548, 277), (1487, 1472, 18153),
+         (1960, 6574, 3951), (7362, 3250, 295), (527, 724, 196), (759, 8134, 1720),
+         (3797, 818, 1022), (1308, 2199, 803), (4924, 1865, 941), (1132, 553, 8062),
+         (810, 1452, 594), (5496, 869, 471), (6428, 1837, 1039), (5895, 667, 897)],
 }
 
 
