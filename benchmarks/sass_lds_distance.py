@@ -44,19 +44,9 @@ CAP = 128  # matmul's register cap for 256 threads where two blocks fit (buildin
 
 def cubin(ptx: str, max_registers: int = CAP) -> bytes:
     """The PTX linked for sm_90 by nvJitLink, as the driver would."""
-    from cuda.bindings import nvjitlink
+    from gpucourse.grader.ptx_compiler import link_ptx
 
-    options = ["-arch=sm_90", "-O3", f"-maxrregcount={max_registers}"]
-    handle = nvjitlink.create(len(options), options)
-    try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-        nvjitlink.complete(handle)
-        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, out)
-    finally:
-        nvjitlink.destroy(handle)
-    return bytes(out)
+    return link_ptx(ptx, "sm_90", max_registers)[1]
 
 
 def instructions(sass: str) -> list[str]:

@@ -22,8 +22,8 @@ of walking K, fitted to the explores (PLAN_FACTOR_EXPLORES); tried on
 
     python3 benchmarks/sgemm_model_json.py --trial-split-residency OUT.json
 
-the committed JSON with the zeroing kernel's measured cost (KERNEL_TIMES) and
-the K-whole rings' registers (REGISTERS, from sgemm_registers.py), stream-K's
+the committed JSON with the zeroing kernel's measured cost and the K-whole
+rings' registers (sgemm_held_out's KERNEL_TIMES and REGISTERS), stream-K's
 tile shares fitted again under both; tried on held-out set 9 on 2026-11-30
 (benchmarks/NOTES.md).
 """
@@ -55,11 +55,6 @@ STREAM_RECORD, STREAM_VARIANT = "sgemm_stream-h200-2026-11-29.json", "stream_two
 STREAM_TILE_EXPLORES = {**{name: False for name in PLAN_FACTOR_EXPLORES},
                         "reruns/sgemm_explore-h200-2026-11-30-held-out-5.json": False,
                         "reruns/sgemm_explore-h200-2026-11-30-misses-scalar-b.json": True}
-# --trial-split-residency: the kernel-times records whose zeroing kernels give
-# its cost, and the registers of the rings' kernels (sgemm_registers.py).
-KERNEL_TIMES = ("sgemm_kernel_times-h200-2026-11-30.json",
-                "reruns/sgemm_kernel_times-h200-2026-11-30-rounds.json")
-REGISTERS = "sgemm_registers-sm90-2026-11-30.json"
 
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
@@ -335,14 +330,14 @@ def split_residency_blocks(sgemm, entry: dict) -> dict:
     ring's measured split share counts even below 0,
     shape_model.split_kernel_share), and stream-K's tile shares fitted again
     under both (``stream_tile_shares``). Returns the three new blocks."""
-    records = [json.loads((RESULTS / name).read_text()) for name in KERNEL_TIMES]
-    joined = {**records[0], "results": [row for r in records for row in r["results"]]}
-    zero = sgemm.shape_model_fit.fit_zero_matrix(joined)
+    from gpucourse.chapters.sgemm_held_out import (KERNEL_TIMES, REGISTERS, ring_registers,
+                                                   zero_matrix_line)
+
+    zero = zero_matrix_line()
     entry["zero_matrix"] = {"source": " and ".join(f"benchmarks/results/{name}" for name in
                                                    KERNEL_TIMES) + " (fit_zero_matrix)", **zero}
-    registers = json.loads((RESULTS / REGISTERS).read_text())
     entry["split_kernel"]["whole_registers"] = {
-        row["tile"]: row["registers"] for row in registers["results"] if row["kernel"] == "whole"}
+        tile: kernels["whole"][0] for tile, kernels in ring_registers().items()}
     entry["split_kernel"]["source"] = entry["split_kernel"]["source"].split("; whole_registers")[
         0] + f"; whole_registers: benchmarks/results/{REGISTERS}"
     shares = stream_tile_shares(sgemm, entry)

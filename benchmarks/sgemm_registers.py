@@ -29,6 +29,7 @@ import os
 import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from _common import benchmark_parser, write_json
@@ -59,18 +60,9 @@ print(json.dumps(out))
 
 def ptxas_registers(ptx: str, arch: str = "sm_90") -> int:
     """The registers a thread uses, as nvJitLink's ptxas reports for `ptx`."""
-    from cuda.bindings import nvjitlink
+    from gpucourse.grader.ptx_compiler import link_ptx
 
-    handle = nvjitlink.create(3, [f"-arch={arch}", "-verbose", "-O3"])
-    try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-        nvjitlink.complete(handle)
-        log = bytearray(nvjitlink.get_info_log_size(handle))
-        nvjitlink.get_info_log(handle, log)
-    finally:
-        nvjitlink.destroy(handle)
-    found = re.findall(r"Used (\d+) registers", log.decode(errors="replace"))
+    found = re.findall(r"Used (\d+) registers", link_ptx(ptx, arch)[0])
     if len(found) != 1:
         raise RuntimeError(f"expected one kernel's register count in ptxas's report, got {found}")
     return int(found[0])
@@ -101,7 +93,7 @@ def main(argv=None) -> int:
                   f"({limiter})", flush=True)
     record = {"benchmark": "sgemm_registers", "gpu": "sm_90 (no GPU: ptxas)",
               "date": datetime.date.today().isoformat(),
-              "versions": {name: __import__("importlib.metadata").metadata.version(name)
+              "versions": {name: metadata.version(name)
                            for name in ("numba-cuda", "nvidia-nvvm", "nvidia-nvjitlink")},
               "method": "each ring of the H200's menu, its three kernels (K whole, split-K, "
                         "stream-K) compiled by numba.cuda.compile_ptx for sm_90 and linked by "

@@ -43,26 +43,16 @@ def compile_without_a_gpu(body: str, *args: str) -> str:
 
 def ptxas_report(ptx_text: str, arch: str = "sm_90", max_registers: int = 0) -> str:
     """ptxas's report (registers, spills) on the PTX, linked for `arch` by
-    nvJitLink from the CUDA wheels: what the GPU's driver would do with it
-    (with max_registers, the cap a kernel compiled with Numba's max_registers
-    gets)."""
-    nvjitlink = pytest.importorskip("cuda.bindings.nvjitlink")
+    nvJitLink from the CUDA wheels (``gpucourse.grader.ptx_compiler.link_ptx``): what
+    the GPU's driver would do with it (with max_registers, the cap a kernel
+    compiled with Numba's max_registers gets). Skips where nvJitLink is
+    missing."""
+    from gpucourse.grader.ptx_compiler import LinkerUnavailable, link_ptx
+
     try:
-        options = [f"-arch={arch}", "-verbose", "-O3"]
-        if max_registers:
-            options.append(f"-maxrregcount={max_registers}")
-        handle = nvjitlink.create(len(options), options)
-    except Exception as error:  # no libnvJitLink on this machine
-        pytest.skip(f"nvJitLink is not available here ({error})")
-    try:
-        data = ptx_text.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
-        nvjitlink.complete(handle)
-        log = bytearray(nvjitlink.get_info_log_size(handle))
-        nvjitlink.get_info_log(handle, log)
-    finally:
-        nvjitlink.destroy(handle)
-    return log.decode(errors="replace")
+        return link_ptx(ptx_text, arch, max_registers)[0]
+    except LinkerUnavailable as error:
+        pytest.skip(str(error))
 
 
 def innermost_loop(ptx_text: str, marker: str = "mma.sync", most: bool = False) -> list:

@@ -154,3 +154,37 @@ def test_the_fit_writes_into_the_model_what_the_trial_holds(tmp_path, monkeypatc
         for cache in (shape_model._read_model, shape_model.auto_choice,
                       shape_model.ring_reads_b_scalar):
             cache.cache_clear()
+
+
+def test_the_chapter_reads_the_zeroing_line_and_the_worst_moved_pick():
+    from gpucourse import results
+    from gpucourse.chapters import sgemm_held_out
+
+    line = sgemm_held_out.zero_matrix_line()
+    if line is None:
+        pytest.skip("no sgemm_kernel_times runs committed")
+    # One record or the list of them: the same points.
+    runs = [results.load_results("sgemm_kernel_times", results.results_dir() / name)
+            for name in sgemm_held_out.KERNEL_TIMES]
+    joined = {"results": [row for run in runs for row in run["results"]]}
+    assert line == shape_model_fit.fit_zero_matrix(joined) and line["points"] >= 10
+    committed = {n: sgemm_held_out.load_held_out_results(n) for n in (7, 9)}
+    trial = {n: sgemm_held_out.trial_split_residency(n) for n in committed}
+    if not all(trial.values()):
+        pytest.skip("no trial runs committed")
+    was, now = sgemm_held_out.worst_moved(committed, trial)
+    assert (was["m"], was["n"], was["k"]) == (2914, 573, 1901) and now["config"] != was["config"]
+    assert was["vs_cublas"] - now["vs_cublas"] > 0.1
+    with pytest.raises(ValueError, match="no pick of the mid shapes moved"):
+        sgemm_held_out.worst_moved(committed, trial, "mid")
+    with pytest.raises(ValueError, match="'large' or 'mid'"):
+        sgemm_held_out.worst_moved(committed, trial, "small")
+
+
+def test_link_ptx_names_a_bad_argument():
+    from gpucourse.grader.ptx_compiler import link_ptx
+
+    with pytest.raises(ValueError, match="text must be PTX as a str"):
+        link_ptx(b".version 8.0")
+    with pytest.raises(ValueError, match="max_registers must be a whole number"):
+        link_ptx(".version 8.0", max_registers=-1)

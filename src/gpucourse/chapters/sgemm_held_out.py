@@ -46,6 +46,10 @@ BEFORE_TILE_SHARES = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-tile-share
 TRIAL_SPLIT_RESIDENCY = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-split-residency.json"
 # What ptxas counts for each ring's three kernels (benchmarks/sgemm_registers.py).
 REGISTERS = "sgemm_registers-sm90-2026-11-30.json"
+# The sgemm_kernel_times runs whose zeroing kernels give its measured cost
+# (shape_model_fit.fit_zero_matrix; sgemm_model_json.py --trial-split-residency).
+KERNEL_TIMES = ("sgemm_kernel_times-h200-2026-11-30.json",
+                "reruns/sgemm_kernel_times-h200-2026-11-30-rounds.json")
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -219,6 +223,17 @@ def ring_registers(path=None) -> dict | None:
     return found
 
 
+def zero_matrix_line() -> dict | None:
+    """The zeroing kernel's measured cost (shape_model_fit.fit_zero_matrix)
+    over the runs of KERNEL_TIMES, None while they are not committed."""
+    from gpucourse.kernels.sgemm.shape_model_fit import fit_zero_matrix
+
+    paths = [results.results_dir() / name for name in KERNEL_TIMES]
+    if not all(path.exists() for path in paths):
+        return None
+    return fit_zero_matrix([results.load_results("sgemm_kernel_times", path) for path in paths])
+
+
 def _check_class(name: str) -> None:
     if name not in ("large", "mid"):
         raise ValueError(f"name must be 'large' or 'mid', got {name!r}")
@@ -251,23 +266,44 @@ def gains(before: dict, after: dict, name: str = "large") -> dict:
     return found
 
 
-def moved_picks(before: dict, after: dict) -> dict:
-    """What a change of the model did where it changed auto's plan: over the
-    shapes of {set: run} `before` and `after` (the same sets, or two
-    grid-format runs of the same shapes as {0: run}) whose plan differs,
-    {"moved": how many, "faster": how many ran a larger share of cuBLAS
-    after, "mean": the mean change of that share (0.017: 1.7 points)}."""
+def _moved_rows(before: dict, after: dict):
+    """(set, auto's row before, its row after) at each shape of {set: run}
+    `before` and `after` (the same sets) whose plan differs."""
     _check_pair(before, after)
-    changes = []
     for number, record in after.items():
         rows = {(r["m"], r["n"], r["k"]): r for r in before[number]["results"]
                 if r["variant"] == "auto"}
         for row in record["results"]:
             old = rows.get((row["m"], row["n"], row["k"]))
             if row["variant"] == "auto" and old is not None and old["config"] != row["config"]:
-                changes.append(row["vs_cublas"] - old["vs_cublas"])
+                yield number, old, row
+
+
+def moved_picks(before: dict, after: dict) -> dict:
+    """What a change of the model did where it changed auto's plan: over the
+    shapes of {set: run} `before` and `after` (the same sets, or two
+    grid-format runs of the same shapes as {0: run}) whose plan differs,
+    {"moved": how many, "faster": how many ran a larger share of cuBLAS
+    after, "mean": the mean change of that share (0.017: 1.7 points)}."""
+    changes = [row["vs_cublas"] - old["vs_cublas"] for _, old, row in _moved_rows(before, after)]
     return {"moved": len(changes), "faster": sum(change > 0 for change in changes),
             "mean": sum(changes) / len(changes) if changes else 0.0}
+
+
+def worst_moved(before: dict, after: dict, name: str = "large") -> tuple[dict, dict]:
+    """(auto's row before, its row after) where a moved pick of class `name`
+    (``grid_targets``'s "large" or "mid") lost most of its share of cuBLAS,
+    over {set: run} `before` and `after`. Raises ValueError where no pick of
+    that class moved."""
+    _check_class(name)
+    large = name == "large"
+    moved = [(row["vs_cublas"] - old["vs_cublas"], old, row)
+             for _, old, row in _moved_rows(before, after)
+             if (min(row["m"], row["n"]) >= 512) == large]
+    if not moved:
+        raise ValueError(f"no pick of the {name} shapes moved between before and after")
+    _, old, row = min(moved, key=lambda t: t[0])
+    return old, row
 
 
 def class_met(records: dict, name: str = "large") -> tuple[int, int]:

@@ -9,6 +9,11 @@ back: ``{"ptx": text}`` or ``{"error": message}``. No GPU or driver is needed:
 NVVM comes from the ``numba-cuda[cu13]`` wheels. It is a module of its own
 because it runs as a process of its own: it must import the real
 ``numba.cuda``, where the notebook that starts it runs the simulator.
+
+It also holds :func:`link_ptx`, PTX linked by nvJitLink as a driver would
+(ptxas's report of registers and spills, and the cubin), for the tests and
+benchmarks that read what a kernel costs without a GPU: like the rest of this
+module, it imports nothing that chooses the simulator.
 """
 
 from __future__ import annotations
@@ -29,6 +34,45 @@ def numba_type(described):
     if described[1] == "bool":
         return types.boolean
     return from_dtype(np.dtype(described[1]))
+
+
+class LinkerUnavailable(RuntimeError):
+    """nvJitLink (``cuda.bindings.nvjitlink``, from the CUDA wheels) cannot be
+    loaded on this machine."""
+
+
+def link_ptx(text: str, arch: str = "sm_90", max_registers: int = 0) -> tuple[str, bytes]:
+    """PTX linked by nvJitLink for `arch`, as a GPU's driver would link it, with
+    no GPU: (ptxas's report, registers and spills among it; the cubin). With
+    `max_registers`, the cap a kernel compiled with Numba's max_registers gets.
+    Raises LinkerUnavailable where nvJitLink cannot be loaded, and nvJitLink's
+    own error where the PTX does not link; ValueError unless `text` is PTX
+    text (a str) and `max_registers` a whole number >= 0."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be PTX as a str, got {type(text).__name__}")
+    if isinstance(max_registers, bool) or not isinstance(max_registers, int) or max_registers < 0:
+        raise ValueError(f"max_registers must be a whole number >= 0 (0: no cap), "
+                         f"got {max_registers!r}")
+    try:
+        from cuda.bindings import nvjitlink
+
+        options = [f"-arch={arch}", "-verbose", "-O3"]
+        if max_registers:
+            options.append(f"-maxrregcount={max_registers}")
+        handle = nvjitlink.create(len(options), options)
+    except Exception as error:  # no libnvJitLink here
+        raise LinkerUnavailable(f"nvJitLink is not available here ({error})") from error
+    try:
+        data = text.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel.ptx")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+    finally:
+        nvjitlink.destroy(handle)
+    return log.decode(errors="replace"), bytes(cubin)
 
 
 class _DeferredCuda(pytypes.ModuleType):

@@ -403,10 +403,10 @@ def fit_stream_tile_shares(samples: dict, min_shapes: int = 3) -> dict:
             for key, shares in sorted(samples.items()) if len(shares) >= min_shapes}
 
 
-def fit_zero_matrix(record: dict, min_points: int = 3) -> dict:
-    """The cost of zeroing C before split-K's or stream-K's adds, from a
-    benchmarks/sgemm_kernel_times.py record (its rows' kernels under the
-    profiler): a straight line through the zeroing kernel's median durations
+def fit_zero_matrix(records, min_points: int = 3) -> dict:
+    """The cost of zeroing C before split-K's or stream-K's adds, from
+    benchmarks/sgemm_kernel_times.py records (one, or a list of them; their
+    rows' kernels under the profiler): a straight line through the zeroing kernel's median durations
     against C's size in millions of floats (least squares), plus the gap a
     second kernel adds to a call that the GPU paces (the median, over its
     shapes, of the wall clock beyond the kernels with two kernels less that
@@ -414,7 +414,8 @@ def fit_zero_matrix(record: dict, min_points: int = 3) -> dict:
     "points": how many durations}. Raises ValueError with fewer than
     min_points durations at two sizes or more, or no shape timed both ways."""
     points, beyond = [], defaultdict(dict)
-    for row in record.get("results", []):
+    for row in (row for record in ([records] if isinstance(records, dict) else records)
+                for row in record.get("results", [])):
         kernels = row.get("kernels") or []
         zero = [k["us"] for k in kernels if "zero_matrix" in k["name"]]
         if zero:
