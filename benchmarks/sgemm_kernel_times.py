@@ -174,7 +174,8 @@ def main(argv=None) -> int:
         "profiler: each kernel's median duration (us) and launches per call; wall_us: the "
         "faster of two unprofiled loops of the same calls, wall clock ending in a "
         "synchronize; host_us: the faster of two loops of the same calls timed without "
-        "waiting for the GPU; TF32 off; N(0,1) inputs")
+        "waiting for the GPU; TF32 off; N(0,1) inputs",
+        zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel")
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
     try:
         for shape in shapes:

@@ -374,6 +374,42 @@ def fit_split_residency() -> dict:
     return found
 
 
+def zero_memset_block(paths) -> dict:
+    """The H200's "zero_matrix" block from sgemm_kernel_times.py records timed
+    with C zeroed by the driver's memset (entry_point.ZERO_BY_MEMSET):
+    shape_model_fit.fit_zero_matrix over those records alone, its source
+    naming them. Stream-K's tile shares are left as fitted: the explores they
+    came from ran the zeroing kernel, and the price and the time of a plan
+    both lose what the memset saves."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    records = [json.loads(Path(path).read_text()) for path in paths]
+    if not records or any(r.get("zeroing") != "memset" for r in records):
+        raise SystemExit("--records must name sgemm_kernel_times records whose \"zeroing\" "
+                         "is \"memset\" (timed with the driver's memset)")
+    fit = sgemm.shape_model_fit.fit_zero_matrix(records)
+    names = [f"benchmarks/results/{'reruns/' if Path(path).parent.name == 'reruns' else ''}"
+             f"{Path(path).name}" for path in paths]
+    return {"source": " and ".join(names) + " (fit_zero_matrix; the driver's memset)", **fit}
+
+
+def trial_zero_memset(out, paths) -> dict:
+    """Write to `out` a trial model: the committed JSON with the H200's
+    "zero_matrix" block from ``zero_memset_block(paths)``. Returns the block.
+    The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    data = json.loads(sgemm.MODEL_PATH.read_text())
+    block = zero_memset_block(paths)
+    data["gpus"]["NVIDIA H200"]["zero_matrix"] = block
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return block
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -386,13 +422,21 @@ if __name__ == "__main__":
     which.add_argument("--trial-split-residency", metavar="OUT",
                        help="the committed model with the zeroing's measured cost and the "
                             "K-whole rings' registers, stream-K's shares fitted again")
+    which.add_argument("--trial-zero-memset", metavar="OUT",
+                       help="the committed model with zeroing priced by the driver's memset "
+                            "(--records: sgemm_kernel_times records timed with it)")
     which.add_argument("--fit-split-residency", action="store_true",
                        help="the same blocks into the committed model")
     which.add_argument("--fit-stream-tile-shares", action="store_true",
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
+    parser.add_argument("--records", default="",
+                        help="for --trial-zero-memset: sgemm_kernel_times records, by commas")
     args = parser.parse_args()
-    if args.fit_stream_tile_shares:
+    if args.trial_zero_memset:
+        paths = [path for path in args.records.split(",") if path]
+        print(json.dumps(trial_zero_memset(args.trial_zero_memset, paths), indent=1))
+    elif args.fit_stream_tile_shares:
         found = fit_stream_tile_shares()
         print("stream-K shares by tile: " + ", ".join(f"{k} {v:+.3f}" for k, v in found.items()))
     elif args.fit_split_residency:

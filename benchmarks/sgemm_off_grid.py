@@ -176,6 +176,10 @@ def main(argv=None) -> int:
                         help="auto priced by this trial model JSON instead of the committed "
                              "one (sgemm_model_json.py --trial-plan-factors); the record is "
                              "named ..._trial")
+    parser.add_argument("--zero-kernel", action="store_true",
+                        help="split-K and stream-K zero C with the zeroing kernel, as before "
+                             "the driver's memset (entry_point.ZERO_BY_MEMSET off); the "
+                             "record is named ..._zero_kernel")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
     name, shapes, label = ((f"sgemm_held_out_{args.held_out}", HELD_OUT[args.held_out],
@@ -192,6 +196,9 @@ def main(argv=None) -> int:
             raise SystemExit(f"--model must name a model JSON file, got {args.model}")
         sgemm.shape_model.MODEL_PATH = args.model
         name += "_trial"
+    if args.zero_kernel:
+        sgemm.entry_point.ZERO_BY_MEMSET = False
+        name += "_zero_kernel"
     gpu = sgemm.gpu_model()
     record = record_start(
         name, gpu, versions(),
@@ -200,7 +207,8 @@ def main(argv=None) -> int:
         "ending in torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; "
         f"TF32 off; N(0,1) inputs; shapes: {label}, none in sgemm_grid.py's GRID",
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated"),
-               "path": str(args.model) if args.model else None})
+               "path": str(args.model) if args.model else None,
+               "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel"})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,

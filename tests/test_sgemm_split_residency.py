@@ -168,17 +168,18 @@ def test_the_chapter_reads_the_zeroing_line_and_the_worst_moved_pick():
             for name in sgemm_held_out.KERNEL_TIMES]
     joined = {"results": [row for run in runs for row in run["results"]]}
     assert line == shape_model_fit.fit_zero_matrix(joined) and line["points"] >= 10
-    committed = {n: sgemm_held_out.load_held_out_results(n) for n in (7, 9)}
-    trial = {n: sgemm_held_out.trial_split_residency(n) for n in committed}
-    if not all(trial.values()):
-        pytest.skip("no trial runs committed")
-    was, now = sgemm_held_out.worst_moved(committed, trial)
+    # The runs before the trial's adoption, and the same sets' runs under it.
+    before = {n: sgemm_held_out.before_split_residency(n) for n in (7, 9)}
+    if not all(before.values()):
+        pytest.skip("no runs before the adoption committed")
+    adopted = {n: sgemm_held_out.load_held_out_results(n) for n in before}
+    was, now = sgemm_held_out.worst_moved(before, adopted)
     assert (was["m"], was["n"], was["k"]) == (2914, 573, 1901) and now["config"] != was["config"]
     assert was["vs_cublas"] - now["vs_cublas"] > 0.1
     with pytest.raises(ValueError, match="no pick of the mid shapes moved"):
-        sgemm_held_out.worst_moved(committed, trial, "mid")
+        sgemm_held_out.worst_moved(before, adopted, "mid")
     with pytest.raises(ValueError, match="'large' or 'mid'"):
-        sgemm_held_out.worst_moved(committed, trial, "small")
+        sgemm_held_out.worst_moved(before, adopted, "small")
 
 
 def test_link_ptx_names_a_bad_argument():

@@ -39,17 +39,27 @@ BEFORE_SCALAR_B = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-scalar-b.json
 # given) and stream-K's shares by tile (twenty-third session); set 7's was
 # timed in the same session as its run under them.
 BEFORE_TILE_SHARES = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-tile-shares.json"
-# Each set's run under the trial with the zeroing's measured cost and the
-# K-whole rings' registers (benchmarks/sgemm_model_json.py
-# --trial-split-residency, twenty-fourth session); set 9, drawn before, ran
-# it in the same call as the committed model, twice each.
-TRIAL_SPLIT_RESIDENCY = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-split-residency.json"
+# Each set's run before the zeroing's measured cost and the K-whole rings'
+# registers joined the model (benchmarks/sgemm_model_json.py
+# --trial-split-residency, tried in the twenty-fourth session, adopted in the
+# twenty-fifth); set 9, drawn before, ran both in the same call, twice each.
+BEFORE_SPLIT_RESIDENCY = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-split-residency.json"
+# Each set's run under the trial that zeroes C with the driver's memset and
+# prices it by its measured line (sgemm_model_json.py --trial-zero-memset,
+# twenty-fifth session); set 10, drawn before, ran it in turns with the
+# committed model (zeroing kernel), twice each (the second rounds: -second).
+TRIAL_ZERO_MEMSET = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-zero-memset.json"
+# The zeroing kernel against the driver's memset (benchmarks/sgemm_zeroing.py).
+ZEROING = "sgemm_zeroing-h200-2026-11-30.json"
 # What ptxas counts for each ring's three kernels (benchmarks/sgemm_registers.py).
 REGISTERS = "sgemm_registers-sm90-2026-11-30.json"
 # The sgemm_kernel_times runs whose zeroing kernels give its measured cost
 # (shape_model_fit.fit_zero_matrix; sgemm_model_json.py --trial-split-residency).
 KERNEL_TIMES = ("sgemm_kernel_times-h200-2026-11-30.json",
                 "reruns/sgemm_kernel_times-h200-2026-11-30-rounds.json")
+# The sgemm_kernel_times run timed with C zeroed by the driver's memset: the
+# zero-memset trial's line (sgemm_model_json.py --trial-zero-memset).
+KERNEL_TIMES_MEMSET = ("reruns/sgemm_kernel_times-h200-2026-11-30-memset.json",)
 
 
 def load_held_out_results(number: int, path=None) -> dict | None:
@@ -203,11 +213,35 @@ def before_tile_shares(number: int) -> dict | None:
     return _earlier_run(BEFORE_TILE_SHARES, number)
 
 
-def trial_split_residency(number: int) -> dict | None:
-    """Set `number`'s run under the trial with the zeroing's measured cost and
-    the K-whole rings' registers (TRIAL_SPLIT_RESIDENCY), None where there is
-    none."""
-    return _earlier_run(TRIAL_SPLIT_RESIDENCY, number)
+def before_split_residency(number: int) -> dict | None:
+    """Set `number`'s run before the zeroing's measured cost and the K-whole
+    rings' registers joined the model (BEFORE_SPLIT_RESIDENCY), None where
+    there is none."""
+    return _earlier_run(BEFORE_SPLIT_RESIDENCY, number)
+
+
+def trial_zero_memset(number: int) -> dict | None:
+    """Set `number`'s run under the zero-memset trial (TRIAL_ZERO_MEMSET),
+    None where there is none."""
+    return _earlier_run(TRIAL_ZERO_MEMSET, number)
+
+
+def zeroing_times(path=None) -> dict | None:
+    """{(m, n): {way: us a call}} from the sgemm_zeroing record at `path`
+    (default ZEROING in results/): the zeroing kernel ("zero_kernel"), the
+    driver's memset ("memset_d32") and the others it timed; None while none
+    is committed. Raises ValueError where a way left C unzeroed."""
+    path = results.results_dir() / ZEROING if path is None else path
+    if not path.exists():
+        return None
+    record = results.load_results("sgemm_zeroing", path)
+    wrong = [f"{c['m']} x {c['n']} {c['what']}" for c in record["checks"] if not c["zeroed"]]
+    if wrong:
+        raise ValueError(f"the zeroing record's checks failed at {', '.join(wrong)}")
+    found: dict = {}
+    for row in record["results"]:
+        found.setdefault((row["m"], row["n"]), {})[row["what"]] = row["us"]
+    return found
 
 
 def ring_registers(path=None) -> dict | None:
@@ -223,12 +257,14 @@ def ring_registers(path=None) -> dict | None:
     return found
 
 
-def zero_matrix_line() -> dict | None:
-    """The zeroing kernel's measured cost (shape_model_fit.fit_zero_matrix)
-    over the runs of KERNEL_TIMES, None while they are not committed."""
+def zero_matrix_line(names=KERNEL_TIMES) -> dict | None:
+    """The zeroing's measured cost (shape_model_fit.fit_zero_matrix) over the
+    sgemm_kernel_times runs `names` (in results/): by default KERNEL_TIMES,
+    the zeroing kernel's; KERNEL_TIMES_MEMSET gives the driver's memset's.
+    None while they are not committed."""
     from gpucourse.kernels.sgemm.shape_model_fit import fit_zero_matrix
 
-    paths = [results.results_dir() / name for name in KERNEL_TIMES]
+    paths = [results.results_dir() / name for name in names]
     if not all(path.exists() for path in paths):
         return None
     return fit_zero_matrix([results.load_results("sgemm_kernel_times", path) for path in paths])

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.launch import (core_launch, launch_config, launchable, matrix_argument,
-                                      packed_launch)
+                                      memset_zeros, packed_launch)
 from gpucourse.kernels.launch import current_gpu as _current_gpu, gpu_name as _gpu_name
 from gpucourse.kernels.launch import is_torch_tensor as _is_torch_tensor
 from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 as _torch_float32
@@ -431,6 +431,13 @@ def pad_copies(m: int, n: int, k: int, device_id: int):
 # benchmarks/sgemm_host_costs.py checks both ways and times them.
 PACKED_LAUNCHES = False
 
+# Whether split-K and stream-K zero C with the driver's memset (launch.memset_zeros)
+# rather than the zeroing kernel (split_k.zero_matrix, one float a thread). On
+# the H200 the memset took 10.0 us at 3000 x 3000 and 17.9 at 4096 x 4096,
+# the kernel 23.5 and 42.2 (results/sgemm_zeroing-h200-2026-11-30.json).
+# Off: the kernel, as before 2026-11-30 (sgemm_off_grid.py --zero-kernel).
+ZERO_BY_MEMSET = True
+
 
 def _packed(kernel, signature, stream, shape, arguments, slots):
     """launch.packed_launch for a launch of `shape` (cuda.core's LaunchConfig),
@@ -481,20 +488,44 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     zero, stream = _launchable(zero_matrix, device_id, (C_MATRIX,))
     function, _ = _launchable(kernel, device_id, signature)
     zero_shape, shape = launch_config(_sum_grid(m, n), SUM_BLOCK), launch_config(grid, block)
-    zero_packed = _packed(zero_matrix, (C_MATRIX,), stream, zero_shape,
-                          _matrix_argument(0, m, n), (len(c_head),))
+    # C is zeroed by the driver's memset where it can be (about twice the
+    # zeroing kernel's speed on a large C), else by the kernel.
+    memset = memset_zeros(stream) if ZERO_BY_MEMSET else None
+    zero_packed = None if memset is not None else _packed(
+        zero_matrix, (C_MATRIX,), stream, zero_shape, _matrix_argument(0, m, n), (len(c_head),))
     split_packed = _packed(kernel, signature, stream, shape, matrices + last, slots)
-    if zero_packed is not None and split_packed is not None:
-        def go_packed(a_ptr, b_ptr, c_ptr):
+
+    def zero_c(c_ptr):
+        if memset is not None:
+            memset(c_ptr, m * n)  # C is contiguous on this path
+        elif zero_packed is not None:
             zero_packed(c_ptr)
+        else:
+            launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
+
+    if split_packed is not None:
+        def go_packed(a_ptr, b_ptr, c_ptr):
+            zero_c(c_ptr)
             split_packed(a_ptr, b_ptr, c_ptr)
         return go_packed
 
     def go_split(a_ptr, b_ptr, c_ptr):
-        launch(stream, zero_shape, zero, *c_head, c_ptr, *c_tail)
+        zero_c(c_ptr)
         launch(stream, shape, function, *a_head, a_ptr, *a_tail, *b_head, b_ptr, *b_tail,
                *c_head, c_ptr, *c_tail, *last)
     return go_split
+
+
+def _zero(c_dev) -> None:
+    """C = 0 before split-K's or stream-K's adds, on Numba's default stream:
+    the driver's memset where C is one contiguous run on a GPU (ZERO_BY_MEMSET),
+    else the zeroing kernel (the simulator, or a C with gaps between rows)."""
+    if ZERO_BY_MEMSET and on_gpu() and c_dev.is_c_contiguous():
+        memset = memset_zeros(0)
+        if memset is not None:
+            memset(c_dev.__cuda_array_interface__["data"][0], c_dev.size)
+            return
+    zero_matrix[_sum_grid(*c_dev.shape), SUM_BLOCK](c_dev)
 
 
 def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = None,
@@ -618,14 +649,14 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:
             kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)
-            zero_matrix[_sum_grid(m, n), SUM_BLOCK](c_dev)
+            _zero(c_dev)
             kernel[grid, block](a_dev, b_dev, c_dev, *arguments)
         elif len(ranges) == 1:
             kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
             kernel[grid, block](a_dev, b_dev, c_dev)
         elif split_sum == "atomic":
             kernel, grid, block, chunk = _split_kernel(key, m, n, k, splits, vectorized, config)
-            zero_matrix[_sum_grid(m, n), SUM_BLOCK](c_dev)
+            _zero(c_dev)
             kernel[grid, block](a_dev, b_dev, c_dev, np.uint64(chunk))
         else:
             partial = cuda.device_array((len(ranges), m, n), dtype=np.float32)

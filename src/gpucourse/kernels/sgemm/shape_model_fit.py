@@ -403,10 +403,18 @@ def fit_stream_tile_shares(samples: dict, min_shapes: int = 3) -> dict:
             for key, shares in sorted(samples.items()) if len(shares) >= min_shapes}
 
 
+def _zeroes_c(name: str) -> bool:
+    """Whether a profiled GPU operation is the zeroing of C: the zeroing kernel
+    (split_k.zero_matrix) or, from 2026-11-30, the driver's memset (the
+    profiler names it "Memset (Device)")."""
+    return "zero_matrix" in name or name.startswith("Memset")
+
+
 def fit_zero_matrix(records, min_points: int = 3) -> dict:
     """The cost of zeroing C before split-K's or stream-K's adds, from
     benchmarks/sgemm_kernel_times.py records (one, or a list of them; their
-    rows' kernels under the profiler): a straight line through the zeroing kernel's median durations
+    rows' kernels under the profiler): a straight line through the median durations
+    of the zeroing kernel, or of the driver's memset that replaced it,
     against C's size in millions of floats (least squares), plus the gap a
     second kernel adds to a call that the GPU paces (the median, over its
     shapes, of the wall clock beyond the kernels with two kernels less that
@@ -417,7 +425,9 @@ def fit_zero_matrix(records, min_points: int = 3) -> dict:
     for row in (row for record in ([records] if isinstance(records, dict) else records)
                 for row in record.get("results", [])):
         kernels = row.get("kernels") or []
-        zero = [k["us"] for k in kernels if "zero_matrix" in k["name"]]
+        # cuBLAS's rows are left out: it runs memsets of its own.
+        zero = [k["us"] for k in kernels if _zeroes_c(k["name"])] if row["variant"] != "cublas" \
+            else []
         if zero:
             points.append((row["m"] * row["n"] / 1e6, zero[0]))
         if row["variant"] != "cublas" and row["wall_us"] > 1.1 * row["host_us"]:
