@@ -113,26 +113,37 @@ def test_a_ring_copies_b_alone_and_only_where_its_rows_are_ragged(monkeypatch):
 
 
 def test_a_ring_told_to_read_b_as_given_copies_nothing(monkeypatch):
-    # entry_point.RING_RAGGED_B "scalar": a ragged B is read 4 bytes a copy,
-    # in the one launch, with no copy of B first; exact on integers, split
-    # and stream-K included. A value other than None, "padded" or "scalar"
-    # is named.
-    from gpucourse.kernels.sgemm import entry_point
+    # entry_point.RING_RAGGED_B "scalar": a ragged B is read as given, in the
+    # one launch, with no copy of B first: 8 bytes a copy where its rows are
+    # an even number of floats long ("pairs", C stored 8 bytes at a time
+    # too), else 4; exact on integers, split and stream-K included. A value
+    # other than None, "padded" or "scalar" is named.
+    from gpucourse.kernels.sgemm import entry_point, padding
 
     monkeypatch.setattr(entry_point, "padded_b", lambda *_: pytest.fail("B was copied"))
     monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    monkeypatch.setattr(entry_point, "RING_PAIRS", True)
     kinds = []
     real_kernel_for = entry_point.kernel_for
     monkeypatch.setattr(entry_point, "kernel_for", lambda key, shape, vectorized, config: (
         kinds.append(vectorized), real_kernel_for(key, shape, vectorized, config))[1])
     config = replace(SMALL, stages=2)
     for (m, n, k), splits in [((37, 30, 70), 1), ((5, 33, 41), 2), ((40, 31, 90), "stream"),
-                              ((33, 36, 71), 1)]:
+                              ((33, 36, 71), 1), ((37, 31, 70), 1), ((5, 34, 41), 2),
+                              ((40, 30, 90), "stream")]:
         kinds.clear()
         a, b = _integers((m, k), 5), _integers((k, n), 6)
         np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config, splits=splits),
                                       _reference(a, b), err_msg=f"{m} x {n} x {k}")
-        assert kinds == ([bool(n % 4 == 0)] if splits == 1 else []), (m, n, k)
+        kind = True if n % 4 == 0 else padding.PAIRS if n % 2 == 0 else False
+        assert kinds == ([kind] if splits == 1 else []), (m, n, k)
+    # Off (entry_point.RING_PAIRS, the default until a GPU has timed it), an
+    # even ragged n is read 4 bytes a copy.
+    monkeypatch.setattr(entry_point, "RING_PAIRS", False)
+    kinds.clear()
+    a, b = _integers((37, 30), 5), _integers((30, 30), 6)
+    np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config), _reference(a, b))
+    assert kinds == [False]
     monkeypatch.setattr(entry_point, "RING_RAGGED_B", "copy")
     with pytest.raises(ValueError, match="RING_RAGGED_B must be None, 'padded' or 'scalar'"):
         sgemm.matmul(_integers((3, 5), 1), _integers((5, 7), 2), 6, config=config)
@@ -214,7 +225,7 @@ RING = TileConfig(64, 128, 16, 8, 8, stages=2)
 # multiple of 4 with edges; B padded to rows a multiple of 4 where n is ragged
 # (entry_point's _ring_plan: 16-byte copies, C stored a float at a time).
 # Then level 6's kernel through registers.
-KINDS = [(True, True), (True, False), ("loads", False)]
+KINDS = [(True, True), (True, False), ("loads", False), ("pairs", False)]
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +251,7 @@ def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
 
     a_copies = RING.bm * RING.bk // RING.threads  # a float of A each
     for text, (vectorized, interior) in zip(ring_ptx, KINDS):
-        b_width = 4 if vectorized else 1
+        b_width = 2 if vectorized == "pairs" else 4 if vectorized else 1
         b_copies = RING.bk * RING.bn // b_width // RING.threads
         assert ".target sm_90" in text
         # Each thread's copies of one step, written out twice: the ring's
@@ -251,9 +262,15 @@ def test_the_ring_copies_with_cp_async_and_keeps_its_registers(ring_ptx):
         # copy of the ring (two branches, each copy named by a constant) ran
         # 1000^3 at half the speed on the H200 (benchmarks/NOTES.md).
         sites = 2 if interior or pipelined.COPY_ADDRESSES == "each" else 4
-        four = text.count("cp.async.ca.shared.global")
+        eight = len(re.findall(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], 8", text))
+        four = text.count("cp.async.ca.shared.global") - eight
         sixteen = text.count("cp.async.cg.shared.global")
-        if vectorized:
+        if vectorized == "pairs":  # B 8 bytes a copy, C 8 bytes a store
+            assert (four, eight, sixteen) == (sites * a_copies, sites * b_copies, 0)
+            stores = RING.tm * (RING.tn // 4) * 2  # two pairs for each four outputs
+            assert text.count("st.global.v2.f32") == stores
+            assert "st.global.f32" not in text and "st.global.v4.f32" not in text
+        elif vectorized:
             assert (four, sixteen) == (sites * a_copies, sites * b_copies)
         else:
             assert (four, sixteen) == (sites * (a_copies + b_copies), 0)
@@ -279,6 +296,6 @@ def test_the_rings_loop_is_mostly_fmas(ring_ptx):
     # itself: "once" ran 1000^3 11% slower than "each" on the H200, and the
     # loop written out once per copy of the ring, 44, at half the speed.
     ring, ring_fmas = _loop_besides_the_arithmetic(ring_ptx[0])
-    registers, fmas = _loop_besides_the_arithmetic(ring_ptx[3])
+    registers, fmas = _loop_besides_the_arithmetic(ring_ptx[len(KINDS)])
     assert (ring_fmas, fmas) == (RING.tm * RING.tn * RING.bk, 2 * RING.tm * RING.tn * RING.bk)
     assert len(ring) <= ring_fmas // 8, ring

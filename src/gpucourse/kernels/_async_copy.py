@@ -22,6 +22,9 @@ adds offsets:
   bytes. Four bytes at a time is what lets a copy transpose (A's tile is
   stored k-major, each float in its own place) and read a row that does not
   start on a 16-byte boundary;
+* ``copy_float2_async_from``: the same for 8 bytes (``cp.async.ca``), both
+  addresses 8-byte aligned: the rows of a B whose length is even but not a
+  multiple of 4;
 * ``copy_float4_async_from``: the same for 16 bytes (``cp.async.cg``, which
   bypasses L1), both addresses 16-byte aligned.
 
@@ -47,6 +50,7 @@ from gpucourse.device import cuda, on_gpu
 SHARED_SPACE = 3  # NVVM's address space of shared memory
 
 _COPIES = {4: "cp.async.ca.shared.global [$0], [$1], 4, $2;",
+           8: "cp.async.ca.shared.global [$0], [$1], 8, $2;",
            16: "cp.async.cg.shared.global [$0], [$1], 16, $2;"}
 
 if on_gpu():
@@ -148,6 +152,14 @@ if on_gpu():
                                                       valid)
 
     @intrinsic
+    def copy_float2_async_from(typingctx, tile, address, matrix, source, valid):
+        """The two floats at global address `source` (in `matrix`, 8-byte
+        aligned; zeros where not valid) to the 8-byte aligned shared address
+        (in `tile`), asynchronously."""
+        return _copy_from(8, "copy_float2_async_from")(typingctx, tile, address, matrix, source,
+                                                       valid)
+
+    @intrinsic
     def copy_float4_async_from(typingctx, tile, address, matrix, source, valid):
         """The four floats at global address `source` (in `matrix`, 16-byte
         aligned; zeros where not valid) to the 16-byte aligned shared address
@@ -181,6 +193,16 @@ else:
     def copy_float_async_from(tile, address, matrix, source, valid):
         """The simulator's stand-in: the copy, at once."""
         tile[int(address) // 4] = matrix[_element(matrix, source)] if valid else 0.0
+
+    @cuda.jit(device=True)
+    def copy_float2_async_from(tile, address, matrix, source, valid):
+        """The simulator's stand-in: the two copies, at once."""
+        if int(address) % 8 or (valid and int(source) % 8):
+            raise ValueError(f"copy_float2_async_from needs 8-byte aligned addresses, got "
+                             f"shared {int(address)} and global {int(source)}")
+        row, col = _element(matrix, source) if valid else (0, 0)
+        for j in range(2):
+            tile[int(address) // 4 + j] = matrix[row, col + j] if valid else 0.0
 
     @cuda.jit(device=True)
     def copy_float4_async_from(tile, address, matrix, source, valid):

@@ -1,4 +1,4 @@
-"""A 128-bit store: four float32 written in one instruction.
+"""A 128-bit store: four float32 written in one instruction (and a 64-bit one, two).
 
 The companion of ``_vector_load``: ``store_float4(array, row, col, x0, x1, x2,
 x3)`` writes ``array[row, col:col + 4]`` and ``store_float4_flat(array, i,
@@ -7,7 +7,10 @@ x0, x1, x2, x3)`` writes ``array[i:i + 4]`` of a 1D array, each as one
 in global memory, ``st.shared.v4.f32`` into a shared-memory tile (declared
 with ``alignment=SHARED_ALIGNMENT``). Four scalar stores would be four
 instructions, and into a shared tile where neighbouring threads write 16
-bytes apart, four bank-conflicted ones.
+bytes apart, four bank-conflicted ones. ``store_float2(array, row, col, x0,
+x1)`` writes two floats as one ``<2 x float>`` store with alignment 8
+(``st.global.v2.f32``), for rows an even number of floats long: a cp.async
+ring's C where n % 4 == 2 (``padding.PAIRS``).
 
 The caller promises what the hardware needs, as for the loads: C-contiguous
 data, a 16-byte-aligned data pointer, rows a multiple of 4 floats long and
@@ -32,11 +35,12 @@ if on_gpu():
         array_struct = context.make_array(array_type)(context, builder, value=array_value)
         element_ptr = cgutils.get_item_pointer(context, builder, array_type, array_struct,
                                                indices, wraparound=False)
-        vector_type = ir.VectorType(ir.FloatType(), 4)
+        vector_type = ir.VectorType(ir.FloatType(), len(values))
         vector = ir.Constant(vector_type, ir.Undefined)
         for lane, value in enumerate(values):
             vector = builder.insert_element(vector, value, ir.IntType(32)(lane))
-        builder.store(vector, builder.bitcast(element_ptr, vector_type.as_pointer()), align=16)
+        builder.store(vector, builder.bitcast(element_ptr, vector_type.as_pointer()),
+                      align=4 * len(values))
 
     def _check_values(name, values):
         if not all(isinstance(v, types.Float) for v in values):
@@ -52,6 +56,29 @@ if on_gpu():
             raise NumbaTypeError(f"store_float4 needs integer indices, got {row}, {col}")
         _check_values("store_float4", (x0, x1, x2, x3))
         signature = types.none(array, row, col, x0, x1, x2, x3)
+
+        def codegen(context, builder, sig, args):
+            array_type, row_type, col_type = sig.args[:3]
+            indices = [context.cast(builder, args[1], row_type, types.intp),
+                       context.cast(builder, args[2], col_type, types.intp)]
+            values = [context.cast(builder, v, t, types.float32)
+                      for v, t in zip(args[3:], sig.args[3:])]
+            _store_vector(context, builder, array_type, args[0], indices, values)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    @intrinsic
+    def store_float2(typingctx, array, row, col, x0, x1):
+        """array[row, col:col + 2] = (x0, x1) in one 64-bit store (st.global.v2.f32):
+        rows an even number of floats long, 8-byte aligned data, col even."""
+        if not (isinstance(array, types.Array) and array.ndim == 2
+                and array.dtype == types.float32):
+            raise NumbaTypeError(f"store_float2 needs a 2D float32 array, got {array}")
+        if not (isinstance(row, types.Integer) and isinstance(col, types.Integer)):
+            raise NumbaTypeError(f"store_float2 needs integer indices, got {row}, {col}")
+        _check_values("store_float2", (x0, x1))
+        signature = types.none(array, row, col, x0, x1)
 
         def codegen(context, builder, sig, args):
             array_type, row_type, col_type = sig.args[:3]
@@ -94,6 +121,11 @@ else:
         array[row, col + 1] = x1
         array[row, col + 2] = x2
         array[row, col + 3] = x3
+
+    def store_float2(array, row, col, x0, x1):
+        """array[row, col:col + 2] = (x0, x1): the simulator's fallback."""
+        array[row, col] = x0
+        array[row, col + 1] = x1
 
     def store_float4_flat(array, index, x0, x1, x2, x3):
         """array[index:index + 4] = (x0, x1, x2, x3): the simulator's fallback."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm.config import ONE, ZERO, _INLINE, _u
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4
-from gpucourse.kernels._vector_store import store_float4, store_float4_flat
+from gpucourse.kernels._vector_store import store_float2, store_float4, store_float4_flat
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
 
 
@@ -380,17 +380,20 @@ def _make_k_loop(fetch_tiles, store_tiles, multiply_tile, bk: int, a_elements: i
     return walk_k
 
 
-def _make_store_four(vectorized: bool):
+def _make_store_four(vectorized: bool | str):
     """A device function putting four neighbouring outputs of a thread into C,
     shared by levels 5-7: `store_four(c, acc, base, row, col, n, add)` writes
     acc[base] ... acc[base + 3] to columns col ... col + 3 of row `row`, those
     inside C (n columns). Stored four floats in one 128-bit store where rows
-    allow (`vectorized`), one at a time otherwise; or, with `add` (split-K,
+    allow (`vectorized` True), two 64-bit stores where they allow that
+    (`vectorized` "pairs": n even, col even), one at a time otherwise; or, with `add` (split-K,
     and stream-K's pieces of a tile), added with float32 atomic adds into a C
     zeroed before the launch, since several blocks add to the same outputs.
     The kernels pass `add` as a constant where they can (whole K: False,
     split-K: True), and the compiler keeps only that branch."""
     TWO, THREE, FOUR = _u(2, 3, 4)
+    PAIRED = vectorized == "pairs"
+    vectorized = vectorized is True
 
     @cuda.jit(device=True, **_INLINE)
     def store_four(c, acc, base, row, col, n, add):
@@ -398,6 +401,11 @@ def _make_store_four(vectorized: bool):
             for q in range(FOUR):
                 if col + q < n:
                     cuda.atomic.add(c, (row, col + q), acc[base + q])
+        elif PAIRED:  # n even: each pair is all in or all out
+            if col < n:
+                store_float2(c, row, col, acc[base], acc[base + ONE])
+            if col + TWO < n:
+                store_float2(c, row, col + TWO, acc[base + TWO], acc[base + THREE])
         elif vectorized:
             if col < n:  # n % 4 == 0: the four are all in or all out
                 store_float4(c, row, col, acc[base], acc[base + ONE],

@@ -28,7 +28,8 @@ from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
-from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, pad_copy, pad_grid, padded_b,
+from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, pad_copy, pad_grid,
+                                             padded_b,
                                              padded_operands, padded_sizes, rounded_up_to_4,
                                              scratch)
 from gpucourse.kernels.sgemm.shape_model import padded_plan, ring_reads_b_scalar
@@ -343,6 +344,26 @@ def _quick_plan(key: str, m: int, n: int, k: int, vectorized: bool, device_id: i
 RING_RAGGED_B = None
 
 
+# Whether a ring reading B as given copies it, and stores C, 8 bytes at a
+# time where their rows allow that (padding.PAIRS); off, 4 bytes. Offline
+# (ptxas 13, sm_90) the 64 x 128 ring's loop then issues 1,258 instructions
+# per 1,024 FMAs against 1,384 (1,224 with 16-byte copies), its stores 32
+# against 64, but holds 193 registers against 168 (two blocks an SM, not
+# three). Off until a GPU has timed both (benchmarks/sgemm_ring_pairs.py).
+RING_PAIRS = False
+
+
+def _paired_rows(x) -> bool:
+    """True if 8-byte copies and stores along x's rows are legal: C-contiguous,
+    8-byte aligned data and rows an even number of floats long."""
+    if x.shape[1] % 2 or not x.is_c_contiguous():
+        return False
+    if not on_gpu():
+        return True
+    pointer = x.__cuda_array_interface__["data"][0]
+    return pointer is not None and pointer % 8 == 0
+
+
 def _ring_b(gpu_name: str, m: int, n: int, k: int, config, splits) -> str:
     """"scalar" or "padded": RING_RAGGED_B, or where None the model's choice."""
     if RING_RAGGED_B not in (None, "padded", "scalar"):
@@ -361,7 +382,9 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     its rows allow it (n a multiple of 4, B and C on 16 bytes); else, as
     ``_ring_b`` says, 4 bytes at a time from B itself, or 16 from a copy of B
     padded to k x n4 (``padding.padded_b``), C then stored a float at a
-    time. Each way is compiled the first time it is needed."""
+    time. Read as given, B is copied 8 bytes at a time and C stored 8 bytes
+    at a time where their rows allow that (n even, B and C on 8 bytes:
+    ``padding.PAIRS``). Each way is compiled the first time it is needed."""
     n4 = rounded_up_to_4(n)
     ways = {}
 
@@ -379,9 +402,10 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
         if not (n % 4 or b_ptr % 16 or c_ptr % 16):
             return way(True)(a_ptr, b_ptr, c_ptr)
         if scalar:
-            if "scalar" not in ways:
-                ways["scalar"] = _launches(key, m, n, k, n, False, device_id, config, splits)
-            return ways["scalar"](a_ptr, b_ptr, c_ptr)
+            mode = PAIRS if RING_PAIRS and not (n % 2 or b_ptr % 8 or c_ptr % 8) else False
+            if mode not in ways:
+                ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
+            return ways[mode](a_ptr, b_ptr, c_ptr)
         if copy_b is None:
             copy_b = _copy_launch(k, n, k, n4, device_id)
         b_padded = scratch(device_id, k * n4).device_ctypes_pointer.value
@@ -646,6 +670,8 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             vectorized = _aligned_rows(b_dev) and _aligned_rows(c_dev)
             if not vectorized and _ring_b(gpu_model(), m, n, k, config, splits) == "padded":
                 b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
+            elif not vectorized and RING_PAIRS and _paired_rows(b_dev) and _paired_rows(c_dev):
+                vectorized = PAIRS
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:
             kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)

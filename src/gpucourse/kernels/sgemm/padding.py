@@ -35,6 +35,11 @@ from numba import float32, uint64  # noqa: E402
 
 # The kernel mode for padded operands (kernel_choice): 128-bit loads, single stores.
 LOADS_ONLY = "loads"
+# The kernel mode of a cp.async ring reading B as given where its rows and
+# C's are an even number of floats long (n % 4 == 2) and start on 8 bytes:
+# 8-byte copies of B and 64-bit stores into C, half the instructions of one
+# float at a time (entry_point's _ring_plan; rings only, kernel_choice).
+PAIRS = "pairs"
 PAD_BLOCK = (32, 8)
 
 

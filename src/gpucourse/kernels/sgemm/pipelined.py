@@ -66,9 +66,9 @@ everywhere (reruns/sgemm_pipelined-h200-2026-11-29-first.json).
 from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
-from gpucourse.kernels._async_copy import (copy_float4_async_from, copy_float_async_from,
-                                           cp_async_commit, cp_async_wait, matrix_address,
-                                           tile_address)
+from gpucourse.kernels._async_copy import (copy_float2_async_from, copy_float4_async_from,
+                                           copy_float_async_from, cp_async_commit,
+                                           cp_async_wait, matrix_address, tile_address)
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
 from numba import uint64  # noqa: E402 (after gpucourse.device)
 
@@ -88,7 +88,7 @@ def a_stride(bm: int) -> int:
     return bm + A_PAD
 
 
-def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
+def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool | str,
                      interior: bool = False):
     """copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_to,
     b_to): start copying the tiles at column k_next of A (rows row0 ...) and
@@ -103,10 +103,13 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
     and in shared memory, so each is its first's address plus a constant: the
     thread's column of A's tile (tid % bk) is the same in all of them, its
     rows threads / bk apart; B's the same along its rows (or, where a row of B
-    takes several of the block's passes, along the row)."""
+    takes several of the block's passes, along the row). `vectorized`: True
+    (16 bytes of B a copy), "pairs" (8 bytes: rows an even number of floats
+    long, on 8 bytes) or False (4 bytes)."""
     # check_config has made sure that the threads share each tile's copies
-    # equally, in whole rows of the tile or whole passes over a row.
-    width = 4 if vectorized else 1
+    # equally, in whole rows of the tile or whole passes over a row, four
+    # floats of B a copy; so they do two floats a copy.
+    width = 2 if vectorized == "pairs" else 4 if vectorized else 1
     per_row = bn // width  # copies a row of B's tile takes
     A_COPIES, A_ROWS_APART, BM, BK, BN, A_STRIDE = _u(bm * bk // threads, threads // bk, bm, bk,
                                                       bn, a_stride(bm))
@@ -118,9 +121,10 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool,
     if COPY_ADDRESSES not in ("once", "each"):
         raise ValueError(f"COPY_ADDRESSES must be 'once' or 'each', got {COPY_ADDRESSES!r}")
     EACH = COPY_ADDRESSES == "each"
-    INTERIOR = bool(interior and vectorized) and not EACH
-    # n % 4 == 0: a copy's four floats are all inside or all outside.
-    copy_b = copy_float4_async_from if vectorized else copy_float_async_from
+    INTERIOR = bool(interior and width == 4) and not EACH
+    # n % 4 == 0 (n even): a copy's four (two) floats are all inside or all outside.
+    copy_b = {4: copy_float4_async_from, 2: copy_float2_async_from}.get(width,
+                                                                       copy_float_async_from)
 
     @cuda.jit(device=True, **_INLINE)
     def b_place(tid, s):

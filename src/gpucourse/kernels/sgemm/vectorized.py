@@ -29,6 +29,7 @@ from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO
                                             TileConfig, _u)
 from gpucourse.kernels._vector_load import load_float4_flat
 from gpucourse.kernels.sgemm import pipelined
+from gpucourse.kernels.sgemm.padding import PAIRS
 
 
 # Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
@@ -76,7 +77,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     `split` "stream", the stream-K kernel (see "Stream-K" in split_k).
     `vectorized`: True, 128-bit loads and stores; False, one float at a time;
     "loads", 128-bit loads and single stores, for a C whose rows are not a
-    multiple of 4 long, with A and B padded (entry_point's padded plans).
+    multiple of 4 long, with A and B padded (entry_point's padded plans);
+    "pairs" (rings only, ``padding.PAIRS``), 8-byte copies of B and 64-bit
+    stores into C, for rows an even number of floats long.
     `fragment_copies`: 1 or 2 copies of a thread's fragments (default
     FRAGMENT_COPIES, which says what two do). With `config.stages`, the
     tiles go from global to shared memory by cp.async, into a ring of that
@@ -114,7 +117,8 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
-        config.bm, config.bn, config.bk, threads, bool(vectorized), interior)
+        config.bm, config.bn, config.bk, threads, bool(vectorized) and vectorized != PAIRS,
+        interior)
 
     @cuda.jit(device=True, **_INLINE)
     def load_fragments(a_tile, b_tile, a_frag, b_frag, dot, copy, thread_row, thread_col,
@@ -174,9 +178,11 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         all_steps(a_tile, b_tile, acc, a_frag, b_frag, p, q, a_base, b_base)
 
     if stages:
-        # "loads" (a padded B) copies 16 bytes as True does; only C's stores differ.
+        # "loads" (a padded B) copies 16 bytes as True does; only C's stores
+        # differ. "pairs" copies 8 bytes of B and stores C two floats at a time.
         copy_tiles = pipelined.make_tile_copies(config.bm, config.bn, config.bk, threads,
-                                                bool(vectorized), interior)
+                                                PAIRS if vectorized == PAIRS else bool(vectorized),
+                                                interior)
         walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
                                        b_elements, stages)
         a_staged = b_staged = 1  # no tiles in flight through registers
@@ -190,7 +196,7 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # g*GROUP_STRIDE + thread_col*4 + 0..3 (group g < GROUPS).
         return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
 
-    store_four = _make_store_four(vectorized is True)
+    store_four = _make_store_four(PAIRS if vectorized == PAIRS else vectorized is True)
 
     @cuda.jit(device=True, **_INLINE)
     def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n, add):
