@@ -31,8 +31,10 @@ rings read a ragged B as given, judges that model. Set 7, drawn the same
 way after set 6 ran, judges the model with the shares by blocks an SM
 against the one before it (--model). Set 8, drawn after the grid and sets
 1-7 ran that model, judges it. Set 9, drawn after set 8 ran, judges a trial
-(sgemm_model_json.py --trial-split-residency) against it. Set 10 waits for
-the next change after that trial's adoption.
+(sgemm_model_json.py --trial-split-residency) against it. Set 10, drawn
+after, judged the trial that zeroes C with the driver's memset against the
+committed model with the zeroing kernel (--zero-kernel). Set 11 waits for the
+next change.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
                   6: 20261204, 7: 20261205,
-                  8: 20261206, 9: 20261207, 10: 20261208}
+                  8: 20261206, 9: 20261207, 10: 20261208, 11: 20261209}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512, 11: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -150,6 +152,15 @@ HELD_OUT = {
          (1960, 6574, 3951), (7362, 3250, 295), (527, 724, 196), (759, 8134, 1720),
          (3797, 818, 1022), (1308, 2199, 803), (4924, 1865, 941), (1132, 553, 8062),
          (810, 1452, 594), (5496, 869, 471), (6428, 1837, 1039), (5895, 667, 897)],
+    # Set 11 (seed 20261209, m and n from 512), drawn on 2026-11-30 after set
+    # 10 judged the zero-memset trial and the rings' 8-byte copies were built
+    # (twenty-fifth session), before any of it was timed: for the next change.
+    11: [(4084, 1056, 570), (869, 1353, 75), (1009, 4351, 4707), (545, 5385, 11780),
+         (1390, 630, 75), (675, 952, 1518), (599, 7148, 1160), (4382, 1441, 448),
+         (792, 8068, 6767), (1318, 958, 1263), (3167, 1003, 342), (1717, 1730, 2548),
+         (1305, 623, 936), (3699, 789, 585), (1773, 845, 617), (1583, 767, 22754),
+         (2928, 1054, 1971), (6402, 2823, 1184), (3052, 735, 336), (1710, 6034, 3016),
+         (3584, 4990, 2720), (1086, 556, 99), (4521, 917, 1646), (2792, 5368, 79)],
 }
 
 
