@@ -401,3 +401,22 @@ def test_the_rings_shares_for_reading_b_as_given_least_and_most():
     for bad in ({}, {"ring_scalar_b": None}, {"ring_scalar_b": {"share": {}}}):
         with pytest.raises(ValueError, match="ring_scalar_b"):
             held_out.ring_scalar_b_shares(bad)
+
+
+def test_the_misses_are_counted_by_whether_cs_rows_are_ragged():
+    # A hand-made run: two large shapes with a ragged n (one misses), one with
+    # n a multiple of 4 (it meets the target), and a smaller one that misses.
+    record = {"results": [_row(600, 701, 800, "auto", 0.80), _row(900, 1003, 50, "auto", 0.90),
+                          _row(1000, 1000, 1000, "auto", 0.95), _row(100, 902, 70, "auto", 0.60),
+                          _row(600, 701, 800, "cublas", 1.0)]}
+    assert held_out.misses_by_row_length({1: record}) == {"ragged": (1, 2), "aligned": (0, 1)}
+    assert held_out.misses_by_row_length({1: record}, "mid") == {"ragged": (1, 1),
+                                                                 "aligned": (0, 0)}
+    with pytest.raises(ValueError, match="'large' or 'mid'"):
+        held_out.misses_by_row_length({1: record}, "small")
+    # The committed runs of sets 1-10: every large miss has a ragged n.
+    runs = held_out.load_held_out_sets()
+    if len(runs) < 10:
+        pytest.skip("the held-out runs are not committed")
+    by_row = held_out.misses_by_row_length(runs)
+    assert by_row["aligned"] == (0, 51) and by_row["ragged"] == (26, 147)

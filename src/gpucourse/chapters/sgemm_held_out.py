@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 
 from gpucourse import results
-from gpucourse.chapters.sgemm import explore_rows, grid_targets, load_explore_results
+from gpucourse.chapters.sgemm import (explore_rows, grid_targets, load_explore_results,
+                                      shape_class)
 
 # The explore runs that timed the menu at a set's misses (results/reruns/):
 # set 2's four large misses, the day it was drawn; set 3's seven misses of
@@ -349,6 +350,26 @@ def class_met(records: dict, name: str = "large") -> tuple[int, int]:
     _check_class(name)
     found = [grid_targets(record)[name] for record in records.values()]
     return sum(t["met"] for t in found), sum(t["shapes"] for t in found)
+
+
+def misses_by_row_length(records: dict, name: str = "large") -> dict:
+    """Where the misses of class `name` fall over {set: run}, split by C's row
+    length: {"ragged": (missed, shapes), "aligned": (missed, shapes)}, n not a
+    multiple of 4 or a multiple of 4 (rows that 16-byte copies and stores
+    cannot, or can, take whole)."""
+    _check_records(records)
+    _check_class(name)
+    found = {"ragged": [0, 0], "aligned": [0, 0]}
+    for record in records.values():
+        targets = grid_targets(record)[name]
+        missed = {(m, n, k) for m, n, k, _ in targets["missed"]}
+        for row in record["results"]:
+            if row["variant"] != "auto" or shape_class(row["m"], row["n"]) != name:
+                continue
+            side = found["ragged" if row["n"] % 4 else "aligned"]
+            side[0] += (row["m"], row["n"], row["k"]) in missed
+            side[1] += 1
+    return {side: tuple(counts) for side, counts in found.items()}
 
 
 def kernel_times(shape: tuple, path=None) -> dict | None:
