@@ -1,4 +1,4 @@
-"""A ring reading a B whose rows are an even number of floats long 8 bytes a copy, against 4 and against a padded copy.
+"""A ring reading a B whose rows are an even number of floats long 8 bytes a copy, against 4 and against padded copies.
 
     PYTHONPATH=src python3 benchmarks/sgemm_ring_pairs.py [--shapes MxNxK,...] [--out DIR]
 
@@ -14,10 +14,12 @@ against 1,224 with 16-byte copies, its stores 64 against 16. Where n % 4 ==
 registers against 168 (two blocks an SM, not three).
 
 At each shape of SHAPES (the held-out sets' large shapes with n % 4 == 2,
-the misses first), auto's plan (its tile and its splits) is run three ways,
-in turns, ROUNDS rounds, beside cuBLAS (torch.mm): B padded first
-("padded"), read as given 4 bytes a copy ("scalar"), and 8 bytes a copy
-("pairs"); each checked against torch.mm first. ms: wall clock per call of
+the misses first), auto's plan (its tile and its splits) is run four ways,
+in turns, ROUNDS rounds, beside cuBLAS (torch.mm): B padded first by
+pad_copy ("padded", which ran at 1-2.5 TB/s) or by the driver's pitched
+copy ("padded_driver", entry_point.RING_COPY_BY_DRIVER), read as given 4
+bytes a copy ("scalar"), and 8 bytes a copy ("pairs"); each checked
+against torch.mm first. ms: wall clock per call of
 a loop ending in a synchronize, the median of the rounds; kernel_ms: CUDA
 events around back-to-back calls. A plan through registers (no ring) runs
 once, as auto runs it. Writes DIR/sgemm_ring_pairs-<gpu-slug>-<date>.json.
@@ -43,7 +45,9 @@ SHAPES = [(883, 1934, 381), (560, 1646, 2545), (3587, 1570, 70), (941, 2454, 92)
           (640, 906, 16631), (2046, 706, 451), (4443, 518, 805), (2680, 1170, 128),
           (610, 4826, 146)]
 ROUNDS = 3
-WAYS = {"padded": ("padded", False), "scalar": ("scalar", False), "pairs": ("scalar", True)}
+# (entry_point.RING_RAGGED_B, RING_PAIRS, RING_COPY_BY_DRIVER) of each way.
+WAYS = {"padded": ("padded", False, False), "padded_driver": ("padded", False, True),
+        "scalar": ("scalar", False, False), "pairs": ("scalar", True, False)}
 
 
 def main(argv=None) -> int:
@@ -68,19 +72,20 @@ def main(argv=None) -> int:
         f"turns, {ROUNDS} rounds, median; ms: wall clock per call of a loop ending in "
         "torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; TF32 off; "
         "N(0,1) inputs")
-    saved = entry_point.RING_RAGGED_B, entry_point.RING_PAIRS
+    saved = entry_point.RING_RAGGED_B, entry_point.RING_PAIRS, entry_point.RING_COPY_BY_DRIVER
     rows, worst = [], 0.0
     try:
         for m, n, k in shapes:
             a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
             reference = torch.mm(a.double(), b.double())
             plan = sgemm.choose_plan((m, n, k), gpu)
-            ways = WAYS if plan["config"].stages else {"auto": (None, False)}
+            ways = WAYS if plan["config"].stages else {"auto": (None, False, False)}
             calls = {"cublas": lambda: torch.mm(a, b)}
             errors = {}
-            for name, (ring_b, pairs) in ways.items():
-                def call(ring_b=ring_b, pairs=pairs):
-                    entry_point.RING_RAGGED_B, entry_point.RING_PAIRS = ring_b, pairs
+            for name, flags in ways.items():
+                def call(flags=flags):
+                    (entry_point.RING_RAGGED_B, entry_point.RING_PAIRS,
+                     entry_point.RING_COPY_BY_DRIVER) = flags
                     return sgemm.matmul(a, b)
                 entry_point._quick_plan.cache_clear()  # each way builds its own plan
                 out = call()
@@ -111,7 +116,8 @@ def main(argv=None) -> int:
                       f"{r['way']} {r['ms'] * 1e3:.1f} us ({r['vs_cublas']:.0%})"
                       for r in rows[-len(calls):]), flush=True)
     finally:
-        entry_point.RING_RAGGED_B, entry_point.RING_PAIRS = saved
+        (entry_point.RING_RAGGED_B, entry_point.RING_PAIRS,
+         entry_point.RING_COPY_BY_DRIVER) = saved
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
     record["seconds"] = time.perf_counter() - started

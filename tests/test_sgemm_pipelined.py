@@ -299,3 +299,36 @@ def test_the_rings_loop_is_mostly_fmas(ring_ptx):
     registers, fmas = _loop_besides_the_arithmetic(ring_ptx[len(KINDS)])
     assert (ring_fmas, fmas) == (RING.tm * RING.tn * RING.bk, 2 * RING.tm * RING.tn * RING.bk)
     assert len(ring) <= ring_fmas // 8, ring
+
+
+def test_a_padded_bs_padding_never_reaches_c():
+    # The ring reads a B copied into rows of n4 floats (entry_point's
+    # _ring_plan) with C's n bounding its work: whatever the padding columns
+    # hold, even NaN, reaches only C's columns past n, which are never
+    # stored. The driver's pitched copy (entry_point.RING_COPY_BY_DRIVER)
+    # leaves them as they were, and relies on this. K whole, split-K and
+    # stream-K.
+    from gpucourse.device import cuda
+    from gpucourse.kernels.sgemm import padding
+    from gpucourse.kernels.sgemm.kernel_choice import _kernel_for
+    from gpucourse.kernels.sgemm.split_k import _split_kernel, _stream_kernel
+
+    config = replace(SMALL, stages=2)
+    m, n, k = 37, 30, 70
+    a, b = _integers((m, k), 5), _integers((k, n), 6)
+    padded = np.full((k, 32), np.nan, dtype=np.float32)
+    padded[:, :n] = b
+    want = _reference(a, b)
+    whole, w_grid, w_block = _kernel_for("6", m, n, padding.LOADS_ONLY, config)
+    launches = {"whole": lambda c: whole[w_grid, w_block](a_dev, b_dev, c)}
+    kernel, grid, block, chunk = _split_kernel("6", m, n, k, 3, padding.LOADS_ONLY, config)
+    launches["split"] = lambda c: kernel[grid, block](a_dev, b_dev, c, np.uint64(chunk))
+    stream, s_grid, s_block, arguments = _stream_kernel("6", m, n, k, padding.LOADS_ONLY, config)
+    launches["stream"] = lambda c: stream[s_grid, s_block](a_dev, b_dev, c, *arguments)
+    a_dev, b_dev = cuda.to_device(a), cuda.to_device(padded)
+    for name, launch in launches.items():
+        c_dev = cuda.to_device(np.zeros((m, n), dtype=np.float32))
+        launch(c_dev)
+        got = c_dev.copy_to_host()
+        assert np.isfinite(got).all(), name
+        np.testing.assert_array_equal(got, want, err_msg=name)

@@ -107,6 +107,33 @@ def memset_zeros(stream):
     return zero
 
 
+def pitched_copy(stream, rows: int, row_bytes: int, source_pitch: int, destination_pitch: int):
+    """copy(source, destination): the driver's ``cuMemcpy2DAsync`` of `rows`
+    rows of `row_bytes` bytes each, from device address `source` (rows
+    `source_pitch` bytes apart) to `destination` (rows `destination_pitch`
+    bytes apart), on `stream`, in order with the kernels launched on it; the
+    bytes of a destination row past `row_bytes` are left as they were. None
+    where there are no cuda.bindings (the simulator)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return None
+    plan = driver.CUDA_MEMCPY2D()
+    plan.srcMemoryType = plan.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    plan.srcPitch, plan.dstPitch = source_pitch, destination_pitch
+    plan.WidthInBytes, plan.Height = row_bytes, rows
+    memcpy, success = driver.cuMemcpy2DAsync, driver.CUresult.CUDA_SUCCESS
+    handle = driver.CUstream(_handle(stream))
+
+    def copy(source, destination):
+        plan.srcDevice, plan.dstDevice = source, destination
+        (error,) = memcpy(plan, handle)
+        if error != success:
+            raise RuntimeError(f"the CUDA driver refused to copy {rows} rows of {row_bytes} "
+                               f"bytes from {source:#x} to {destination:#x}: error {error}")
+    return copy
+
+
 # -----------------------------------------------------------------------------
 # A launch with its arguments packed once
 #

@@ -21,7 +21,7 @@ import numpy as np
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.launch import (core_launch, launch_config, launchable, matrix_argument,
-                                      memset_zeros, packed_launch)
+                                      memset_zeros, packed_launch, pitched_copy)
 from gpucourse.kernels.launch import current_gpu as _current_gpu, gpu_name as _gpu_name
 from gpucourse.kernels.launch import is_torch_tensor as _is_torch_tensor
 from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 as _torch_float32
@@ -407,7 +407,7 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
                 ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
             return ways[mode](a_ptr, b_ptr, c_ptr)
         if copy_b is None:
-            copy_b = _copy_launch(k, n, k, n4, device_id)
+            copy_b = _ring_copy_b(k, n, n4, device_id)
         b_padded = scratch(device_id, k * n4).device_ctypes_pointer.value
         copy_b(b_ptr, b_padded)
         way(False)(a_ptr, b_padded, c_ptr)
@@ -425,6 +425,28 @@ def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, devic
         launch(stream, shape, copy, *_matrix_argument(source_ptr, rows, cols),
                *_matrix_argument(padded_ptr, padded_rows, padded_cols))
     return go
+
+
+# Whether a ring's copy of a ragged B into rows of n4 (entry_point's
+# _ring_plan) is the driver's pitched copy (launch.pitched_copy) rather than
+# pad_copy, a kernel of one float a thread that ran at 1-2.5 TB/s on the
+# H200 (benchmarks/results/sgemm_kernel_times-*: 15 us for B of 2545 x 1646).
+# The copy leaves the padding columns as they were: they meet only C's
+# columns past n, which are never stored. Off until a GPU has timed it
+# (benchmarks/sgemm_ring_pairs.py).
+RING_COPY_BY_DRIVER = False
+
+
+def _ring_copy_b(k: int, n: int, n4: int, device_id: int):
+    """copy(source_ptr, padded_ptr): B (k x n) into rows of n4 floats for a
+    ring, by the driver's pitched copy where RING_COPY_BY_DRIVER and the
+    driver allow, else by pad_copy (zeros in the padding)."""
+    if RING_COPY_BY_DRIVER:
+        _, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
+        copy = pitched_copy(stream, k, 4 * n, 4 * n, 4 * n4)
+        if copy is not None:
+            return copy
+    return _copy_launch(k, n, k, n4, device_id)
 
 
 def pad_copies(m: int, n: int, k: int, device_id: int):
