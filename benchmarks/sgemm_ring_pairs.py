@@ -10,8 +10,8 @@ into rows of n rounded up to 4 first (a second launch), or reads it as given
 the 64 x 128 ring's main loop then issues 1,384 instructions per 1,024 FMAs
 against 1,224 with 16-byte copies, its stores 64 against 16. Where n % 4 ==
 2, 8-byte copies and stores are legal (``padding.PAIRS``,
-``entry_point.RING_PAIRS``): 1,258 instructions and 32 stores, but 193
-registers against 168 (two blocks an SM, not three).
+``entry_point.RING_PAIRS``): 1,259 instructions and 32 stores, in 162
+registers against 168.
 
 At each shape of SHAPES (the held-out sets' large shapes with n % 4 == 2,
 the misses first), auto's plan (its tile and its splits) is run four ways,

@@ -346,10 +346,10 @@ RING_RAGGED_B = None
 
 # Whether a ring reading B as given copies it, and stores C, 8 bytes at a
 # time where their rows allow that (padding.PAIRS); off, 4 bytes. Offline
-# (ptxas 13, sm_90) the 64 x 128 ring's loop then issues 1,258 instructions
+# (ptxas 13, sm_90) the 64 x 128 ring's loop then issues 1,259 instructions
 # per 1,024 FMAs against 1,384 (1,224 with 16-byte copies), its stores 32
-# against 64, but holds 193 registers against 168 (two blocks an SM, not
-# three). Off until a GPU has timed both (benchmarks/sgemm_ring_pairs.py).
+# against 64, in 162 registers against 168. Off until a GPU has timed both
+# (benchmarks/sgemm_ring_pairs.py).
 RING_PAIRS = False
 
 

@@ -121,6 +121,7 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     if COPY_ADDRESSES not in ("once", "each"):
         raise ValueError(f"COPY_ADDRESSES must be 'once' or 'each', got {COPY_ADDRESSES!r}")
     EACH = COPY_ADDRESSES == "each"
+    PAIR_BASE = width == 2 and ROWS_OF_B  # 8-byte copies of B (padding.PAIRS)
     INTERIOR = bool(interior and width == 4) and not EACH
     # n % 4 == 0 (n even): a copy's four (two) floats are all inside or all outside.
     copy_b = {4: copy_float4_async_from, 2: copy_float2_async_from}.get(width,
@@ -150,6 +151,19 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
                 row = row0 + r + s * A_ROWS_APART
                 copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
                                       matrix_address(a, row, col), row < m and col < k)
+            if PAIR_BASE:
+                # 8-byte copies step from one address by B's rows: worked out
+                # from each copy's row and column, ptxas held the 64 x 128
+                # ring's addresses in 193 registers (two blocks an SM); so, 162.
+                kb0, j = b_place(tid, ZERO)
+                base = matrix_address(b, k_next + kb0, col0 + j)
+                step = uint64(b.strides[0]) * B_ROWS_APART
+                col_in = col0 + j < n
+                for s in range(B_COPIES):
+                    kb = kb0 + s * B_ROWS_APART
+                    copy_b(b_tile, b_to + (kb * BN + j) * FLOAT_BYTES, b, base + s * step,
+                           col_in and k_next + kb < k)
+                return
             for s in range(B_COPIES):
                 kb, j = b_place(tid, s)
                 copy_b(b_tile, b_to + (kb * BN + j) * FLOAT_BYTES, b,
