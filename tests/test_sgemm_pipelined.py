@@ -332,3 +332,39 @@ def test_a_padded_bs_padding_never_reaches_c():
         got = c_dev.copy_to_host()
         assert np.isfinite(got).all(), name
         np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_stores_staged_through_shared_memory_multiply_exactly(monkeypatch):
+    # vectorized.STAGED_STORES: a ring whose B is padded and whose C takes no
+    # 16-byte stores writes C through B's free shared tile, a row of each
+    # thread-row at a time. Exact on integers, edges included, B padded and
+    # read as given; staged only with B padded, K whole and C's rows ragged
+    # (split-K and stream-K add into C, and a C of rows a multiple of 4 takes
+    # 16-byte stores). A tile whose rows do not fit B's tile is named.
+    from gpucourse.kernels.sgemm import entry_point, vectorized
+
+    monkeypatch.setattr(vectorized, "STAGED_STORES", True)
+    staged = []  # the simulator's device functions look their globals up at each call
+    real_store = vectorized.store_float4_flat
+    monkeypatch.setattr(vectorized, "store_float4_flat",
+                        lambda *args: (staged.append(1), real_store(*args)))
+    fresh()
+    try:
+        config = replace(SMALL, stages=2)
+        for ring_b in ("padded", "scalar"):
+            monkeypatch.setattr(entry_point, "RING_RAGGED_B", ring_b)
+            for (m, n, k), splits, through in [((37, 30, 70), 1, True), ((5, 33, 9), 1, True),
+                                               ((33, 31, 41), "stream", False),
+                                               ((40, 29, 90), 3, False), ((9, 32, 20), 1, False)]:
+                staged.clear()
+                a, b = _integers((m, k), 7), _integers((k, n), 8)
+                np.testing.assert_array_equal(
+                    sgemm.matmul(a, b, 6, config=config, splits=splits), _reference(a, b),
+                    err_msg=f"{ring_b}: {m} x {n} x {k}, splits {splits}")
+                # staged where B is padded, C's rows ragged and nothing adds into C
+                assert bool(staged) == (through and ring_b == "padded"), (ring_b, m, n, k, splits)
+        with pytest.raises(ValueError, match="staged stores need"):
+            vectorized._make_vectorized_kernel(TileConfig(32, 32, 8, 1, 4, stages=2), "loads")
+    finally:
+        monkeypatch.undo()
+        fresh()

@@ -429,7 +429,8 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
     with `add` adds it into C (`_make_store_four`). Each level
     brings its own pieces: `place_thread(tid)` says where a thread works in the
     tile, as the two numbers (p, q) its `walk_k` (from `_make_k_loop`) and
-    `write_outputs(c, acc, row0, col0, p, q, m, n, add)` take; each thread keeps
+    `write_outputs(c, acc, row0, col0, p, q, m, n, add, b_tile)` take (b_tile:
+    B's shared tile, free once the walk is done); each thread keeps
     `accumulators` outputs, fragments of `a_fragment` values of A and
     `b_fragment` of B, and the next tiles in `a_staged` and `b_staged`
     registers. The kernels themselves, one per level and kind (whole K,
@@ -454,7 +455,7 @@ def _make_multiply_block(place_thread, walk_k, write_outputs, bm: int, bn: int,
             acc[i] = 0.0
         walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
                m, n, k_start, k_end, p, q)
-        write_outputs(c, acc, row0, col0, p, q, m, n, add)
+        write_outputs(c, acc, row0, col0, p, q, m, n, add, b_tile)
 
     return multiply_block
 

@@ -28,8 +28,10 @@ from gpucourse.kernels.sgemm.building_blocks import (_make_k_loop, _make_kernel,
 from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO, _INLINE,
                                             TileConfig, _u)
 from gpucourse.kernels._vector_load import load_float4_flat
+from gpucourse.kernels._vector_store import store_float4_flat
 from gpucourse.kernels.sgemm import pipelined
-from gpucourse.kernels.sgemm.padding import PAIRS
+from gpucourse.kernels.sgemm.padding import LOADS_ONLY, PAIRS
+from numba import uint64  # noqa: E402 (after gpucourse.device)
 
 
 # Two copies of the shared tiles for levels 5 and 6 (see (6) in building_blocks), where two
@@ -52,6 +54,22 @@ FRAGMENT_COPIES = 1
 # (results/sgemm_pipelined-h200-2026-11-29.json). "auto" gives them the
 # others' cap (benchmarks/sgemm_pipelined.py's comparison).
 PIPELINE_REGISTERS = None
+# Whether a ring whose C cannot take 16-byte stores while its B is padded
+# (n not a multiple of 4; "loads") stores C through shared memory, so that a
+# warp writes 32 neighbouring floats of a row at a time. Stored straight from
+# registers, a warp's store puts 4 bytes in each of 16 sectors of 32 bytes
+# (its threads' columns 16 bytes apart), four stores to fill them, where a
+# 16-byte store fills each sector at once: four times the L2 writes, at the
+# end of every tile. Staged, each of a thread's TM rows goes into B's free
+# shared tile (one row a thread-row, 16 bytes a store), a barrier, then the
+# block writes those rows out 4 bytes a thread, and a barrier. Offline (ptxas
+# 13, sm_90, the 64 x 128 ring) that costs 1,130 instructions after the walk
+# against 452 (each store in its own branch, its address worked out anew),
+# about half a step of K's 1,224: worth it only if the L2's writes, not the
+# issue slots, hold the tile's end. With B read as given it took 185
+# registers against 168, so it is not offered there. Off until a GPU has
+# timed it (benchmarks/sgemm_ring_pairs.py).
+STAGED_STORES = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
 # each FMA shares an operand with the one before it). FMA_ORDER is the
@@ -197,11 +215,50 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
 
     store_four = _make_store_four(PAIRS if vectorized == PAIRS else vectorized is True)
+    STAGED = bool(STAGED_STORES and stages and vectorized == LOADS_ONLY)
+    staged_floats = config.bm // config.tm * config.bn  # a row of C for each thread-row
+    if STAGED and (staged_floats % threads or staged_floats > b_shared):
+        raise ValueError(f"staged stores need the {staged_floats} floats of a row of C for "
+                         f"each thread-row to fit B's {b_shared}-float tile and split evenly "
+                         f"over {threads} threads, got {config}")
+    STAGE_PASSES, THREADS_U = _u(staged_floats // threads, threads)
+    # A pass of the block's threads over the staged rows covers whole rows
+    # (threads a multiple of bn), or a row takes several passes.
+    WIDE = threads >= config.bn
+    ROWS_PER_PASS, PASSES_PER_ROW = _u(max(1, threads // config.bn), max(1, config.bn // threads))
 
     @cuda.jit(device=True, **_INLINE)
-    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n, add):
+    def write_staged(c, acc, row0, col0, thread_row, thread_col, m, n, stage):
+        # Row i of every thread-row's TM rows goes through `stage` (B's tile,
+        # free after the walk): in with 16-byte stores, out 4 bytes a thread,
+        # neighbouring threads writing neighbouring columns of one row of C.
+        tid = uint64(cuda.threadIdx.x)
+        for i in range(TM):
+            for g in range(GROUPS):
+                base = i * TN + g * FOUR
+                store_float4_flat(stage, thread_row * BN + g * GROUP_STRIDE + thread_col * FOUR,
+                                  acc[base], acc[base + ONE], acc[base + TWO],
+                                  acc[base + THREE])
+            cuda.syncthreads()
+            for s in range(STAGE_PASSES):
+                if WIDE:
+                    r, cc = s * ROWS_PER_PASS + tid // BN, tid % BN
+                else:
+                    r, cc = s // PASSES_PER_ROW, (s % PASSES_PER_ROW) * THREADS_U + tid
+                row, col = row0 + r * TM + i, col0 + cc
+                value = stage[r * BN + cc]  # read unconditionally: only the store is tested
+                if (row < m) & (col < n):
+                    c[row, col] = value
+            cuda.syncthreads()
+
+    @cuda.jit(device=True, **_INLINE)
+    def write_patch(c, acc, row0, col0, thread_row, thread_col, m, n, add, b_tile):
         # The thread's TM x TN outputs into C, the parts inside it, four
-        # neighbouring columns of a group at a time.
+        # neighbouring columns of a group at a time (or, STAGED, through
+        # shared memory; never where several blocks add into C).
+        if STAGED and not add:
+            write_staged(c, acc, row0, col0, thread_row, thread_col, m, n, b_tile)
+            return
         for i in range(TM):
             row = row0 + thread_row * TM + i
             if row < m:

@@ -134,7 +134,7 @@ def _make_warp_tiled_kernel(config: WarpTileConfig, vectorized: bool, unroll: in
     store_four = _make_store_four(vectorized is True)
 
     @cuda.jit(device=True, **_INLINE)
-    def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n, add):
+    def write_patches(c, acc, row0, col0, a_offset, b_offset, m, n, add, b_tile):
         # Each patch's rows of C, four columns at a time; a patch that hangs
         # over the edge writes only what is inside.
         for wm in range(WM_ITER):
