@@ -368,3 +368,32 @@ def test_stores_staged_through_shared_memory_multiply_exactly(monkeypatch):
     finally:
         monkeypatch.undo()
         fresh()
+
+
+STAGED_SCRIPT = """
+import json
+import gpucourse.kernels.sgemm.vectorized as vectorized
+from gpucourse.kernels import sgemm
+vectorized.STAGED_STORES = True
+config = sgemm.TileConfig(64, 128, 16, 8, 8, stages=2)
+kernel = sgemm._tiled_kernel("6", config, "loads", False, False)
+print(json.dumps(numba.cuda.compile_ptx(kernel.py_func, sgemm.SPLIT_SIGNATURE[:3],
+                                        cc=(9, 0))[0]))
+"""
+
+
+def test_the_staged_stores_go_through_shared_memory_in_the_registers_of_three_blocks():
+    # The 64 x 128 ring with B padded and C stored through shared memory
+    # (vectorized.STAGED_STORES): each of a thread's 8 rows goes in as two
+    # 16-byte shared stores, then out as 8 single-float global stores (a
+    # row of 128 floats a pass, 1,024 staged floats over 128 threads), two
+    # barriers a row besides the walk's two; no spills, and at most 168
+    # registers a thread, three blocks of 128 threads an SM.
+    text = json.loads(compile_without_a_gpu(STAGED_SCRIPT).strip().splitlines()[-1])
+    assert text.count("st.shared.v4.f32") == RING.tm * (RING.tn // 4)
+    assert text.count("st.global.f32") == RING.tm * (RING.bm // RING.tm * RING.bn // RING.threads)
+    assert "st.global.v4.f32" not in text
+    assert text.count("bar.sync") == 2 + 2 * RING.tm
+    report = ptxas_report(text)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+    assert int(re.search(r"[Uu]sed (\d+) registers", report).group(1)) <= 168, report
