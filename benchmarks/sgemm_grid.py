@@ -241,6 +241,26 @@ def validate(sgemm, torch) -> list[dict]:
     return found
 
 
+def time_in_turns(calls: dict, rounds: int, time_ms, before=None) -> tuple[dict, dict]:
+    """({name: wall-clock ms of each round}, {name: CUDA-event ms of each
+    round}) of `calls` ({name: call}, cuBLAS's first) timed in turns, `rounds`
+    rounds, each a loop of about 100 ms of the first call's work ending in a
+    synchronize; `before(name)`, where given, runs before each call's turn."""
+    first = next(iter(calls.values()))
+    one = time_ms(first)[0]
+    count = int(min(2000, max(5, 100.0 / max(one, 1e-3))))  # about 100 ms a round
+    walls = {name: [] for name in calls}
+    kernels = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            if before is not None:
+                before(name)
+            call()
+            walls[name].append(wall_ms(call, count))
+            kernels[name].append(time_ms(call)[0])
+    return walls, kernels
+
+
 def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[dict]:
     """The rows of one grid shape: cuBLAS, auto and level 7 in turns."""
     import numpy as np
@@ -251,15 +271,7 @@ def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[di
     variants = {"cublas": lambda: torch.mm(a, b), "auto": lambda: sgemm.matmul(a, b),
                 "level7": lambda: sgemm.matmul(a, b, 7)}
     errors = {name: relative_error(call(), reference) for name, call in variants.items()}
-    one = time_ms(variants["cublas"])[0]
-    calls = int(min(2000, max(5, 100.0 / max(one, 1e-3))))  # about 100 ms a round
-    walls = {name: [] for name in variants}
-    kernels = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, call in variants.items():
-            call()
-            walls[name].append(wall_ms(call, calls))
-            kernels[name].append(time_ms(call)[0])
+    walls, kernels = time_in_turns(variants, rounds, time_ms)
     cublas_ms = float(np.median(walls["cublas"]))
     plan = sgemm.choose_plan(shape, sgemm.gpu_model())
     rows = []

@@ -39,9 +39,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from _common import (benchmark_parser, need_a_gpu, record_start, start, versions, wall_ms,
-                     write_record)
-from sgemm_grid import parse_shapes
+from _common import benchmark_parser, need_a_gpu, record_start, start, versions, write_record
+from sgemm_grid import parse_shapes, relative_error, time_in_turns
 
 # The 26 large misses of held-out sets 1-10 in their newest runs (n % 4 == 2
 # first), then eight shapes of n % 4 == 2 just above the target.
@@ -87,20 +86,14 @@ def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dic
              entry_point.RING_COPY_BY_DRIVER) = flags
             return sgemm.matmul(a, b)
         entry_point._quick_plan.cache_clear()  # each way builds its own plan
-        out = call()
-        errors[name] = float((out.double() - reference).abs().max() / reference.abs().max())
+        errors[name] = relative_error(call(), reference)
         calls[name] = call
-    one = time_ms(calls["cublas"])[0]
-    count = int(min(2000, max(5, 100.0 / max(one, 1e-3))))  # about 100 ms a round
-    walls = {name: [] for name in calls}
-    kernels = {name: [] for name in calls}
-    for _ in range(ROUNDS):
-        for name, call in calls.items():
-            if name != "cublas":
-                entry_point._quick_plan.cache_clear()
-            call()
-            walls[name].append(wall_ms(call, count))
-            kernels[name].append(time_ms(call)[0])
+
+    def fresh_plan(name):
+        if name != "cublas":
+            entry_point._quick_plan.cache_clear()
+
+    walls, kernels = time_in_turns(calls, ROUNDS, time_ms, fresh_plan)
     cublas_ms = float(np.median(walls["cublas"]))
     rows = []
     for name in calls:

@@ -46,50 +46,39 @@ if on_gpu():
         if not all(isinstance(v, types.Float) for v in values):
             raise NumbaTypeError(f"{name} needs four float values, got {values}")
 
-    @intrinsic
-    def store_float4(typingctx, array, row, col, x0, x1, x2, x3):
-        """array[row, col:col + 4] = (x0, x1, x2, x3) in one 128-bit store."""
+    def _store_into_matrix(name, array, row, col, values):
+        """(signature, codegen) of an intrinsic storing `values` (float types)
+        into array[row, col:col + len(values)] of a 2D float32 array, as one
+        vector store; a NumbaTypeError names what else it was given."""
         if not (isinstance(array, types.Array) and array.ndim == 2
                 and array.dtype == types.float32):
-            raise NumbaTypeError(f"store_float4 needs a 2D float32 array, got {array}")
+            raise NumbaTypeError(f"{name} needs a 2D float32 array, got {array}")
         if not (isinstance(row, types.Integer) and isinstance(col, types.Integer)):
-            raise NumbaTypeError(f"store_float4 needs integer indices, got {row}, {col}")
-        _check_values("store_float4", (x0, x1, x2, x3))
-        signature = types.none(array, row, col, x0, x1, x2, x3)
+            raise NumbaTypeError(f"{name} needs integer indices, got {row}, {col}")
+        _check_values(name, values)
+        signature = types.none(array, row, col, *values)
 
         def codegen(context, builder, sig, args):
             array_type, row_type, col_type = sig.args[:3]
             indices = [context.cast(builder, args[1], row_type, types.intp),
                        context.cast(builder, args[2], col_type, types.intp)]
-            values = [context.cast(builder, v, t, types.float32)
+            stored = [context.cast(builder, v, t, types.float32)
                       for v, t in zip(args[3:], sig.args[3:])]
-            _store_vector(context, builder, array_type, args[0], indices, values)
+            _store_vector(context, builder, array_type, args[0], indices, stored)
             return context.get_dummy_value()
 
         return signature, codegen
+
+    @intrinsic
+    def store_float4(typingctx, array, row, col, x0, x1, x2, x3):
+        """array[row, col:col + 4] = (x0, x1, x2, x3) in one 128-bit store."""
+        return _store_into_matrix("store_float4", array, row, col, (x0, x1, x2, x3))
 
     @intrinsic
     def store_float2(typingctx, array, row, col, x0, x1):
         """array[row, col:col + 2] = (x0, x1) in one 64-bit store (st.global.v2.f32):
         rows an even number of floats long, 8-byte aligned data, col even."""
-        if not (isinstance(array, types.Array) and array.ndim == 2
-                and array.dtype == types.float32):
-            raise NumbaTypeError(f"store_float2 needs a 2D float32 array, got {array}")
-        if not (isinstance(row, types.Integer) and isinstance(col, types.Integer)):
-            raise NumbaTypeError(f"store_float2 needs integer indices, got {row}, {col}")
-        _check_values("store_float2", (x0, x1))
-        signature = types.none(array, row, col, x0, x1)
-
-        def codegen(context, builder, sig, args):
-            array_type, row_type, col_type = sig.args[:3]
-            indices = [context.cast(builder, args[1], row_type, types.intp),
-                       context.cast(builder, args[2], col_type, types.intp)]
-            values = [context.cast(builder, v, t, types.float32)
-                      for v, t in zip(args[3:], sig.args[3:])]
-            _store_vector(context, builder, array_type, args[0], indices, values)
-            return context.get_dummy_value()
-
-        return signature, codegen
+        return _store_into_matrix("store_float2", array, row, col, (x0, x1))
 
     @intrinsic
     def store_float4_flat(typingctx, array, index, x0, x1, x2, x3):
