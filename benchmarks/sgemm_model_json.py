@@ -410,6 +410,33 @@ def trial_zero_memset(out, paths) -> dict:
     return block
 
 
+def trial_ring_pairs(out, paths, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`, a trial itself) with the H200's "ring_pairs_b" block, each ring
+    tile's share for reading an even ragged B 8 bytes a copy, fitted to the
+    sgemm_kernel_times records at `paths` (variants X_pairs_b beside X:
+    shape_model_fit.fit_ring_scalar_b with way "pairs"). Returns the block.
+    The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    records = [json.loads(Path(path).read_text()) for path in paths]
+    if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
+        raise SystemExit("--records must name sgemm_kernel_times records")
+    joined = {**records[0], "results": [row for r in records for row in r["results"]]}
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+    entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
+    fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry, way="pairs")
+    names = [f"benchmarks/results/{'reruns/' if Path(path).parent.name == 'reruns' else ''}"
+             f"{Path(path).name}" for path in paths]
+    block = {"source": " and ".join(names) + " (fit_ring_scalar_b, way pairs)",
+             "share": fit["share"], "share_by_blocks": fit["share_by_blocks"]}
+    data["gpus"]["NVIDIA H200"]["ring_pairs_b"] = block
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return block
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -425,15 +452,25 @@ if __name__ == "__main__":
     which.add_argument("--trial-zero-memset", metavar="OUT",
                        help="the committed model with zeroing priced by the driver's memset "
                             "(--records: sgemm_kernel_times records timed with it)")
+    which.add_argument("--trial-ring-pairs", metavar="OUT",
+                       help="the committed model (or --base) with each ring tile's share for "
+                            "reading an even ragged B 8 bytes a copy (--records: "
+                            "sgemm_kernel_times records with X_pairs_b variants)")
     which.add_argument("--fit-split-residency", action="store_true",
                        help="the same blocks into the committed model")
     which.add_argument("--fit-stream-tile-shares", action="store_true",
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
     parser.add_argument("--records", default="",
-                        help="for --trial-zero-memset: sgemm_kernel_times records, by commas")
+                        help="for --trial-zero-memset and --trial-ring-pairs: "
+                             "sgemm_kernel_times records, by commas")
+    parser.add_argument("--base", default=None,
+                        help="for --trial-ring-pairs: the model JSON to start from")
     args = parser.parse_args()
-    if args.trial_zero_memset:
+    if args.trial_ring_pairs:
+        paths = [path for path in args.records.split(",") if path]
+        print(json.dumps(trial_ring_pairs(args.trial_ring_pairs, paths, args.base), indent=1))
+    elif args.trial_zero_memset:
         paths = [path for path in args.records.split(",") if path]
         print(json.dumps(trial_zero_memset(args.trial_zero_memset, paths), indent=1))
     elif args.fit_stream_tile_shares:

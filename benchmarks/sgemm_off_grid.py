@@ -33,8 +33,9 @@ against the one before it (--model). Set 8, drawn after the grid and sets
 1-7 ran that model, judges it. Set 9, drawn after set 8 ran, judges a trial
 (sgemm_model_json.py --trial-split-residency) against it. Set 10, drawn
 after, judged the trial that zeroes C with the driver's memset against the
-committed model with the zeroing kernel (--zero-kernel). Set 11 waits for the
-next change.
+committed model with the zeroing kernel (--zero-kernel). Set 11, drawn
+after, judges 8-byte copies of an even ragged B (entry_point.RING_PAIRS)
+against the 4-byte ones before them (--four-byte-pairs).
 """
 
 from __future__ import annotations
@@ -191,6 +192,10 @@ def main(argv=None) -> int:
                         help="split-K and stream-K zero C with the zeroing kernel, as before "
                              "the driver's memset (entry_point.ZERO_BY_MEMSET off); the "
                              "record is named ..._zero_kernel")
+    parser.add_argument("--four-byte-pairs", action="store_true",
+                        help="rings read an even ragged B 4 bytes a copy and store C a float "
+                             "at a time, as before 8-byte copies (entry_point.RING_PAIRS "
+                             "off); the record is named ..._four_byte")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
     name, shapes, label = ((f"sgemm_held_out_{args.held_out}", HELD_OUT[args.held_out],
@@ -210,6 +215,9 @@ def main(argv=None) -> int:
     if args.zero_kernel:
         sgemm.entry_point.ZERO_BY_MEMSET = False
         name += "_zero_kernel"
+    if args.four_byte_pairs:
+        sgemm.entry_point.RING_PAIRS = False
+        name += "_four_byte"
     gpu = sgemm.gpu_model()
     record = record_start(
         name, gpu, versions(),
@@ -219,7 +227,8 @@ def main(argv=None) -> int:
         f"TF32 off; N(0,1) inputs; shapes: {label}, none in sgemm_grid.py's GRID",
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated"),
                "path": str(args.model) if args.model else None,
-               "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel"})
+               "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel",
+               "ring_pairs": sgemm.entry_point.RING_PAIRS})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,

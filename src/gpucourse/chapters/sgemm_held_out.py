@@ -14,6 +14,7 @@ or the menu fell short (``sgemm.explore_rows``).
 from __future__ import annotations
 
 import math
+import statistics
 
 from gpucourse import results
 from gpucourse.chapters.sgemm import (explore_rows, grid_targets, load_explore_results,
@@ -50,6 +51,20 @@ BEFORE_SPLIT_RESIDENCY = "reruns/sgemm_held_out_{}-h200-2026-11-30-before-split-
 # twenty-fifth session); set 10, drawn before, ran it in turns with the
 # committed model (zeroing kernel), twice each (the second rounds: -second).
 TRIAL_ZERO_MEMSET = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-zero-memset.json"
+# Each set's run with rings reading an even ragged B 4 bytes a copy, as before
+# 8-byte copies (sgemm_off_grid.py --four-byte-pairs, twenty-sixth session);
+# set 11, drawn before, ran it in turns with them, twice each (-second).
+FOUR_BYTE_PAIRS = "reruns/sgemm_held_out_{}-h200-2026-11-30-four-byte.json"
+# Set 11 under a trial pricing those 8-byte copies (sgemm_model_json.py
+# --trial-ring-pairs, not adopted), and under the committed model in turns
+# with it, twice each (-second); then rings read three ways at 1717 x 1730
+# and five depths of K (sgemm_kernel_times.py), which say why it lost.
+TRIAL_RING_PAIRS = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-ring-pairs.json"
+BESIDE_RING_PAIRS = "reruns/sgemm_held_out_{}-h200-2026-11-30-beside-ring-pairs-trial.json"
+PAIRS_DEPTH = "reruns/sgemm_kernel_times-h200-2026-11-30-pairs-depth.json"
+# The ways of reading a ragged B in a ring, timed beside cuBLAS
+# (benchmarks/sgemm_ring_pairs.py).
+RING_PAIRS = "sgemm_ring_pairs-h200-2026-11-30.json"
 # The zeroing kernel against the driver's memset (benchmarks/sgemm_zeroing.py).
 ZEROING = "sgemm_zeroing-h200-2026-11-30.json"
 # What ptxas counts for each ring's three kernels (benchmarks/sgemm_registers.py).
@@ -225,6 +240,119 @@ def trial_zero_memset(number: int) -> dict | None:
     """Set `number`'s run under the zero-memset trial (TRIAL_ZERO_MEMSET),
     None where there is none."""
     return _earlier_run(TRIAL_ZERO_MEMSET, number)
+
+
+def four_byte_pairs(number: int, second: bool = False) -> dict | None:
+    """Set `number`'s run with rings reading an even ragged B 4 bytes a copy
+    (FOUR_BYTE_PAIRS; with `second`, its second round), None where there is
+    none."""
+    return _earlier_run(FOUR_BYTE_PAIRS.replace(".json", "-second.json") if second
+                        else FOUR_BYTE_PAIRS, number)
+
+
+def reads_b_in_pairs(row: dict) -> bool:
+    """Whether auto's `row` (a grid-format row) read B 8 bytes a copy with
+    RING_PAIRS on: a ring of at most RING_PAIRS_MOST_ROWS rows that reads an
+    even ragged B as given."""
+    from gpucourse.kernels.sgemm.entry_point import RING_PAIRS_MOST_ROWS
+
+    config = row["config"]
+    return bool(row["n"] % 4 == 2 and config.get("stages") and row["model"].get("ring_scalar_b")
+                and config["bm"] <= RING_PAIRS_MOST_ROWS)
+
+
+def pairs_in_turns(number: int) -> dict | None:
+    """Set `number` run in turns with 8-byte copies (its committed run and
+    the -second round) and with 4-byte ones (``four_byte_pairs``), None
+    unless all four runs are committed: {"pairs_shapes": its large shapes
+    that read B 8 bytes a copy, "eight" and "four": (met, shapes) of the
+    large class in each round, "flipped": the large shapes met in some runs
+    and not in others, "flipped_pairs": how many of those read B 8 bytes a
+    copy, "flipped_us": the longest of auto's calls at them (us)}."""
+    eight = [load_held_out_results(number),
+             _earlier_run("reruns/sgemm_held_out_{}-h200-2026-11-30-second.json", number)]
+    four = [four_byte_pairs(number), four_byte_pairs(number, True)]
+    if any(run is None for run in eight + four):
+        return None
+    large = [r for r in eight[0]["results"]
+             if r["variant"] == "auto" and shape_class(r["m"], r["n"]) == "large"]
+    met = [{(m, n, k) for m, n, k, _ in grid_targets(run)["large"]["missed"]}
+           for run in eight + four]
+    flipped = [r for r in large if len({(r["m"], r["n"], r["k"]) in missed for missed in met}) > 1]
+    return {"pairs_shapes": sum(map(reads_b_in_pairs, large)),
+            "eight": [class_met({number: run}) for run in eight],
+            "four": [class_met({number: run}) for run in four],
+            "flipped": len(flipped), "flipped_pairs": sum(map(reads_b_in_pairs, flipped)),
+            "flipped_us": max((1e3 * auto_row(run, (r["m"], r["n"], r["k"]))["ms"]
+                               for r in flipped for run in eight + four), default=0.0)}
+
+
+def ring_pairs_trial(number: int) -> dict | None:
+    """Set `number`'s runs in turns under the ring-pairs trial and the
+    committed model, {"trial": [first, second], "committed": [first,
+    second]}, None unless all four are committed."""
+    found = {who: [_earlier_run(template, number),
+                   _earlier_run(template.replace(".json", "-second.json"), number)]
+             for who, template in (("trial", TRIAL_RING_PAIRS), ("committed", BESIDE_RING_PAIRS))}
+    return None if any(run is None for runs in found.values() for run in runs) else found
+
+
+def read_as_given_by_depth(m: int, n: int, path=None) -> dict | None:
+    """How much longer the cheapest ring with K whole took, at each depth k
+    that the PAIRS_DEPTH run (or the record at `path`) timed m x n, reading B
+    as given than with B padded first, product kernel against product
+    kernel: {k: {"scalar": 4 bytes a copy, "pairs": 8 bytes a copy}} (0.15:
+    15% longer); None while the run is not committed. Raises ValueError
+    where it did not time m x n."""
+    path = results.results_dir() / PAIRS_DEPTH if path is None else path
+    if not path.exists():
+        return None
+    depths = sorted({r["k"] for r in results.load_results("sgemm_kernel_times", path)["results"]
+                     if (r["m"], r["n"]) == (m, n)})
+    if not depths:
+        raise ValueError(f"the run did not time {m} x {n}")
+    found = {}
+    for k in depths:
+        times = kernel_times((m, n, k), path)
+        found[k] = {way: times[f"ring_{way}_b"]["product"] / times["ring"]["product"] - 1
+                    for way in ("scalar", "pairs")}
+    return found
+
+
+def ring_pairs_gains(path=None) -> dict | None:
+    """What 8-byte copies of B (and stores of C) gave the rings timed by
+    benchmarks/sgemm_ring_pairs.py at shapes with n % 4 == 2 (the record at
+    `path`, default RING_PAIRS in results/; None while none is committed):
+    {tile "BMxBN": {"shapes": how many, "faster_than_scalar": at how many
+    the call was faster than with 4-byte copies, "over_scalar" and
+    "over_padded": the median of the call's time those ways over its time
+    with 8-byte copies, less 1}}. Raises ValueError where a way's result was
+    wrong (its error over 1e-4)."""
+    path = results.results_dir() / RING_PAIRS if path is None else path
+    if not path.exists():
+        return None
+    record = results.load_results("sgemm_ring_pairs", path)
+    wrong = [r for r in record["results"] if r.get("max_rel_err", 0.0) > 1e-4]
+    if wrong:
+        raise ValueError(f"the ring_pairs record's {wrong[0]['way']} was wrong at "
+                         f"{shape_text(wrong[0]['m'], wrong[0]['n'], wrong[0]['k'])}")
+    ways: dict = {}
+    for row in record["results"]:
+        if row["n"] % 4 == 2 and not row.get("staged_stores") and row["way"] != "cublas":
+            ways.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row
+    found: dict = {}
+    for timed in ways.values():
+        if not {"pairs", "scalar", "padded"} <= set(timed):
+            continue
+        config = timed["pairs"]["config"]
+        ratios = found.setdefault(f"{config['bm']}x{config['bn']}", {"scalar": [], "padded": []})
+        for way in ("scalar", "padded"):
+            ratios[way].append(timed[way]["ms"] / timed["pairs"]["ms"])
+    return {tile: {"shapes": len(r["scalar"]),
+                   "faster_than_scalar": sum(x > 1 for x in r["scalar"]),
+                   "over_scalar": statistics.median(r["scalar"]) - 1,
+                   "over_padded": statistics.median(r["padded"]) - 1}
+            for tile, r in sorted(found.items())}
 
 
 def zeroing_times(path=None) -> dict | None:

@@ -345,12 +345,23 @@ RING_RAGGED_B = None
 
 
 # Whether a ring reading B as given copies it, and stores C, 8 bytes at a
-# time where their rows allow that (padding.PAIRS); off, 4 bytes. Offline
-# (ptxas 13, sm_90) the 64 x 128 ring's loop then issues 1,259 instructions
-# per 1,024 FMAs against 1,384 (1,224 with 16-byte copies), its stores 32
-# against 64, in 162 registers against 168. Off until a GPU has timed both
-# (benchmarks/sgemm_ring_pairs.py).
-RING_PAIRS = False
+# time where their rows allow that (padding.PAIRS), for tiles of at most
+# RING_PAIRS_MOST_ROWS rows; else 4 bytes. Offline (ptxas 13, sm_90) the 64 x
+# 128 ring's loop then issues 1,259 instructions per 1,024 FMAs against 1,384
+# (1,224 with 16-byte copies), its stores 32 against 64, in 162 registers
+# against 168. On the H200 (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json,
+# n % 4 == 2, wall clock in turns beside cuBLAS) 64 x 128 rings ran 7-12%
+# faster than with 4-byte copies at 9 of 10 shapes (the tenth, a 20 us call,
+# 10% slower by the wall clock and 10% faster by CUDA events) and 5-38% faster
+# than with B padded first; 64 x 64 rings within 1-7% of both, mostly ahead;
+# the one 128 x 128 ring timed (640 x 906 x 16631, 13 slices) 4% slower.
+RING_PAIRS = True
+RING_PAIRS_MOST_ROWS = 64
+
+
+def _ring_pairs(config) -> bool:
+    """Whether `config`'s ring reads an even ragged B 8 bytes a copy."""
+    return RING_PAIRS and config.bm <= RING_PAIRS_MOST_ROWS
 
 
 def _paired_rows(x) -> bool:
@@ -383,8 +394,8 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     ``_ring_b`` says, 4 bytes at a time from B itself, or 16 from a copy of B
     padded to k x n4 (``padding.padded_b``), C then stored a float at a
     time. Read as given, B is copied 8 bytes at a time and C stored 8 bytes
-    at a time where their rows allow that (n even, B and C on 8 bytes:
-    ``padding.PAIRS``). Each way is compiled the first time it is needed."""
+    at a time where their rows allow that (n even, B and C on 8 bytes, tiles
+    of at most 64 rows: ``padding.PAIRS``, ``_ring_pairs``). Each way is compiled the first time it is needed."""
     n4 = rounded_up_to_4(n)
     ways = {}
 
@@ -402,7 +413,8 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
         if not (n % 4 or b_ptr % 16 or c_ptr % 16):
             return way(True)(a_ptr, b_ptr, c_ptr)
         if scalar:
-            mode = PAIRS if RING_PAIRS and not (n % 2 or b_ptr % 8 or c_ptr % 8) else False
+            mode = PAIRS if _ring_pairs(config) and not (n % 2 or b_ptr % 8 or c_ptr % 8) \
+                else False
             if mode not in ways:
                 ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
             return ways[mode](a_ptr, b_ptr, c_ptr)
@@ -432,8 +444,9 @@ def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, devic
 # pad_copy, a kernel of one float a thread that ran at 1-2.5 TB/s on the
 # H200 (benchmarks/results/sgemm_kernel_times-*: 15 us for B of 2545 x 1646).
 # The copy leaves the padding columns as they were: they meet only C's
-# columns past n, which are never stored. Off until a GPU has timed it
-# (benchmarks/sgemm_ring_pairs.py).
+# columns past n, which are never stored. Off: on the H200 the driver's copy
+# made the call slower than pad_copy did at 26 of 29 shapes
+# (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json, "padded_driver").
 RING_COPY_BY_DRIVER = False
 
 
@@ -692,7 +705,8 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             vectorized = _aligned_rows(b_dev) and _aligned_rows(c_dev)
             if not vectorized and _ring_b(gpu_model(), m, n, k, config, splits) == "padded":
                 b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
-            elif not vectorized and RING_PAIRS and _paired_rows(b_dev) and _paired_rows(c_dev):
+            elif not vectorized and _ring_pairs(config) and _paired_rows(b_dev) \
+                    and _paired_rows(c_dev):
                 vectorized = PAIRS
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:

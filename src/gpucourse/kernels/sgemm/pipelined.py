@@ -25,7 +25,8 @@ ragged K costs nothing here. Its rows in shared memory are bm + 4 floats
 apart (A_PAD): a warp's 32 copies cover bk columns of K for 32 / bk rows of A,
 and without the pad every copy of one row of A would land in the same bank.
 B's tile comes 16 bytes a copy where its rows allow (n a multiple of 4; see
-below for the others), else 4 bytes a copy. ``config.check_config`` checks that the block's threads share
+below for the others), else 8 bytes a copy where n is even (``padding.PAIRS``),
+else 4. ``config.check_config`` checks that the block's threads share
 the copies equally and that the ring fits in shared memory.
 
 What a copy costs besides the copy. Each copy can find its source from its
@@ -44,7 +45,9 @@ FMAs each (about 41 KB of instructions), beyond what the SM's instruction
 caches hold, with one block an SM to hide the fetches.
 
 Where n is not a multiple of 4, B's rows do not allow 16-byte copies:
-the ring then copies B 4 bytes at a time, in the same launch, or matmul
+the ring then copies B 4 bytes at a time (8 where n is even and the tile
+has at most 64 rows, entry_point.RING_PAIRS, C then stored 8 bytes at a
+time too), in the same launch, or matmul
 first copies B alone into rows of n rounded up to 4 (entry_point's
 ``_ring_plan``, ``padding.padded_b``), whichever the shape model prices
 cheaper: the loop longer by the ring's measured share, which depends on how

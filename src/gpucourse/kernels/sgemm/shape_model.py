@@ -353,7 +353,9 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     on a ragged n reads B 4 bytes a copy ("ring_scalar_b" True) where that
     is cheaper than copying B first (ring_copy_us, the copy's time), its
     busiest SM longer by the share for as many blocks as it holds
-    (``ring_scalar_b_share``).
+    (``ring_scalar_b_share``); where n is even and the entry holds a
+    "ring_pairs_b" share for the tile, by that share instead, B then read 8
+    bytes a copy ("ring_pairs_b" True too).
     """
     m, n, k = _shape(shape)
     check_config(config)
@@ -420,12 +422,17 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     # A ring on a ragged n: B copied into rows of n4 first (a second launch,
     # on the GPU and the host), or B read 4 bytes a copy in one launch, its
     # busiest SM the tile's measured share longer (``ring_scalar_b_share``;
-    # only where the entry has one), whichever the model finds cheaper.
+    # only where the entry has one; where n is even and the entry has one,
+    # the share of 8-byte copies, "ring_pairs_b"), whichever the model finds
+    # cheaper.
     ring_copy = ring_copy_us((m, n, k), entry) if ring else 0.0
-    ring_scalar_b = False
+    ring_scalar_b, pairs = False, None
     if ring_copy:
         copy_host = (entry.get("ring_scalar_b") or {}).get("copy_call_us", PAD_CALL_US)
         share = ring_scalar_b_share(entry, config, busiest, resident)
+        pairs = ring_scalar_b_share(entry, config, busiest, resident, "ring_pairs_b") \
+            if n % 2 == 0 else None
+        share = share if pairs is None else pairs
         ring_scalar_b = share is not None and max(host_us, gpu_us + sm_us * share) < max(
             host_us + copy_host, gpu_us + ring_copy)
         if ring_scalar_b:
@@ -446,7 +453,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
         "worker_steps": worker_steps if stream else None,
         "scalar_loads": scalar and not padded, "padded": padded, "ring_copy_us": ring_copy,
-        "ring_scalar_b": ring_scalar_b,
+        "ring_scalar_b": ring_scalar_b, "ring_pairs_b": ring_scalar_b and pairs is not None,
         "split_share": split_share,
         "sm_us": sm_us, "host_us": host_us, "gpu_us": gpu_us,
         "predicted_us": predicted, "tflops": 2 * m * n * k / predicted / 1e6,
@@ -478,14 +485,15 @@ def blocks_regime(busiest: int, resident: int) -> str:
 
 
 def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = None,
-                        resident: int | None = None) -> float | None:
+                        resident: int | None = None, block: str = "ring_scalar_b") -> float | None:
     """How much longer the busiest SM of `config`'s ring works where it reads
     a ragged B 4 bytes a copy instead of 16 (entry_point.RING_RAGGED_B),
     with `busiest` blocks on it of the `resident` it holds at once: the
     entry's "ring_scalar_b"["share_by_blocks"][tile_key(config)][regime]
     (``blocks_regime``) where it has one, else its "share" for the tile
     (``shape_model_fit.fit_ring_scalar_b``); None where it has neither (the
-    ring then always copies B first).
+    ring then always copies B first). With `block` "ring_pairs_b", the same
+    for a B read 8 bytes a copy (an even n, entry_point.RING_PAIRS).
 
     Measured pairs say the share depends on how full the SM is: a 64 x 128
     ring read as given took 27-29% longer alone on its SM, 7-11% with two
@@ -493,7 +501,7 @@ def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = N
     (benchmarks/results/sgemm_kernel_times-h200-2026-11-30.json and
     reruns/...-rounds.json): alone, nothing hides the four times as many
     loads; full, they take issue slots from the arithmetic."""
-    block = entry.get("ring_scalar_b") or {}
+    block = entry.get(block) or {}
     key = tile_key(config)
     if busiest is not None and resident is not None:
         by_blocks = (block.get("share_by_blocks") or {}).get(key) or {}

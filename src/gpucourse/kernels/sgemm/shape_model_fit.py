@@ -310,7 +310,7 @@ def fit_plan_factors(rows, entry: dict, min_rows: int = 3, weight: float = 2.0) 
 
 
 def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = None,
-                      min_regime_shapes: int = 2) -> dict:
+                      min_regime_shapes: int = 2, way: str = "scalar") -> dict:
     """The entry's "ring_scalar_b" block fitted to a sgemm_kernel_times record
     (benchmarks/sgemm_kernel_times.py; several runs' rows may be joined in one
     "results"): each ring plan timed at a ragged n twice, B copied first
@@ -324,19 +324,24 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = No
     that many blocks on the busiest SM (``shape_model.blocks_regime``: "one",
     "part", "full")}}, for each regime timed at `min_regime_shapes` shapes or
     more (each a pair of one kernel timed two ways in one run: two shapes
-    that agree are evidence enough).
+    that agree are evidence enough). With `way` "pairs", the same of the rings
+    timed reading an even ragged B 8 bytes a copy (variant X_pairs_b,
+    entry_point.RING_PAIRS): the model's "ring_pairs_b" block.
 
     The product kernel is each call's longest (the copy of B and split-K's
     zeroing are shorter). Raises ValueError where the record holds no pair."""
+    if way not in ("scalar", "pairs"):
+        raise ValueError(f"way must be 'scalar' or 'pairs', got {way!r}")
+    suffix = f"_{way}_b"
     rows = record.get("results", [])
     padded = {(r["m"], r["n"], r["k"], r["variant"]): r for r in rows}
     ratios: dict = {}
     regimes: dict = {}
     host = []
     for row in rows:
-        if not row["variant"].endswith("_scalar_b"):
+        if not row["variant"].endswith(suffix):
             continue
-        twin = padded.get((row["m"], row["n"], row["k"], row["variant"][:-len("_scalar_b")]))
+        twin = padded.get((row["m"], row["n"], row["k"], row["variant"][:-len(suffix)]))
         if twin is None:
             continue
         main = [max(kernel["us"] for kernel in r["kernels"]) for r in (row, twin)]
@@ -349,11 +354,17 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = No
             regimes.setdefault(key, {}).setdefault(regime, {})[pair] = main[0] / main[1]
         host.append(twin["host_us"] - row["host_us"])
     if not host:
-        raise ValueError("the record holds no ring timed both ways (variants X and "
-                         "X_scalar_b at one shape)")
+        raise ValueError(f"the record holds no ring timed both ways (variants X and "
+                         f"X{suffix} at one shape)")
+
+    # Against B padded first, whose C is stored a float at a time, 8-byte
+    # copies and stores ran up to 12% faster (short K, where storing C is
+    # much of a tile's time); against an aligned n's 16-byte stores they
+    # cannot be: the pairs' shares stop at 0.
+    floor = 0.0 if way == "pairs" else -math.inf
 
     def medians(found, least):
-        return {key: round(statistics.median(pairs.values()) - 1, 4)
+        return {key: round(max(floor, statistics.median(pairs.values()) - 1), 4)
                 for key, pairs in sorted(found.items())
                 if len({shape[:3] for shape in pairs}) >= least}
 

@@ -67,8 +67,11 @@ PIPELINE_REGISTERS = None
 # against 452 (each store in its own branch, its address worked out anew),
 # about half a step of K's 1,224: worth it only if the L2's writes, not the
 # issue slots, hold the tile's end. With B read as given it took 185
-# registers against 168, so it is not offered there. Off until a GPU has
-# timed it (benchmarks/sgemm_ring_pairs.py).
+# registers against 168, so it is not offered there. Off: on the H200, with B
+# padded by the driver, it made the call slower than storing from registers
+# at 17 of 29 shapes, by 0.1% at the median and up to 39%
+# (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json): the issue
+# slots, not the L2's writes, hold a tile's end.
 STAGED_STORES = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
