@@ -1,6 +1,7 @@
 """Where n is not a multiple of 4: a ring's ways with B and C, timed beside cuBLAS.
 
-    PYTHONPATH=src python3 benchmarks/sgemm_ring_pairs.py [--shapes MxNxK,...] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_ring_pairs.py [--shapes MxNxK,...] [--all-ways]
+                                                          [--out DIR]
 
 Issue 33. Every large miss of held-out sets 1-10 (26 shapes under 85% of
 cuBLAS, M and N of 512 or more) has a ragged n, not one of the 51 large
@@ -17,19 +18,30 @@ turns, ROUNDS rounds, beside cuBLAS (torch.mm), each checked against
 torch.mm first:
 
 * "padded": B copied first by ``padding.pad_copy`` (which ran at 1-2.5 TB/s);
-* "padded_driver": by the driver's pitched copy (``entry_point.RING_COPY_BY_DRIVER``);
 * "scalar": B read as given, 4 bytes a copy;
 * "pairs": 8 bytes a copy and C stored 8 bytes at a time where n is even
   (``entry_point.RING_PAIRS``; where n is odd this is "scalar" again);
+* "shifted": B's rows copied 16 bytes at a time wherever they start, then
+  moved into place in shared memory (``entry_point.RING_SHIFTED``,
+  ``padding.SHIFTED``; offline its loop issues about 1,290 instructions per
+  1,024 FMAs at 64 x 128);
+
+and with --all-ways also, as the first run (H200, 2026-11-30) timed them:
+
+* "padded_driver": B padded by the driver's pitched copy
+  (``entry_point.RING_COPY_BY_DRIVER``);
 * "padded_driver_staged": the driver's copy, and C stored through shared
   memory (``vectorized.STAGED_STORES``), timed after the others (the flag is
   read when a kernel is built) with cuBLAS again beside it.
+
+Both were slower than "padded" at most shapes and stay off.
 
 A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
 kernel_ms: CUDA events around back-to-back calls; vs_cublas against the
 cuBLAS timed in the same phase. Writes
-DIR/sgemm_ring_pairs-<gpu-slug>-<date>.json. About five minutes.
+DIR/sgemm_ring_pairs-<gpu-slug>-<date>.json. About three minutes (five with
+--all-ways).
 """
 
 from __future__ import annotations
@@ -54,11 +66,15 @@ SHAPES = [(883, 1934, 381), (560, 1646, 2545), (3587, 1570, 70), (941, 2454, 92)
           (733, 1486, 589), (807, 2034, 3400), (580, 3002, 13104), (640, 906, 16631),
           (2046, 706, 451), (4443, 518, 805), (2680, 1170, 128), (610, 4826, 146)]
 ROUNDS = 3
-# (entry_point.RING_RAGGED_B, RING_PAIRS, RING_COPY_BY_DRIVER) of each way.
-WAYS = {"padded": ("padded", False, False), "padded_driver": ("padded", False, True),
-        "scalar": ("scalar", False, False), "pairs": ("scalar", True, False)}
-# Timed in a second phase, with vectorized.STAGED_STORES on.
-STAGED_WAYS = {"padded_driver_staged": ("padded", False, True)}
+# (entry_point.RING_RAGGED_B, RING_PAIRS, RING_COPY_BY_DRIVER, RING_SHIFTED)
+# of each way; FLAGS, the names of those switches.
+FLAGS = ("RING_RAGGED_B", "RING_PAIRS", "RING_COPY_BY_DRIVER", "RING_SHIFTED")
+WAYS = {"padded": ("padded", False, False, False), "scalar": ("scalar", False, False, False),
+        "pairs": ("scalar", True, False, False), "shifted": ("scalar", False, False, True)}
+# With --all-ways: the driver's copy, then (a second phase, with
+# vectorized.STAGED_STORES on) C stored through shared memory.
+DRIVER_WAYS = {"padded_driver": ("padded", False, True, False)}
+STAGED_WAYS = {"padded_driver_staged": ("padded", False, True, False)}
 
 
 def staged_stores(on: bool) -> None:
@@ -72,8 +88,8 @@ def staged_stores(on: bool) -> None:
 
 def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dict,
               staged: bool) -> tuple[list[dict], float]:
-    """Each way of `ways` ({name: (RING_RAGGED_B, RING_PAIRS, RING_COPY_BY_DRIVER)})
-    and cuBLAS in turns, ROUNDS rounds, with STAGED_STORES `staged`: rows of
+    """Each way of `ways` ({name: the values of FLAGS}) and cuBLAS in turns,
+    ROUNDS rounds, with STAGED_STORES `staged`: rows of
     {way, ms, kernel_ms, vs_cublas, max_rel_err}, and the worst error."""
     from gpucourse.kernels.sgemm import vectorized
 
@@ -82,8 +98,8 @@ def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dic
     calls, errors = {"cublas": lambda: torch.mm(a, b)}, {"cublas": 0.0}
     for name, flags in ways.items():
         def call(flags=flags):
-            (entry_point.RING_RAGGED_B, entry_point.RING_PAIRS,
-             entry_point.RING_COPY_BY_DRIVER) = flags
+            for flag, value in zip(FLAGS, flags):
+                setattr(entry_point, flag, value)
             return sgemm.matmul(a, b)
         entry_point._quick_plan.cache_clear()  # each way builds its own plan
         errors[name] = relative_error(call(), reference)
@@ -108,6 +124,8 @@ def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--shapes", default="", help="these shapes instead of SHAPES, MxNxK "
                                                      "comma-separated")
+    parser.add_argument("--all-ways", action="store_true",
+                        help="also the driver's copy, and C stored through shared memory")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_ring_pairs.py", "tests/test_sgemm_pipelined.py checks the ways on the simulator"))
     shapes = parse_shapes(args.shapes) or SHAPES
@@ -119,27 +137,30 @@ def main(argv=None) -> int:
     from gpucourse.kernels.sgemm import entry_point
 
     gpu = sgemm.gpu_model()
+    driver_text, staged_text = (" or the driver", ", then with C stored through shared "
+                                "memory (vectorized.STAGED_STORES)") if args.all_ways else ("", "")
     record = record_start(
         "sgemm_ring_pairs", gpu, versions(),
-        f"auto's plan at each shape, its ring's B padded by a kernel or the driver, read 4 "
-        f"bytes a copy and 8 bytes a copy (entry_point.RING_RAGGED_B, RING_PAIRS, "
-        f"RING_COPY_BY_DRIVER), then with C stored through shared memory "
-        f"(vectorized.STAGED_STORES), cuBLAS (torch.mm) beside each phase, in turns, "
+        f"auto's plan at each shape, its ring's B padded by a kernel{driver_text}, read 4 "
+        f"bytes a copy, 8 bytes a copy and shifted (entry_point.{', '.join(FLAGS)})"
+        f"{staged_text}, cuBLAS (torch.mm) beside each phase, in turns, "
         f"{ROUNDS} rounds, median; ms: wall clock per call of a loop ending in "
         "torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; TF32 off; "
         "N(0,1) inputs")
-    saved = entry_point.RING_RAGGED_B, entry_point.RING_PAIRS, entry_point.RING_COPY_BY_DRIVER
+    saved = tuple(getattr(entry_point, flag) for flag in FLAGS)
+    phases = [(False, {**WAYS, **DRIVER_WAYS}), (True, STAGED_WAYS)] if args.all_ways \
+        else [(False, WAYS)]
     rows, worst = [], 0.0
     try:
         # Phase by phase (STAGED_STORES is read when a kernel is built: one
         # switch, so each kernel is compiled once a phase), shape by shape.
-        for staged, ways in ((False, WAYS), (True, STAGED_WAYS)):
+        for staged, ways in phases:
             for m, n, k in shapes:
                 plan = sgemm.choose_plan((m, n, k), gpu)
                 if not plan["config"].stages:  # through registers: once, as auto runs it
                     if staged:
                         continue
-                    ways_here = {"auto": (None, False, False)}
+                    ways_here = {"auto": (None, False, False, False)}
                 else:
                     ways_here = ways
                 generator = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
@@ -157,8 +178,8 @@ def main(argv=None) -> int:
                           f"{r['way']} {r['ms'] * 1e3:.1f} us ({r['vs_cublas']:.0%})"
                           for r in found), flush=True)
     finally:
-        (entry_point.RING_RAGGED_B, entry_point.RING_PAIRS,
-         entry_point.RING_COPY_BY_DRIVER) = saved
+        for flag, value in zip(FLAGS, saved):
+            setattr(entry_point, flag, value)
         staged_stores(False)
         entry_point._quick_plan.cache_clear()
     record["results"] = rows

@@ -26,7 +26,10 @@ adds offsets:
   addresses 8-byte aligned: the rows of a B whose length is even but not a
   multiple of 4;
 * ``copy_float4_async_from``: the same for 16 bytes (``cp.async.cg``, which
-  bypasses L1), both addresses 16-byte aligned.
+  bypasses L1), both addresses 16-byte aligned;
+* ``copy_float4_async_part``: 16 bytes the same way, of which only the first
+  ``nbytes`` (0 to 16, a multiple of 4) are read and the rest are zeros: an
+  aligned chunk of a matrix's memory that runs past its last float.
 
 When ``valid`` is false nothing is read and the destination gets zeros (a
 source size of 0), which pads tiles past the matrices' edges. The copies of
@@ -115,6 +118,28 @@ if on_gpu():
 
             return types.void(tile, address, matrix, source, valid), codegen
         return typer
+
+    @intrinsic
+    def copy_float4_async_part(typingctx, tile, address, matrix, source, nbytes):
+        """The first `nbytes` (0 to 16) of the 16 bytes at global address
+        `source` (in `matrix`, 16-byte aligned) to the 16-byte aligned shared
+        address (in `tile`), zeros after them, asynchronously."""
+        if not all(isinstance(x, types.Integer) for x in (address, source, nbytes)):
+            raise NumbaTypeError(f"copy_float4_async_part takes integer addresses and a "
+                                 f"byte count, got {address}, {source}, {nbytes}")
+
+        def codegen(context, builder, sig, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            destination = builder.trunc(context.cast(builder, args[1], sig.args[1],
+                                                     types.uint64), i32)
+            from_ = context.cast(builder, args[3], sig.args[3], types.uint64)
+            size = builder.trunc(context.cast(builder, args[4], sig.args[4], types.uint64), i32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
+                               _COPIES[16], "r,l,r,~{memory}", side_effect=True)
+            builder.call(asm, [destination, from_, size])
+            return context.get_dummy_value()
+
+        return types.void(tile, address, matrix, source, nbytes), codegen
 
     @intrinsic
     def tile_address(typingctx, tile, index):
@@ -210,6 +235,21 @@ else:
         row, col = _element(matrix, source) if valid else (0, 0)
         for j in range(4):
             tile[int(address) // 4 + j] = matrix[row, col + j] if valid else 0.0
+
+
+    @cuda.jit(device=True)
+    def copy_float4_async_part(tile, address, matrix, source, nbytes):
+        """The simulator's stand-in: the first nbytes // 4 floats from the
+        matrix's memory (C-contiguous: float f of it is row f // n, column
+        f % n), zeros after them, at once."""
+        if int(address) % 16 or int(source) % 16:
+            raise ValueError(f"copy_float4_async_part needs 16-byte aligned addresses, got "
+                             f"shared {int(address)} and global {int(source)}")
+        first, width = int(source) // 4, matrix.shape[1]
+        for j in range(4):
+            f = first + j
+            tile[int(address) // 4 + j] = matrix[f // width, f % width] \
+                if j < int(nbytes) // 4 else 0.0
 
 
 def cp_async_wait(n: int):

@@ -28,10 +28,9 @@ from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
-from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, pad_copy, pad_grid,
-                                             padded_b,
-                                             padded_operands, padded_sizes, rounded_up_to_4,
-                                             scratch)
+from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, SHIFTED, pad_copy,
+                                             pad_grid, padded_b, padded_operands, padded_sizes,
+                                             rounded_up_to_4, scratch)
 from gpucourse.kernels.sgemm.shape_model import padded_plan, ring_reads_b_scalar
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
                                              STREAM, STREAM_SIGNATURE, SUM_BLOCK,
@@ -364,6 +363,15 @@ def _ring_pairs(config) -> bool:
     return RING_PAIRS and config.bm <= RING_PAIRS_MOST_ROWS
 
 
+# Whether a ring that reads a ragged B as given, and not in pairs, copies it
+# in 16-byte chunks of its memory wherever its rows start and moves the rows
+# into place in shared memory (padding.SHIFTED), instead of 4 bytes a copy:
+# no copy of B first, and 16-byte loads in the loop, for one more barrier
+# and 16 floats moved a thread a step (64 x 128 tiles). Off until a GPU has
+# timed it (benchmarks/sgemm_ring_pairs.py).
+RING_SHIFTED = False
+
+
 def _paired_rows(x) -> bool:
     """True if 8-byte copies and stores along x's rows are legal: C-contiguous,
     8-byte aligned data and rows an even number of floats long."""
@@ -395,7 +403,9 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     padded to k x n4 (``padding.padded_b``), C then stored a float at a
     time. Read as given, B is copied 8 bytes at a time and C stored 8 bytes
     at a time where their rows allow that (n even, B and C on 8 bytes, tiles
-    of at most 64 rows: ``padding.PAIRS``, ``_ring_pairs``). Each way is compiled the first time it is needed."""
+    of at most 64 rows: ``padding.PAIRS``, ``_ring_pairs``), or, with
+    RING_SHIFTED, in 16-byte chunks wherever its rows start
+    (``padding.SHIFTED``). Each way is compiled the first time it is needed."""
     n4 = rounded_up_to_4(n)
     ways = {}
 
@@ -414,7 +424,7 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
             return way(True)(a_ptr, b_ptr, c_ptr)
         if scalar:
             mode = PAIRS if _ring_pairs(config) and not (n % 2 or b_ptr % 8 or c_ptr % 8) \
-                else False
+                else SHIFTED if RING_SHIFTED else False
             if mode not in ways:
                 ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
             return ways[mode](a_ptr, b_ptr, c_ptr)
@@ -708,6 +718,8 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             elif not vectorized and _ring_pairs(config) and _paired_rows(b_dev) \
                     and _paired_rows(c_dev):
                 vectorized = PAIRS
+            elif not vectorized and RING_SHIFTED and b_dev.is_c_contiguous():
+                vectorized = SHIFTED
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:
             kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)

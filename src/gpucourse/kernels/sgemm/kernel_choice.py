@@ -18,7 +18,7 @@ from gpucourse.kernels.sgemm.config import (CONFIG_4A, CONFIG_4B, CONFIG_5, NAIV
                                             WarpTileConfig, _blocks, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.naive import sgemm_coalesced, sgemm_naive
-from gpucourse.kernels.sgemm.padding import LOADS_ONLY, PAIRS
+from gpucourse.kernels.sgemm.padding import LOADS_ONLY, PAIRS, SHIFTED
 from gpucourse.kernels.sgemm.shared import _make_shared_kernel
 from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_config, gpu_model
 from gpucourse.kernels.sgemm.vectorized import _make_vectorized_kernel
@@ -80,11 +80,13 @@ def _kernel_for(key: str, m: int, n: int, vectorized, config, split: bool = Fals
     interior = bool(vectorized is True and split is False and k and key in ("5", "6", "7") and
                     not (m % config.bm or n % config.bn or k % config.bk))
     # "loads": 128-bit loads from padded A and B, single stores into C;
-    # "pairs": a ring's 8-byte copies of B and stores into C (other kernels
-    # have no such mode, and take one float at a time).
-    if vectorized == PAIRS and not (key in ("5", "6") and getattr(config, "stages", 0)):
+    # "pairs": a ring's 8-byte copies of B and stores into C; "shifted": a
+    # ring's 16-byte copies of B wherever its rows start, moved into place
+    # (other kernels have neither mode, and take one float at a time).
+    if vectorized in (PAIRS, SHIFTED) and not (key in ("5", "6")
+                                              and getattr(config, "stages", 0)):
         vectorized = False
-    vectorized = vectorized if vectorized in (LOADS_ONLY, PAIRS) else bool(vectorized)
+    vectorized = vectorized if vectorized in (LOADS_ONLY, PAIRS, SHIFTED) else bool(vectorized)
     return _tiled_kernel(key, config, vectorized, split, interior), \
         (_blocks(n, config.bn), _blocks(m, config.bm)), (config.threads,)
 

@@ -40,6 +40,11 @@ LOADS_ONLY = "loads"
 # 8-byte copies of B and 64-bit stores into C, half the instructions of one
 # float at a time (entry_point's _ring_plan; rings only, kernel_choice).
 PAIRS = "pairs"
+# A ring's B read as given in 16-byte chunks of its memory wherever its rows
+# start, then moved into place in shared memory (pipelined.make_realign), C
+# stored a float at a time: no copy of B first, and 16-byte loads in the loop
+# (entry_point.RING_SHIFTED).
+SHIFTED = "shifted"
 PAD_BLOCK = (32, 8)
 
 

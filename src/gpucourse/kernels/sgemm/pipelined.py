@@ -70,10 +70,14 @@ from __future__ import annotations
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels._async_copy import (copy_float2_async_from, copy_float4_async_from,
-                                           copy_float_async_from, cp_async_commit,
-                                           cp_async_wait, matrix_address, tile_address)
+                                           copy_float4_async_part, copy_float_async_from,
+                                           cp_async_commit, cp_async_wait, matrix_address,
+                                           tile_address)
+from gpucourse.kernels._vector_load import load_float4_flat
+from gpucourse.kernels._vector_store import store_float4_flat
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
-from numba import uint64  # noqa: E402 (after gpucourse.device)
+from gpucourse.kernels.sgemm.padding import SHIFTED
+from numba import int64, uint64  # noqa: E402 (after gpucourse.device)
 
 # How a copy finds its source in global memory: "each" (from its row and
 # column every step, each copy checked against the edges; the default), or
@@ -89,6 +93,12 @@ COPY_ADDRESSES = "each"
 def a_stride(bm: int) -> int:
     """The floats from one k-row of A's shared tile to the next."""
     return bm + A_PAD
+
+
+def shifted_row(bn: int) -> int:
+    """The floats from one row of a shifted ring's raw tile of B to the next:
+    a row's bn floats start anywhere in its first 16 bytes (``SHIFTED``)."""
+    return bn + 4
 
 
 def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool | str,
@@ -108,7 +118,13 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     rows threads / bk apart; B's the same along its rows (or, where a row of B
     takes several of the block's passes, along the row). `vectorized`: True
     (16 bytes of B a copy), "pairs" (8 bytes: rows an even number of floats
-    long, on 8 bytes) or False (4 bytes)."""
+    long, on 8 bytes), False (4 bytes) or "shifted" (``padding.SHIFTED``: each
+    row of B's tile as the 16-byte chunks of memory that hold it, bn / 4 + 1
+    of them, into a raw tile of rows ``shifted_row(bn)`` floats apart, where
+    the row's first float lands (its address % 16) / 4 floats in;
+    ``make_realign`` then moves the rows into place)."""
+    if vectorized == SHIFTED:
+        return _make_shifted_copies(bm, bn, bk, threads)
     # check_config has made sure that the threads share each tile's copies
     # equally, in whole rows of the tile or whole passes over a row, four
     # floats of B a copy; so they do two floats a copy.
@@ -200,13 +216,123 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     return copy_tiles
 
 
+def _shifted_layout(bn: int, bk: int, threads: int) -> tuple:
+    """(chunks a row of B's tile takes past its shift, rows between a
+    thread's copies): bn / 4 threads copy a row's first bn / 4 chunks, so a
+    thread's rows lie threads / (bn / 4) apart, a multiple of 4 rows, and all
+    start at the same shift within 16 bytes (4 rows of B are 4 n floats, a
+    multiple of 16 bytes); so do every step's (bk rows further on)."""
+    per_row = bn // 4
+    apart = threads // per_row if threads % per_row == 0 else 0
+    if not apart or apart % 4 or bk % apart or bk > threads:
+        raise ValueError(f"a shifted ring needs threads a multiple of bn / 4, rows between a "
+                         f"thread's copies a multiple of 4 that divides bk, and bk <= threads; "
+                         f"got bn {bn}, bk {bk}, {threads} threads")
+    return per_row, apart
+
+
+def _make_shifted_copies(bm: int, bn: int, bk: int, threads: int):
+    """make_tile_copies for "shifted": A as "each" copies it; B's tile rows as
+    16-byte chunks of B's memory (``copy_float4_async_part``): the row's
+    first bn / 4 chunks by bn / 4 neighbouring threads, its last by thread
+    `row` of the block; rows past K's end as zeros. Floats past a row's end
+    are the next row's: they meet only C's columns past n, which are never
+    stored. Only a step whose last row is B's last may reach past B's end:
+    there each chunk is copied in part (to B's last float)."""
+    A_COPIES, A_ROWS_APART, BK, A_STRIDE = _u(bm * bk // threads, threads // bk, bk, a_stride(bm))
+    per_row, apart = _shifted_layout(bn, bk, threads)
+    PER_ROW, ROWS_APART, RAW, B_COPIES = _u(per_row, apart, shifted_row(bn), bk // apart)
+    FLOAT_BYTES, SIXTEEN = _u(4, 16)
+
+    @cuda.jit(device=True, **_INLINE)
+    def part(source, end, row, k):
+        # The bytes of the chunk at `source` to copy: none past K's end or B's.
+        left = end - int64(source)
+        return min(left, 16) if left > 0 and row < k else 0
+
+    @cuda.jit(device=True, **_INLINE)
+    def copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_to, b_to):
+        kk, r = tid % BK, tid // BK
+        col = k_next + kk
+        first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
+        for s in range(A_COPIES):
+            row = row0 + r + s * A_ROWS_APART
+            copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
+                                  matrix_address(a, row, col), row < m and col < k)
+        kb0, q = tid // PER_ROW, tid % PER_ROW
+        start = matrix_address(b, k_next + kb0, col0)
+        base = start - start % SIXTEEN + q * SIXTEEN
+        step = uint64(b.strides[0]) * ROWS_APART
+        if k_next + BK < uint64(b.shape[0]):  # no chunk reaches past B's last row
+            for s in range(B_COPIES):
+                kb = kb0 + s * ROWS_APART
+                copy_float4_async_part(b_tile, b_to + (kb * RAW + q * 4) * FLOAT_BYTES, b,
+                                       base + s * step, 16 if k_next + kb < k else 0)
+            if tid < BK:  # row tid's last chunk
+                start = matrix_address(b, k_next + tid, col0)
+                copy_float4_async_part(b_tile, b_to + (tid * RAW + PER_ROW * 4) * FLOAT_BYTES,
+                                       b, start - start % SIXTEEN + PER_ROW * SIXTEEN,
+                                       16 if k_next + tid < k else 0)
+            return
+        end = int64(matrix_address(b, uint64(b.shape[0]) - ONE, uint64(b.shape[1])))  # past B
+        for s in range(B_COPIES):
+            kb = kb0 + s * ROWS_APART
+            source = base + s * step
+            copy_float4_async_part(b_tile, b_to + (kb * RAW + q * 4) * FLOAT_BYTES, b,
+                                   source, part(source, end, k_next + kb, k))
+        if tid < BK:
+            start = matrix_address(b, k_next + tid, col0)
+            source = start - start % SIXTEEN + PER_ROW * SIXTEEN
+            copy_float4_async_part(b_tile, b_to + (tid * RAW + PER_ROW * 4) * FLOAT_BYTES, b,
+                                   source, part(source, end, k_next + tid, k))
+
+    return copy_tiles
+
+
+def make_realign(bn: int, bk: int, threads: int, raw_elements: int, aligned_at: int):
+    """realign(b, b_tile, tid, col0, k_now, copy): B's tile for step k_now,
+    copied "shifted" into raw copy `copy` of the ring (``raw_elements``
+    floats each), moved into the aligned tile at `aligned_at` (b_tile[
+    aligned_at + kb * bn + col]) that the multiply reads with 16-byte loads:
+    four floats a move, each thread the rows it copied (``_shifted_layout``:
+    one shift for all of them), read 16 bytes at once where the shift is 0,
+    else a float at a time, and written 16 bytes at once. The caller takes a
+    barrier before and after."""
+    per_row, apart = _shifted_layout(bn, bk, threads)
+    MOVES, PER_ROW, ROWS_APART, BN, RAW = _u(bk // apart, per_row, apart, bn, shifted_row(bn))
+    RAW_ELEMENTS, ALIGNED, SIXTEEN, FOUR = _u(raw_elements, aligned_at, 16, 4)
+    TWO, THREE = _u(2, 3)
+
+    @cuda.jit(device=True, **_INLINE)
+    def realign(b, b_tile, tid, col0, k_now, copy):
+        kb0, c4 = tid // PER_ROW, tid % PER_ROW
+        shift = matrix_address(b, k_now + kb0, col0) % SIXTEEN // FOUR
+        for s in range(MOVES):
+            kb = kb0 + s * ROWS_APART
+            at = copy * RAW_ELEMENTS + kb * RAW + shift + c4 * FOUR
+            to = ALIGNED + kb * BN + c4 * FOUR
+            if shift == ZERO:  # the same for a warp's threads, or two rows' of them
+                x0, x1, x2, x3 = load_float4_flat(b_tile, at)
+                store_float4_flat(b_tile, to, x0, x1, x2, x3)
+            else:
+                store_float4_flat(b_tile, to, b_tile[at], b_tile[at + ONE], b_tile[at + TWO],
+                                  b_tile[at + THREE])
+
+    return realign
+
+
 def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements: int,
-                stages: int):
+                stages: int, realign=None, aligned_at: int = 0):
     """The walk along K for columns k_start <= kk < k_end (the whole of K, a
     split-K slice or a stream-K piece), with the same signature as
     building_blocks' ``_make_k_loop``'s (its a_next and b_next unused): a ring
     of `stages` copies of the tiles (a_elements and b_elements floats each),
-    filled by cp.async stages - 1 steps ahead (the module's note)."""
+    filled by cp.async stages - 1 steps ahead (the module's note). With
+    `realign` (``make_realign``; B copied "shifted"), each step first moves
+    the landed tile of B into the aligned tile at `aligned_at`, between two
+    barriers, and multiplies that."""
+    REALIGN, ALIGNED = realign is not None, _u(aligned_at)
+    realign = realign or _no_realign
     BK, A_ELEMENTS, B_ELEMENTS, STAGES_U = _u(bk, a_elements, b_elements, stages)
     A_BYTES, B_BYTES = _u(4 * a_elements, 4 * b_elements)
     AHEAD = _u(stages - 1)
@@ -232,8 +358,14 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
                 copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k_end,
                            a0 + write * A_BYTES, b0 + write * B_BYTES)
             cp_async_commit()
-            multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
-                          read * B_ELEMENTS)
+            if REALIGN:  # nobody reads the aligned tile now: the barrier above
+                realign(b, b_tile, tid, col0, k_now, read)
+                cuda.syncthreads()
+                multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
+                              ALIGNED)
+            else:
+                multiply_tile(a_tile, b_tile, acc, a_frag, b_frag, p, q, read * A_ELEMENTS,
+                              read * B_ELEMENTS)
             read = ZERO if read + ONE == STAGES_U else read + ONE
             write = ZERO if write + ONE == STAGES_U else write + ONE
         # Nothing in flight, and nobody reading, before the tiles are written
@@ -242,3 +374,8 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
         cuda.syncthreads()
 
     return walk_k
+
+
+@cuda.jit(device=True, **_INLINE)
+def _no_realign(b, b_tile, tid, col0, k_now, copy):
+    """make_k_loop's stand-in where B's tiles land in place."""

@@ -30,7 +30,7 @@ from gpucourse.kernels.sgemm.config import (ONE, STATIC_SHARED_LIMIT_BYTES, ZERO
 from gpucourse.kernels._vector_load import load_float4_flat
 from gpucourse.kernels._vector_store import store_float4_flat
 from gpucourse.kernels.sgemm import pipelined
-from gpucourse.kernels.sgemm.padding import LOADS_ONLY, PAIRS
+from gpucourse.kernels.sgemm.padding import LOADS_ONLY, PAIRS, SHIFTED
 from numba import uint64  # noqa: E402 (after gpucourse.device)
 
 
@@ -100,7 +100,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     "loads", 128-bit loads and single stores, for a C whose rows are not a
     multiple of 4 long, with A and B padded (entry_point's padded plans);
     "pairs" (rings only, ``padding.PAIRS``), 8-byte copies of B and 64-bit
-    stores into C, for rows an even number of floats long.
+    stores into C, for rows an even number of floats long; "shifted" (rings
+    only, ``padding.SHIFTED``), B copied in 16-byte chunks wherever its rows
+    start and moved into place in shared memory, C stored a float at a time.
     `fragment_copies`: 1 or 2 copies of a thread's fragments (default
     FRAGMENT_COPIES, which says what two do). With `config.stages`, the
     tiles go from global to shared memory by cp.async, into a ring of that
@@ -128,18 +130,27 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     double = double_buffer and 2 * config.shared_bytes <= STATIC_SHARED_LIMIT_BYTES
     a_shared, b_shared = (2 if double else 1) * a_elements, (2 if double else 1) * b_elements
     a_row = config.bm  # floats from one k-row of A's shared tile to the next
+    shifted = bool(stages) and vectorized == SHIFTED
     if stages:  # a ring of `stages` copies, A's rows padded (check_config checked it fits)
         a_row = pipelined.a_stride(config.bm)
         a_elements = a_row * config.bk
         a_shared, b_shared = stages * a_elements, stages * b_elements
+    aligned_at = 0
+    if shifted:  # raw copies of B's rows, wherever they start, then the aligned tile
+        aligned_at = stages * config.bk * pipelined.shifted_row(config.bn)
+        b_elements, b_shared = aligned_at // stages, aligned_at + config.bk * config.bn
+        if 4 * (a_shared + b_shared) > STATIC_SHARED_LIMIT_BYTES:
+            raise ValueError(f"a shifted ring's tiles need 4*(a + raw b + b) = "
+                             f"{4 * (a_shared + b_shared)} bytes of shared memory, more than "
+                             f"{STATIC_SHARED_LIMIT_BYTES}: {config}")
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
     A_ROW, BN, BK, TM, TN = _u(a_row, config.bn, config.bk, config.tm, config.tn)
     THREADS_PER_ROW = _u(config.bn // config.tn)
     GROUPS, GROUP_STRIDE = _u(config.tn // 4, 4 * (config.bn // config.tn))
     TWO, THREE, FOUR = _u(2, 3, 4)
     fetch_tiles, store_tiles, a_staged, b_staged = _make_tile_loaders(
-        config.bm, config.bn, config.bk, threads, bool(vectorized) and vectorized != PAIRS,
-        interior)
+        config.bm, config.bn, config.bk, threads,
+        bool(vectorized) and vectorized not in (PAIRS, SHIFTED), interior)
 
     @cuda.jit(device=True, **_INLINE)
     def load_fragments(a_tile, b_tile, a_frag, b_frag, dot, copy, thread_row, thread_col,
@@ -201,11 +212,13 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     if stages:
         # "loads" (a padded B) copies 16 bytes as True does; only C's stores
         # differ. "pairs" copies 8 bytes of B and stores C two floats at a time.
-        copy_tiles = pipelined.make_tile_copies(config.bm, config.bn, config.bk, threads,
-                                                PAIRS if vectorized == PAIRS else bool(vectorized),
-                                                interior)
+        copy_tiles = pipelined.make_tile_copies(
+            config.bm, config.bn, config.bk, threads,
+            vectorized if vectorized in (PAIRS, SHIFTED) else bool(vectorized), interior)
+        realign = pipelined.make_realign(config.bn, config.bk, threads, b_elements,
+                                         aligned_at) if shifted else None
         walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
-                                       b_elements, stages)
+                                       b_elements, stages, realign, aligned_at)
         a_staged = b_staged = 1  # no tiles in flight through registers
     else:
         walk_k = _make_k_loop(fetch_tiles, store_tiles, multiply_tile, config.bk, a_elements,

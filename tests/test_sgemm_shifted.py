@@ -1,0 +1,147 @@
+"""Week 8: a ring reading a ragged B in 16-byte chunks wherever its rows
+start (issue 33, twenty-sixth session; ``padding.SHIFTED``,
+``entry_point.RING_SHIFTED``, off until a GPU has timed it).
+
+Where n is odd no row of B but one in four starts on 16 bytes, and none in
+two on 8: a ring copies B first into padded rows (a second kernel and
+launch) or reads it 4 bytes a copy. "Shifted" copies each row of a tile as
+the 16-byte chunks of memory that hold it, one more than the row's floats
+need, into a raw tile where the row starts (its address % 16) / 4 floats
+in; each step the block then moves the rows into an aligned tile, which the
+loop reads 16 bytes at a time. Floats past a row's end are the next row's,
+and they meet only C's columns past n. Offline the 64 x 128 ring's main
+loop issues about 1,290 instructions per 1,024 FMAs, against 1,224 with B
+aligned and 1,384 read 4 bytes a copy."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import TileConfig, entry_point, padding, pipelined
+from ptx_helpers import compile_without_a_gpu, ptxas_report
+from test_sgemm_pipelined import PTX_SCRIPT
+from test_sgemm_split_k import _integers
+
+RING = replace(TileConfig(32, 32, 8, 4, 8), stages=2)
+
+
+def _reference(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("m, n, k", [(37, 33, 21), (5, 35, 17), (40, 31, 9), (33, 70, 40),
+                                     (3, 1, 5), (64, 61, 64)])
+def test_the_shifted_kernel_is_exact_wherever_bs_rows_start(m, n, k):
+    # Odd, even and single columns; K shorter and longer than a step; n
+    # shorter than a tile (every chunk past a row's end), one past it.
+    from gpucourse.device import cuda
+
+    a, b = _integers((m, k), 3), _integers((k, n), 4)
+    kernel, grid, block = sgemm.kernel_choice.kernel_for("6", (m, n, k), padding.SHIFTED, RING)
+    c = cuda.to_device(np.full((m, n), np.nan, dtype=np.float32))
+    kernel[grid, block](cuda.to_device(a), cuda.to_device(b), c)
+    np.testing.assert_array_equal(c.copy_to_host(), _reference(a, b))
+
+
+def test_matmul_reads_b_shifted_only_where_told_and_where_it_may(monkeypatch):
+    # RING_SHIFTED (off by default): a ring reading a ragged B as given, not
+    # in pairs, reads it shifted; K whole, split-K and stream-K all exact.
+    assert entry_point.RING_SHIFTED is False
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    monkeypatch.setattr(entry_point, "RING_SHIFTED", True)
+    kinds = []
+    for name in ("kernel_for", "_split_kernel", "_stream_kernel"):
+        real = getattr(entry_point, name)
+        monkeypatch.setattr(entry_point, name, lambda *args, real=real: (
+            kinds.append(next(x for x in args if x in (True, False, padding.SHIFTED,
+                                                        padding.PAIRS, padding.LOADS_ONLY))),
+            real(*args))[1])
+    for (m, n, k), splits, kind in [((37, 33, 70), 1, padding.SHIFTED),
+                                    ((5, 35, 41), 2, padding.SHIFTED),
+                                    ((40, 31, 90), "stream", padding.SHIFTED),
+                                    ((33, 36, 71), 1, True),  # aligned rows: as before
+                                    ((37, 30, 70), 1, padding.PAIRS)]:  # even: in pairs
+        kinds.clear()
+        a, b = _integers((m, k), 5), _integers((k, n), 6)
+        np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=RING, splits=splits),
+                                      _reference(a, b), err_msg=f"{m} x {n} x {k}")
+        assert set(kinds) == {kind}, (m, n, k, kinds)
+    # A B whose rows lie apart in memory (a slice of columns) is read 4
+    # bytes a copy: its rows' chunks would hold floats of other columns.
+    from gpucourse.device import cuda
+
+    kinds.clear()
+    wide, a = _integers((70, 40), 7), _integers((37, 70), 8)
+    out = sgemm.matmul(cuda.to_device(a), cuda.to_device(wide)[:, :33], 6, config=RING)
+    np.testing.assert_array_equal(out.copy_to_host(), _reference(a, wide[:, :33]))
+    assert kinds == [False]
+
+
+def test_a_shifted_copy_never_reads_past_bs_last_float():
+    # B the first rows of a larger matrix: the chunks of its last rows are
+    # copied only up to its last float (on the simulator a read past it
+    # raises; on a GPU it would read the rows after). And a split-K slice
+    # whose K ends before B's rows do gets zeros past its end.
+    from gpucourse.device import cuda
+
+    big = np.full((80, 33), np.nan, dtype=np.float32)
+    big[:41] = _integers((41, 33), 9)
+    a = _integers((20, 41), 10)
+    b = cuda.to_device(big)[:41]
+    kernel, grid, block = sgemm.kernel_choice.kernel_for("6", (20, 33, 41), padding.SHIFTED, RING)
+    c = cuda.device_array((20, 33), dtype=np.float32)
+    kernel[grid, block](cuda.to_device(a), b, c)
+    np.testing.assert_array_equal(c.copy_to_host(), _reference(a, big[:41]))
+
+
+def test_the_layout_a_shifted_ring_needs_is_named():
+    # A thread's rows must share one shift: they lie a multiple of 4 rows
+    # apart, so bn / 4 threads copy a row and threads / (bn / 4) is one.
+    assert pipelined._shifted_layout(128, 16, 128) == (32, 4)
+    assert pipelined._shifted_layout(64, 16, 128) == (16, 8)
+    with pytest.raises(ValueError, match="a multiple of 4 that divides bk"):
+        pipelined._shifted_layout(128, 16, 64)  # 2 rows apart
+    # 64 x 256 tiles: two raw copies of B's rows and the aligned tile do not
+    # fit the 48 KB a block may declare.
+    with pytest.raises(ValueError, match="shifted ring's tiles need"):
+        sgemm.kernel_choice._tiled_kernel("6", TileConfig(64, 256, 16, 8, 16, stages=2),
+                                          padding.SHIFTED)
+
+
+@pytest.fixture(scope="module")
+def shifted_ptx():
+    from dataclasses import asdict
+
+    ring = TileConfig(64, 128, 16, 8, 8, stages=2)
+    wanted = [[{**asdict(ring), "level": "6"}, padding.SHIFTED, False]]
+    printed = compile_without_a_gpu(PTX_SCRIPT, json.dumps(wanted))
+    return ring, json.loads(printed.strip().splitlines()[-1])[0]
+
+
+def test_the_shifted_rings_ptx(shifted_ptx):
+    # The 64 x 128 ring: A 4 bytes a copy, B 16 bytes a copy (with a byte
+    # count: a chunk past B's end is copied in part), each copy site written
+    # for steps inside B and at its end; the moves read the raw tile a float
+    # at a time where the shift is not 0, 16 bytes where it is; C stored a
+    # float at a time; three barriers (the step's, the move's, the walk's
+    # end); no spills, and registers for three blocks an SM.
+    ring, text = shifted_ptx
+    a_copies = ring.bm * ring.bk // ring.threads
+    b_copies = ring.bk * ring.bn // 4 // ring.threads + 1  # and one row's last chunk
+    assert text.count("cp.async.ca.shared.global") == 2 * a_copies
+    assert text.count("cp.async.cg.shared.global") == 2 * 2 * b_copies
+    assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %r", text)
+    moves = ring.bk * ring.bn // 4 // ring.threads
+    assert text.count("ld.shared.f32") == 4 * moves
+    assert "st.global.f32" in text and "st.global.v4.f32" not in text
+    assert text.count("bar.sync") == 3 and ".local" not in text
+    report = ptxas_report(text)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+    registers = int(re.search(r"[Uu]sed (\d+) registers", report).group(1))
+    assert registers <= 168, report
