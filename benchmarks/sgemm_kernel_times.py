@@ -15,9 +15,10 @@ This says which part holds the time: at each shape of SHAPES, for cuBLAS
 cheapest with K whole through registers, the cheapest ring with K whole, as
 sgemm_grid.py --explore forces a plan; each ring, where n is ragged, twice:
 with B copied first, and read as given, 4 bytes a copy, variant
-"<name>_scalar_b", entry_point.RING_RAGGED_B, and where n is even 8 bytes
-a copy, "<name>_pairs_b", entry_point.RING_PAIRS), CALLS back-to-back calls
-under torch's profiler (CUPTI sees Numba's launches as it sees cuBLAS's):
+"<name>_scalar_b", entry_point.RING_RAGGED_B; where n is even 8 bytes
+a copy, "<name>_pairs_b", entry_point.RING_PAIRS; and 16 bytes a copy
+wherever its rows start, "<name>_shifted_b", entry_point.RING_SHIFTED),
+CALLS back-to-back calls under torch's profiler (CUPTI sees Numba's launches as it sees cuBLAS's):
 each kernel's median duration and launches a call, and the wall clock per
 call of the same loop without the profiler (the faster of two loops), and
 the host's own time a call (the same calls not waited for); then
@@ -66,7 +67,9 @@ def plans_to_time(sgemm, shape, gpu) -> dict:
     each ring with B padded; where n is ragged, the rings again with B read
     4 bytes a copy ("_scalar_b"; entry_point.RING_RAGGED_B) and, where n is
     even, 8 bytes a copy ("_pairs_b"; entry_point.RING_PAIRS, which a 128-row
-    ring declines: it then reads 4 bytes a copy again)."""
+    ring declines: it then reads 4 bytes a copy again), and in 16-byte chunks
+    wherever its rows start where the ring can ("_shifted_b";
+    entry_point.RING_SHIFTED, pipelined.shifted_fits)."""
     chosen = sgemm.choose_plan(shape, gpu)
     whole = [p for p in chosen["candidates"] if p["splits"] == 1]
     plans = {"auto": (chosen["config"], chosen["splits"], "padded")}
@@ -80,6 +83,8 @@ def plans_to_time(sgemm, shape, gpu) -> dict:
                 plans[f"{name}_scalar_b"] = (config, splits, "scalar")
                 if shape[1] % 2 == 0:
                     plans[f"{name}_pairs_b"] = (config, splits, "pairs")
+                if sgemm.pipelined.shifted_fits(config):
+                    plans[f"{name}_shifted_b"] = (config, splits, "shifted")
     return plans
 
 
@@ -182,7 +187,7 @@ def main(argv=None) -> int:
         "waiting for the GPU; TF32 off; N(0,1) inputs",
         zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel")
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
-    real_pairs = entry_point.RING_PAIRS
+    real_pairs, real_shifted = entry_point.RING_PAIRS, entry_point.RING_SHIFTED
     try:
         for shape in shapes:
             m, n, k = shape
@@ -191,8 +196,10 @@ def main(argv=None) -> int:
             calls = {"cublas": (lambda: torch.mm(a, b), None)}
             for name, (config, splits, ring_b) in plans_to_time(sgemm, shape, gpu).items():
                 entry_point.auto_plan = lambda *_, c=config, s=splits: (c, s)
-                entry_point.RING_RAGGED_B = "scalar" if ring_b == "pairs" else ring_b
+                entry_point.RING_RAGGED_B = "scalar" if ring_b in ("pairs", "shifted") \
+                    else ring_b
                 entry_point.RING_PAIRS = ring_b == "pairs"
+                entry_point.RING_SHIFTED = ring_b == "shifted"
                 entry_point._quick_plan.cache_clear()
                 out = sgemm.matmul(a, b)  # compiles, and keeps this plan
                 error = float((out.double() - expected).abs().max() / expected.abs().max())
@@ -208,7 +215,7 @@ def main(argv=None) -> int:
                     record["host_profile"] = host_profile(calls[name][0], 20 * CALLS)
                     torch.cuda.synchronize()
             entry_point.auto_plan, entry_point.RING_RAGGED_B = real_plan, real_b
-            entry_point.RING_PAIRS = real_pairs
+            entry_point.RING_PAIRS, entry_point.RING_SHIFTED = real_pairs, real_shifted
             entry_point._quick_plan.cache_clear()
             kernels = kernel_times(torch, calls["cublas"][0], CALLS)
             wall = min(wall_ms(calls["cublas"][0], CALLS) for _ in range(2)) * 1e3
@@ -224,7 +231,7 @@ def main(argv=None) -> int:
                           for kk in row["kernels"]), flush=True)
     finally:
         entry_point.auto_plan, entry_point.RING_RAGGED_B = real_plan, real_b
-        entry_point.RING_PAIRS = real_pairs
+        entry_point.RING_PAIRS, entry_point.RING_SHIFTED = real_pairs, real_shifted
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
     print(record.get("host_profile", ""))

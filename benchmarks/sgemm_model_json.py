@@ -410,6 +410,17 @@ def trial_zero_memset(out, paths) -> dict:
     return block
 
 
+def fit_zero_memset(paths) -> dict:
+    """--fit-zero-memset: ``zero_memset_block(paths)`` into the committed
+    model's H200 entry (what --trial-zero-memset writes beside it, once the
+    grid and the held-out sets have run it). Returns the block."""
+    from gpucourse.kernels import sgemm
+
+    block = zero_memset_block(paths)
+    update_entry(sgemm, "NVIDIA H200", lambda entry: entry.update(zero_matrix=block))
+    return block
+
+
 def trial_ring_pairs(out, paths, base=None) -> dict:
     """Write to `out` a trial model: the committed JSON (or the model at
     `base`, a trial itself) with the H200's "ring_pairs_b" block, each ring
@@ -456,13 +467,16 @@ if __name__ == "__main__":
                        help="the committed model (or --base) with each ring tile's share for "
                             "reading an even ragged B 8 bytes a copy (--records: "
                             "sgemm_kernel_times records with X_pairs_b variants)")
+    which.add_argument("--fit-zero-memset", action="store_true",
+                       help="the zero-memset trial's block into the committed model "
+                            "(--records as for --trial-zero-memset)")
     which.add_argument("--fit-split-residency", action="store_true",
                        help="the same blocks into the committed model")
     which.add_argument("--fit-stream-tile-shares", action="store_true",
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
     parser.add_argument("--records", default="",
-                        help="for --trial-zero-memset and --trial-ring-pairs: "
+                        help="for --trial-zero-memset, --fit-zero-memset and --trial-ring-pairs: "
                              "sgemm_kernel_times records, by commas")
     parser.add_argument("--base", default=None,
                         help="for --trial-ring-pairs: the model JSON to start from")
@@ -470,6 +484,9 @@ if __name__ == "__main__":
     if args.trial_ring_pairs:
         paths = [path for path in args.records.split(",") if path]
         print(json.dumps(trial_ring_pairs(args.trial_ring_pairs, paths, args.base), indent=1))
+    elif args.fit_zero_memset:
+        paths = [path for path in args.records.split(",") if path]
+        print(json.dumps(fit_zero_memset(paths), indent=1))
     elif args.trial_zero_memset:
         paths = [path for path in args.records.split(",") if path]
         print(json.dumps(trial_zero_memset(args.trial_zero_memset, paths), indent=1))

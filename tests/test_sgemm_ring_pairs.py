@@ -89,7 +89,7 @@ def test_the_pairs_share_is_fitted_like_the_scalar_one_and_stops_at_zero():
         "64x64x16 8x4 s2": 0.05}
     with pytest.raises(ValueError, match="X_pairs_b"):
         shape_model_fit.fit_ring_scalar_b({"results": scalar}, way="pairs")
-    with pytest.raises(ValueError, match="way must be 'scalar' or 'pairs', got 'quads'"):
+    with pytest.raises(ValueError, match="way must be 'scalar', 'pairs' or 'shifted', got 'quads'"):
         shape_model_fit.fit_ring_scalar_b({"results": rows}, way="quads")
 
 

@@ -100,6 +100,30 @@ def test_a_shifted_copy_never_reads_past_bs_last_float():
     np.testing.assert_array_equal(c.copy_to_host(), _reference(a, big[:41]))
 
 
+def test_only_rings_that_fit_read_b_shifted(monkeypatch):
+    # 64 x 256 rings (two raw copies of B's rows and the aligned tile over
+    # 48 KB) and tiles through registers read B 4 bytes a copy even with
+    # RING_SHIFTED; the menu's other rings fit.
+    for config, fits in [(TileConfig(64, 128, 16, 8, 8, stages=2), True),
+                         (TileConfig(64, 64, 16, 8, 4, stages=2), True),
+                         (TileConfig(128, 128, 16, 8, 8, stages=2), True),
+                         (TileConfig(64, 256, 16, 8, 16, stages=2), False),
+                         (TileConfig(64, 64, 8, 8, 4), False)]:
+        assert pipelined.shifted_fits(config) is fits, config
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    monkeypatch.setattr(entry_point, "RING_SHIFTED", True)
+    monkeypatch.setattr(pipelined, "_shifted_layout", lambda *_: (_ for _ in ()).throw(
+        ValueError("no layout")))
+    monkeypatch.setattr(entry_point, "shifted_fits", pipelined.shifted_fits)
+    kinds = []
+    real = entry_point.kernel_for
+    monkeypatch.setattr(entry_point, "kernel_for", lambda key, shape, v, c: (
+        kinds.append(v), real(key, shape, v, c))[1])
+    a, b = _integers((37, 70), 5), _integers((70, 33), 6)
+    np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=RING), _reference(a, b))
+    assert kinds == [False]
+
+
 def test_the_layout_a_shifted_ring_needs_is_named():
     # A thread's rows must share one shift: they lie a multiple of 4 rows
     # apart, so bn / 4 threads copy a row and threads / (bn / 4) is one.

@@ -138,3 +138,28 @@ def test_set_10_judged_the_memset_trial_against_the_committed_model():
         moved = sgemm_held_out.moved_picks({10: before}, {10: after})
         assert moved["moved"] == moved["faster"] == 1 and moved["mean"] > 0.02
     assert sgemm_held_out.class_met({10: committed}) == (21, 24)
+
+
+def test_the_fit_writes_into_the_model_what_the_memset_trial_holds(tmp_path, monkeypatch):
+    # --fit-zero-memset, on a copy of the committed model: the same JSON as
+    # the trial file set 10 judged (run once the grid and the sets run it).
+    record = (Path(sgemm_held_out.results.results_dir())
+              / sgemm_held_out.KERNEL_TIMES_MEMSET[0])
+    if not record.exists():
+        pytest.skip("no memset kernel-times run committed")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sys.modules.pop("sgemm_model_json", None)
+    import sgemm_model_json
+
+    copy = tmp_path / "model.json"
+    copy.write_text(sgemm.MODEL_PATH.read_text())
+    monkeypatch.setattr(sgemm, "MODEL_PATH", copy)
+    monkeypatch.setattr(shape_model, "MODEL_PATH", copy)
+    try:
+        sgemm_model_json.fit_zero_memset([record])
+        assert json.loads(copy.read_text()) == json.loads(TRIAL.read_text())
+    finally:  # forget the copy's plans before the committed model is read again
+        for cache in (shape_model._read_model, shape_model.auto_choice,
+                      shape_model.ring_reads_b_scalar):
+            cache.cache_clear()
+

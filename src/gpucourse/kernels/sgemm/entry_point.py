@@ -31,6 +31,7 @@ from gpucourse.kernels.sgemm.kernel_choice import kernel_for
 from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, SHIFTED, pad_copy,
                                              pad_grid, padded_b, padded_operands, padded_sizes,
                                              rounded_up_to_4, scratch)
+from gpucourse.kernels.sgemm.pipelined import shifted_fits
 from gpucourse.kernels.sgemm.shape_model import padded_plan, ring_reads_b_scalar
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
                                              STREAM, STREAM_SIGNATURE, SUM_BLOCK,
@@ -424,7 +425,7 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
             return way(True)(a_ptr, b_ptr, c_ptr)
         if scalar:
             mode = PAIRS if _ring_pairs(config) and not (n % 2 or b_ptr % 8 or c_ptr % 8) \
-                else SHIFTED if RING_SHIFTED else False
+                else SHIFTED if RING_SHIFTED and shifted_fits(config) else False
             if mode not in ways:
                 ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
             return ways[mode](a_ptr, b_ptr, c_ptr)
@@ -718,7 +719,8 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             elif not vectorized and _ring_pairs(config) and _paired_rows(b_dev) \
                     and _paired_rows(c_dev):
                 vectorized = PAIRS
-            elif not vectorized and RING_SHIFTED and b_dev.is_c_contiguous():
+            elif not vectorized and RING_SHIFTED and b_dev.is_c_contiguous() \
+                    and shifted_fits(config):
                 vectorized = SHIFTED
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:

@@ -231,6 +231,25 @@ def _shifted_layout(bn: int, bk: int, threads: int) -> tuple:
     return per_row, apart
 
 
+def shifted_shared_floats(config) -> int:
+    """The floats of shared memory a "shifted" ring of `config` declares: its
+    ring of A's tiles, of B's raw rows (``shifted_row``), and B's aligned tile."""
+    return config.stages * config.bk * (a_stride(config.bm) + shifted_row(config.bn)) \
+        + config.bk * config.bn
+
+
+def shifted_fits(config) -> bool:
+    """Whether `config` (a ring) can read B "shifted": the copies' layout
+    (``_shifted_layout``) and the 48 KB a block may declare."""
+    from gpucourse.kernels.sgemm.config import STATIC_SHARED_LIMIT_BYTES
+
+    try:
+        _shifted_layout(config.bn, config.bk, config.threads)
+    except ValueError:
+        return False
+    return bool(config.stages) and 4 * shifted_shared_floats(config) <= STATIC_SHARED_LIMIT_BYTES
+
+
 def _make_shifted_copies(bm: int, bn: int, bk: int, threads: int):
     """make_tile_copies for "shifted": A as "each" copies it; B's tile rows as
     16-byte chunks of B's memory (``copy_float4_async_part``): the row's

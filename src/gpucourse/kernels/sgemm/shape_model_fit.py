@@ -326,12 +326,14 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = No
     more (each a pair of one kernel timed two ways in one run: two shapes
     that agree are evidence enough). With `way` "pairs", the same of the rings
     timed reading an even ragged B 8 bytes a copy (variant X_pairs_b,
-    entry_point.RING_PAIRS): the model's "ring_pairs_b" block.
+    entry_point.RING_PAIRS): the model's "ring_pairs_b" block; with "shifted",
+    of B read in 16-byte chunks wherever its rows start (X_shifted_b,
+    entry_point.RING_SHIFTED).
 
     The product kernel is each call's longest (the copy of B and split-K's
     zeroing are shorter). Raises ValueError where the record holds no pair."""
-    if way not in ("scalar", "pairs"):
-        raise ValueError(f"way must be 'scalar' or 'pairs', got {way!r}")
+    if way not in ("scalar", "pairs", "shifted"):
+        raise ValueError(f"way must be 'scalar', 'pairs' or 'shifted', got {way!r}")
     suffix = f"_{way}_b"
     rows = record.get("results", [])
     padded = {(r["m"], r["n"], r["k"], r["variant"]): r for r in rows}
