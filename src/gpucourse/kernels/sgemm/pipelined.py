@@ -146,6 +146,8 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     copy_b = {4: copy_float4_async_from, 2: copy_float2_async_from}.get(width,
                                                                        copy_float_async_from)
 
+    copy_a_each = _make_a_copies(bm, bk, threads)
+
     @cuda.jit(device=True, **_INLINE)
     def b_place(tid, s):
         # Copy s of B's tile: its row kb and first column j in the tile.
@@ -166,10 +168,7 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
         along = k_next * uint64(a.strides[1])
         first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
         if EACH:  # every address from its row and column, every copy checked
-            for s in range(A_COPIES):
-                row = row0 + r + s * A_ROWS_APART
-                copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
-                                      matrix_address(a, row, col), row < m and col < k)
+            copy_a_each(a, a_tile, tid, row0, k_next, m, k, a_to)
             if PAIR_BASE:
                 # 8-byte copies step from one address by B's rows: worked out
                 # from each copy's row and column, ptxas held the 64 x 128
@@ -216,6 +215,28 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     return copy_tiles
 
 
+def _make_a_copies(bm: int, bk: int, threads: int):
+    """copy_a(a, a_tile, tid, row0, k_next, m, k, a_to): a thread's copies of
+    A's tile at column k_next (rows row0 ...), a float each, k-major into the
+    copy at shared address a_to: its column kk = tid % bk, its rows tid / bk,
+    then threads / bk apart; each address from its row and column, each copy
+    checked against the edges (zeros past them)."""
+    A_COPIES, A_ROWS_APART, BK, A_STRIDE = _u(bm * bk // threads, threads // bk, bk, a_stride(bm))
+    FLOAT_BYTES = _u(4)
+
+    @cuda.jit(device=True, **_INLINE)
+    def copy_a(a, a_tile, tid, row0, k_next, m, k, a_to):
+        kk, r = tid % BK, tid // BK
+        col = k_next + kk
+        first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
+        for s in range(A_COPIES):
+            row = row0 + r + s * A_ROWS_APART
+            copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
+                                  matrix_address(a, row, col), row < m and col < k)
+
+    return copy_a
+
+
 def _shifted_layout(bn: int, bk: int, threads: int) -> tuple:
     """(chunks a row of B's tile takes past its shift, rows between a
     thread's copies): bn / 4 threads copy a row's first bn / 4 chunks, so a
@@ -258,7 +279,8 @@ def _make_shifted_copies(bm: int, bn: int, bk: int, threads: int):
     are the next row's: they meet only C's columns past n, which are never
     stored. Only a step whose last row is B's last may reach past B's end:
     there each chunk is copied in part (to B's last float)."""
-    A_COPIES, A_ROWS_APART, BK, A_STRIDE = _u(bm * bk // threads, threads // bk, bk, a_stride(bm))
+    copy_a = _make_a_copies(bm, bk, threads)
+    BK = _u(bk)
     per_row, apart = _shifted_layout(bn, bk, threads)
     PER_ROW, ROWS_APART, RAW, B_COPIES = _u(per_row, apart, shifted_row(bn), bk // apart)
     FLOAT_BYTES, SIXTEEN = _u(4, 16)
@@ -271,13 +293,7 @@ def _make_shifted_copies(bm: int, bn: int, bk: int, threads: int):
 
     @cuda.jit(device=True, **_INLINE)
     def copy_tiles(a, b, a_tile, b_tile, tid, row0, col0, k_next, m, n, k, a_to, b_to):
-        kk, r = tid % BK, tid // BK
-        col = k_next + kk
-        first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
-        for s in range(A_COPIES):
-            row = row0 + r + s * A_ROWS_APART
-            copy_float_async_from(a_tile, first + s * A_ROWS_APART * FLOAT_BYTES, a,
-                                  matrix_address(a, row, col), row < m and col < k)
+        copy_a(a, a_tile, tid, row0, k_next, m, k, a_to)
         kb0, q = tid // PER_ROW, tid % PER_ROW
         start = matrix_address(b, k_next + kb0, col0)
         base = start - start % SIXTEEN + q * SIXTEEN
