@@ -35,7 +35,8 @@ against the one before it (--model). Set 8, drawn after the grid and sets
 after, judged the trial that zeroes C with the driver's memset against the
 committed model with the zeroing kernel (--zero-kernel). Set 11, drawn
 after, judges 8-byte copies of an even ragged B (entry_point.RING_PAIRS)
-against the 4-byte ones before them (--four-byte-pairs).
+against the 4-byte ones before them (--four-byte-pairs). Set 12 waits for
+the next change.
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 # smaller from 64 to 511 (target 75%).
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
                   6: 20261204, 7: 20261205,
-                  8: 20261206, 9: 20261207, 10: 20261208, 11: 20261209}
+                  8: 20261206, 9: 20261207, 10: 20261208, 11: 20261209, 12: 20261210}
 # The smallest m and n of each set's draw (64 where not given).
-HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512, 11: 512}
+HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512, 11: 512, 12: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -162,6 +163,12 @@ HELD_OUT = {
          (1305, 623, 936), (3699, 789, 585), (1773, 845, 617), (1583, 767, 22754),
          (2928, 1054, 1971), (6402, 2823, 1184), (3052, 735, 336), (1710, 6034, 3016),
          (3584, 4990, 2720), (1086, 556, 99), (4521, 917, 1646), (2792, 5368, 79)],
+    12: [(537, 788, 18341), (3963, 878, 114), (2839, 813, 21613), (698, 654, 161),
+         (654, 2991, 248), (2582, 512, 2013), (7054, 7826, 744), (1339, 3683, 5747),
+         (7974, 2499, 2105), (2750, 823, 3710), (3075, 2026, 983), (1371, 803, 805),
+         (1987, 3723, 512), (5883, 5719, 129), (3753, 1730, 379), (536, 3165, 5743),
+         (663, 4592, 112), (7020, 2751, 2263), (2195, 1801, 17212), (5600, 5315, 208),
+         (3453, 2662, 5205), (1034, 950, 3203), (526, 3901, 17755), (575, 1518, 318)],
 }
 
 
