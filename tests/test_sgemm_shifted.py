@@ -49,12 +49,16 @@ def test_the_shifted_kernel_is_exact_wherever_bs_rows_start(m, n, k):
     np.testing.assert_array_equal(c.copy_to_host(), _reference(a, b))
 
 
-def test_matmul_reads_b_shifted_only_where_told_and_where_it_may(monkeypatch):
-    # RING_SHIFTED (off by default): a ring reading a ragged B as given, not
-    # in pairs, reads it shifted; K whole, split-K and stream-K all exact.
+@pytest.mark.parametrize("ragged_b", ["scalar", "padded"])
+def test_matmul_reads_b_shifted_only_where_told_and_where_it_may(monkeypatch, ragged_b):
+    # RING_SHIFTED (off by default): a ring on a ragged B that it does not
+    # read in pairs reads it shifted, whether the model would have read it
+    # 4 bytes a copy or copied it first (nothing is copied); K whole, split-K
+    # and stream-K all exact.
     assert entry_point.RING_SHIFTED is False
-    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", ragged_b)
     monkeypatch.setattr(entry_point, "RING_SHIFTED", True)
+    monkeypatch.setattr(entry_point, "padded_b", lambda *_: pytest.fail("B was copied"))
     kinds = []
     for name in ("kernel_for", "_split_kernel", "_stream_kernel"):
         real = getattr(entry_point, name)
@@ -66,21 +70,30 @@ def test_matmul_reads_b_shifted_only_where_told_and_where_it_may(monkeypatch):
                                     ((5, 35, 41), 2, padding.SHIFTED),
                                     ((40, 31, 90), "stream", padding.SHIFTED),
                                     ((33, 36, 71), 1, True),  # aligned rows: as before
-                                    ((37, 30, 70), 1, padding.PAIRS)]:  # even: in pairs
+                                    # even: in pairs where read as given
+                                    ((37, 30, 70), 1, padding.PAIRS if ragged_b == "scalar"
+                                     else padding.SHIFTED)]:
         kinds.clear()
         a, b = _integers((m, k), 5), _integers((k, n), 6)
         np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=RING, splits=splits),
                                       _reference(a, b), err_msg=f"{m} x {n} x {k}")
         assert set(kinds) == {kind}, (m, n, k, kinds)
-    # A B whose rows lie apart in memory (a slice of columns) is read 4
-    # bytes a copy: its rows' chunks would hold floats of other columns.
+    # A B whose rows lie apart in memory (a slice of columns) is read as the
+    # model says (4 bytes a copy, or copied first): shifted, its rows'
+    # chunks would hold floats of other columns.
     from gpucourse.device import cuda
 
+    monkeypatch.undo()
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", ragged_b)
+    monkeypatch.setattr(entry_point, "RING_SHIFTED", True)
+    real = entry_point.kernel_for
+    monkeypatch.setattr(entry_point, "kernel_for", lambda key, shape, v, c: (
+        kinds.append(v), real(key, shape, v, c))[1])
     kinds.clear()
     wide, a = _integers((70, 40), 7), _integers((37, 70), 8)
     out = sgemm.matmul(cuda.to_device(a), cuda.to_device(wide)[:, :33], 6, config=RING)
     np.testing.assert_array_equal(out.copy_to_host(), _reference(a, wide[:, :33]))
-    assert kinds == [False]
+    assert kinds == [False if ragged_b == "scalar" else padding.LOADS_ONLY]
 
 
 def test_a_shifted_copy_never_reads_past_bs_last_float():

@@ -364,12 +364,14 @@ def _ring_pairs(config) -> bool:
     return RING_PAIRS and config.bm <= RING_PAIRS_MOST_ROWS
 
 
-# Whether a ring that reads a ragged B as given, and not in pairs, copies it
-# in 16-byte chunks of its memory wherever its rows start and moves the rows
-# into place in shared memory (padding.SHIFTED), instead of 4 bytes a copy:
-# no copy of B first, and 16-byte loads in the loop, for one more barrier
-# and 16 floats moved a thread a step (64 x 128 tiles). Off until a GPU has
-# timed it (benchmarks/sgemm_ring_pairs.py).
+# Whether a ring on a ragged B that it does not read in pairs copies B in
+# 16-byte chunks of its memory wherever its rows start and moves the rows
+# into place in shared memory (padding.SHIFTED), instead of copying it into
+# padded rows first or reading it 4 bytes a copy (whichever the model
+# chose): no copy of B first, and 16-byte loads in the loop, for one more
+# barrier and 16 floats moved a thread a step (64 x 128 tiles); only rings
+# that fit (pipelined.shifted_fits). Off until a GPU has timed it
+# (benchmarks/sgemm_ring_pairs.py).
 RING_SHIFTED = False
 
 
@@ -418,14 +420,16 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
 
     copy_b = None
     scalar = _ring_b(_gpu_name(device_id), m, n, k, config, splits) == "scalar"
+    fits = shifted_fits(config)
 
     def go(a_ptr, b_ptr, c_ptr):
         nonlocal copy_b
         if not (n % 4 or b_ptr % 16 or c_ptr % 16):
             return way(True)(a_ptr, b_ptr, c_ptr)
-        if scalar:
-            mode = PAIRS if _ring_pairs(config) and not (n % 2 or b_ptr % 8 or c_ptr % 8) \
-                else SHIFTED if RING_SHIFTED and shifted_fits(config) else False
+        pairs = scalar and _ring_pairs(config) and not (n % 2 or b_ptr % 8 or c_ptr % 8)
+        shifted = RING_SHIFTED and not pairs and fits
+        if scalar or shifted:
+            mode = PAIRS if pairs else SHIFTED if shifted else False
             if mode not in ways:
                 ways[mode] = _launches(key, m, n, k, n, mode, device_id, config, splits)
             return ways[mode](a_ptr, b_ptr, c_ptr)
@@ -714,14 +718,14 @@ def matmul(a, b, level="auto", *, config: TileConfig | WarpTileConfig | None = N
             # A cp.async ring reads A a float at a time: only B's rows (and
             # C's, for 128-bit stores) decide; else B alone is padded (_ring_plan).
             vectorized = _aligned_rows(b_dev) and _aligned_rows(c_dev)
-            if not vectorized and _ring_b(gpu_model(), m, n, k, config, splits) == "padded":
-                b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
-            elif not vectorized and _ring_pairs(config) and _paired_rows(b_dev) \
-                    and _paired_rows(c_dev):
+            as_given = not vectorized and _ring_b(gpu_model(), m, n, k, config, splits) == "scalar"
+            if as_given and _ring_pairs(config) and _paired_rows(b_dev) and _paired_rows(c_dev):
                 vectorized = PAIRS
             elif not vectorized and RING_SHIFTED and b_dev.is_c_contiguous() \
                     and shifted_fits(config):
                 vectorized = SHIFTED
+            elif not vectorized and not as_given:
+                b_dev, vectorized = padded_b(b_dev), LOADS_ONLY
         ranges = split_ranges(k, splits or 1) if k and splits != STREAM else [(0, 0)]
         if k and splits == STREAM:
             kernel, grid, block, arguments = _stream_kernel(key, m, n, k, vectorized, config)
