@@ -203,6 +203,10 @@ def main(argv=None) -> int:
                         help="rings read an even ragged B 4 bytes a copy and store C a float "
                              "at a time, as before 8-byte copies (entry_point.RING_PAIRS "
                              "off); the record is named ..._four_byte")
+    parser.add_argument("--shifted", action="store_true",
+                        help="rings read a ragged B they do not read in pairs in 16-byte chunks "
+                             "wherever its rows start (entry_point.RING_SHIFTED on); the record "
+                             "is named ..._shifted")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
     name, shapes, label = ((f"sgemm_held_out_{args.held_out}", HELD_OUT[args.held_out],
@@ -225,6 +229,9 @@ def main(argv=None) -> int:
     if args.four_byte_pairs:
         sgemm.entry_point.RING_PAIRS = False
         name += "_four_byte"
+    if args.shifted:
+        sgemm.entry_point.RING_SHIFTED = True
+        name += "_shifted"
     gpu = sgemm.gpu_model()
     record = record_start(
         name, gpu, versions(),
@@ -235,7 +242,8 @@ def main(argv=None) -> int:
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated"),
                "path": str(args.model) if args.model else None,
                "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel",
-               "ring_pairs": sgemm.entry_point.RING_PAIRS})
+               "ring_pairs": sgemm.entry_point.RING_PAIRS,
+               "ring_shifted": sgemm.entry_point.RING_SHIFTED})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,
