@@ -236,7 +236,6 @@ else:
         for j in range(4):
             tile[int(address) // 4 + j] = matrix[row, col + j] if valid else 0.0
 
-
     @cuda.jit(device=True)
     def copy_float4_async_part(tile, address, matrix, source, nbytes):
         """The simulator's stand-in: the first nbytes // 4 floats from the

@@ -55,6 +55,11 @@ full the busiest SM is (``shape_model.ring_scalar_b_share``), or the copy, timed
 (``padding.ring_copy_us``, benchmarks/sgemm_ring_copy.py), and its launch on
 the host. At calls of about 20 us the host's second launch decided
 (benchmarks/sgemm_kernel_times.py). A is read as given, whatever K is.
+A third way, off until a GPU has timed it (entry_point.RING_SHIFTED): copy
+each row of B's tile as the 16-byte chunks of memory that hold it, one more
+chunk than its floats need, wherever it starts (``_make_shifted_copies``),
+then move the rows into an aligned tile between two barriers
+(``make_realign``): no copy of B first, and the loop's 16-byte reads kept.
 
 Measured on the H200 (benchmarks/NOTES.md has every run), 16-deep steps in
 two stages, as auto runs them in the grid of 2026-11-30

@@ -139,10 +139,11 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
     if shifted:  # raw copies of B's rows, wherever they start, then the aligned tile
         aligned_at = stages * config.bk * pipelined.shifted_row(config.bn)
         b_elements, b_shared = aligned_at // stages, aligned_at + config.bk * config.bn
-        if 4 * (a_shared + b_shared) > STATIC_SHARED_LIMIT_BYTES:
+        if not pipelined.shifted_fits(config):
             raise ValueError(f"a shifted ring's tiles need 4*(a + raw b + b) = "
-                             f"{4 * (a_shared + b_shared)} bytes of shared memory, more than "
-                             f"{STATIC_SHARED_LIMIT_BYTES}: {config}")
+                             f"{4 * pipelined.shifted_shared_floats(config)} bytes of shared "
+                             f"memory, at most {STATIC_SHARED_LIMIT_BYTES}, and its copies' "
+                             f"layout (pipelined._shifted_layout): {config}")
     tm, tn, patch = config.tm, config.tn, config.tm * config.tn
     A_ROW, BN, BK, TM, TN = _u(a_row, config.bn, config.bk, config.tm, config.tn)
     THREADS_PER_ROW = _u(config.bn // config.tn)
