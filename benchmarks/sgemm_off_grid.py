@@ -207,6 +207,10 @@ def main(argv=None) -> int:
                         help="rings read a ragged B they do not read in pairs in 16-byte chunks "
                              "wherever its rows start (entry_point.RING_SHIFTED on); the record "
                              "is named ..._shifted")
+    parser.add_argument("--peeled-stores", action="store_true",
+                        help="rings that pad B or read it shifted store C's fours as their "
+                             "addresses allow (vectorized.PEELED_STORES on); the record is "
+                             "named ..._peeled")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
     name, shapes, label = ((f"sgemm_held_out_{args.held_out}", HELD_OUT[args.held_out],
@@ -232,6 +236,9 @@ def main(argv=None) -> int:
     if args.shifted:
         sgemm.entry_point.RING_SHIFTED = True
         name += "_shifted"
+    if args.peeled_stores:
+        sgemm.vectorized.PEELED_STORES = True
+        name += "_peeled"
     gpu = sgemm.gpu_model()
     record = record_start(
         name, gpu, versions(),
@@ -243,7 +250,8 @@ def main(argv=None) -> int:
                "path": str(args.model) if args.model else None,
                "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel",
                "ring_pairs": sgemm.entry_point.RING_PAIRS,
-               "ring_shifted": sgemm.entry_point.RING_SHIFTED})
+               "ring_shifted": sgemm.entry_point.RING_SHIFTED,
+               "peeled_stores": sgemm.vectorized.PEELED_STORES})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,

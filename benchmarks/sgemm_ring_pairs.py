@@ -26,7 +26,11 @@ torch.mm first:
   ``padding.SHIFTED``; offline its loop issues about 1,290 instructions per
   1,024 FMAs at 64 x 128);
 
-and with --all-ways also, as the first run (H200, 2026-11-30) timed them:
+then, in a phase of their own (the flag is read when a kernel is built),
+"padded_peeled" and "shifted_peeled": the same with C stored as each four's
+address allows (``vectorized.PEELED_STORES``: one 16-byte store, two 8-byte
+ones, or a float, 8 bytes and a float), with cuBLAS again beside them; and
+with --all-ways also, as the first run (H200, 2026-11-30) timed them:
 
 * "padded_driver": B padded by the driver's pitched copy
   (``entry_point.RING_COPY_BY_DRIVER``);
@@ -40,7 +44,7 @@ A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
 kernel_ms: CUDA events around back-to-back calls; vs_cublas against the
 cuBLAS timed in the same phase. Writes
-DIR/sgemm_ring_pairs-<gpu-slug>-<date>.json. About three minutes (five with
+DIR/sgemm_ring_pairs-<gpu-slug>-<date>.json. About four minutes (six with
 --all-ways).
 """
 
@@ -75,26 +79,32 @@ WAYS = {"padded": ("padded", False, False, False), "scalar": ("scalar", False, F
 # vectorized.STAGED_STORES on) C stored through shared memory.
 DRIVER_WAYS = {"padded_driver": ("padded", False, True, False)}
 STAGED_WAYS = {"padded_driver_staged": ("padded", False, True, False)}
+# Timed in a phase of their own, with vectorized.PEELED_STORES on.
+PEELED_WAYS = {"padded_peeled": ("padded", False, False, False),
+               "shifted_peeled": ("scalar", False, False, True)}
 
 
-def staged_stores(on: bool) -> None:
-    """vectorized.STAGED_STORES set, and the kernels built before forgotten."""
+def set_stores(stores: str) -> None:
+    """How rings store a ragged C: "registers" (a float at a time), "staged"
+    (vectorized.STAGED_STORES) or "peeled" (vectorized.PEELED_STORES); the
+    kernels built before forgotten."""
     from gpucourse.kernels.sgemm import kernel_choice, vectorized
 
-    vectorized.STAGED_STORES = on
+    vectorized.STAGED_STORES, vectorized.PEELED_STORES = stores == "staged", stores == "peeled"
     kernel_choice._compiled.cache_clear()
     kernel_choice._tiled_kernel.cache_clear()
 
 
 def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dict,
-              staged: bool) -> tuple[list[dict], float]:
+              stores: str) -> tuple[list[dict], float]:
     """Each way of `ways` ({name: the values of FLAGS}) and cuBLAS in turns,
-    ROUNDS rounds, with STAGED_STORES `staged`: rows of
+    ROUNDS rounds, C stored as `stores` says (``set_stores``): rows of
     {way, ms, kernel_ms, vs_cublas, max_rel_err}, and the worst error."""
     from gpucourse.kernels.sgemm import vectorized
 
-    if vectorized.STAGED_STORES != staged:
-        staged_stores(staged)
+    if (vectorized.STAGED_STORES, vectorized.PEELED_STORES) != (stores == "staged",
+                                                                 stores == "peeled"):
+        set_stores(stores)
     calls, errors = {"cublas": lambda: torch.mm(a, b)}, {"cublas": 0.0}
     for name, flags in ways.items():
         def call(flags=flags):
@@ -116,7 +126,7 @@ def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dic
         ms = float(np.median(walls[name]))
         rows.append({"way": name, "ms": ms, "kernel_ms": float(np.median(kernels[name])),
                      "vs_cublas": cublas_ms / ms, "max_rel_err": errors[name],
-                     "staged_stores": staged})
+                     "staged_stores": stores == "staged", "stores": stores})
     return rows, max(errors.values())
 
 
@@ -142,23 +152,26 @@ def main(argv=None) -> int:
     record = record_start(
         "sgemm_ring_pairs", gpu, versions(),
         f"auto's plan at each shape, its ring's B padded by a kernel{driver_text}, read 4 "
-        f"bytes a copy, 8 bytes a copy and shifted (entry_point.{', '.join(FLAGS)})"
-        f"{staged_text}, cuBLAS (torch.mm) beside each phase, in turns, "
+        f"bytes a copy, 8 bytes a copy and shifted (entry_point.{', '.join(FLAGS)}), then "
+        f"padded and shifted with C stored as each four's address allows "
+        f"(vectorized.PEELED_STORES){staged_text}, cuBLAS (torch.mm) beside each phase, in "
+        f"turns, "
         f"{ROUNDS} rounds, median; ms: wall clock per call of a loop ending in "
         "torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; TF32 off; "
         "N(0,1) inputs")
     saved = tuple(getattr(entry_point, flag) for flag in FLAGS)
-    phases = [(False, {**WAYS, **DRIVER_WAYS}), (True, STAGED_WAYS)] if args.all_ways \
-        else [(False, WAYS)]
+    phases = [("registers", {**WAYS, **DRIVER_WAYS}), ("peeled", PEELED_WAYS),
+              ("staged", STAGED_WAYS)] if args.all_ways \
+        else [("registers", WAYS), ("peeled", PEELED_WAYS)]
     rows, worst = [], 0.0
     try:
-        # Phase by phase (STAGED_STORES is read when a kernel is built: one
+        # Phase by phase (the store flags are read when a kernel is built: one
         # switch, so each kernel is compiled once a phase), shape by shape.
-        for staged, ways in phases:
+        for stores, ways in phases:
             for m, n, k in shapes:
                 plan = sgemm.choose_plan((m, n, k), gpu)
                 if not plan["config"].stages:  # through registers: once, as auto runs it
-                    if staged:
+                    if stores != "registers":
                         continue
                     ways_here = {"auto": (None, False, False, False)}
                 else:
@@ -168,7 +181,7 @@ def main(argv=None) -> int:
                 b = torch.randn((k, n), device="cuda", generator=generator)
                 reference = torch.mm(a.double(), b.double())
                 found, error = time_ways(torch, np, time_ms, sgemm, entry_point, a, b,
-                                         reference, ways_here, staged)
+                                         reference, ways_here, stores)
                 worst = max(worst, error)
                 for row in found:
                     rows.append({"m": m, "n": n, "k": k, **row,
@@ -180,7 +193,7 @@ def main(argv=None) -> int:
     finally:
         for flag, value in zip(FLAGS, saved):
             setattr(entry_point, flag, value)
-        staged_stores(False)
+        set_stores("registers")
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
     record["seconds"] = time.perf_counter() - started

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
-from gpucourse.kernels.sgemm import TileConfig, entry_point, padding, pipelined
+from gpucourse.kernels.sgemm import TileConfig, entry_point, kernel_choice, padding, pipelined
+from gpucourse.kernels.sgemm import vectorized as vectorized_module
 from ptx_helpers import compile_without_a_gpu, ptxas_report
 from test_sgemm_pipelined import PTX_SCRIPT
 from test_sgemm_split_k import _integers
@@ -182,3 +183,62 @@ def test_the_shifted_rings_ptx(shifted_ptx):
     assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
     registers = int(re.search(r"[Uu]sed (\d+) registers", report).group(1))
     assert registers <= 168, report
+
+
+@pytest.fixture
+def peeled_stores(monkeypatch):
+    """vectorized.PEELED_STORES on (read when a kernel is built), and the
+    kernels built either side of it forgotten."""
+    kernel_choice._compiled.cache_clear()
+    kernel_choice._tiled_kernel.cache_clear()
+    monkeypatch.setattr(vectorized_module, "PEELED_STORES", True)
+    yield
+    monkeypatch.undo()
+    kernel_choice._compiled.cache_clear()
+    kernel_choice._tiled_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("mode", [padding.SHIFTED, padding.LOADS_ONLY])
+def test_peeled_stores_write_exactly_c_and_nothing_past_it(peeled_stores, mode):
+    # Each four of a row stored as its address allows (16 bytes, two 8, or a
+    # float, 8 and a float), the fours at C's right edge a float at a time:
+    # exact, whether C's rows are n floats apart or n + 3 (C the first n
+    # columns of a wider matrix, each row starting somewhere else in its 16
+    # bytes), and nothing written past a row's end (the NaN there stays).
+    # B padded for "loads", as matmul pads it.
+    from gpucourse.device import cuda
+
+    for m, n, k in [(37, 33, 21), (9, 66, 12), (40, 31, 9), (3, 1, 5), (33, 70, 40)]:
+        a, b = _integers((m, k), 11), _integers((k, n), 12)
+        given = b if mode == padding.SHIFTED else np.pad(b, ((0, 0), (0, -n % 4)))
+        kernel, grid, block = kernel_choice.kernel_for("6", (m, n, k), mode, RING)
+        for gap in (0, 3):
+            wide = cuda.to_device(np.full((m, n + gap), np.nan, dtype=np.float32))
+            kernel[grid, block](cuda.to_device(a), cuda.to_device(given), wide[:, :n])
+            got = wide.copy_to_host()
+            np.testing.assert_array_equal(got[:, :n], _reference(a, b), err_msg=f"{m}x{n}x{k}")
+            assert np.isnan(got[:, n:]).all(), (m, n, k, gap)
+
+
+def test_the_peeled_stores_ptx(peeled_stores):
+    # The 64 x 128 shifted ring with peeled stores: each of a thread's 16
+    # fours has its 16-byte store, its two 8-byte ones and its float, 8
+    # bytes and float (the fours at C's edge a float at a time); no spills,
+    # registers for three blocks an SM.
+    from dataclasses import asdict
+
+    ring = TileConfig(64, 128, 16, 8, 8, stages=2)
+    script = PTX_SCRIPT.replace(
+        "from gpucourse.kernels import sgemm",
+        "from gpucourse.kernels import sgemm\n"
+        "import gpucourse.kernels.sgemm.vectorized as vectorized\n"
+        "vectorized.PEELED_STORES = True", 1)
+    wanted = [[{**asdict(ring), "level": "6"}, padding.SHIFTED, False]]
+    text = json.loads(compile_without_a_gpu(script, json.dumps(wanted)).strip().splitlines()[-1])[0]
+    fours = ring.tm * ring.tn // 4
+    assert text.count("st.global.v4.f32") == fours
+    assert text.count("st.global.v2.f32") == 3 * fours
+    report = ptxas_report(text)
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", report), report
+    assert int(re.search(r"[Uu]sed (\d+) registers", report).group(1)) <= 168, report
+

@@ -104,8 +104,18 @@ if on_gpu():
 
 else:
 
+    def _check_aligned(name, array, row, col, nbytes):
+        """A GPU faults on a vector store whose address is not a multiple of
+        its size; the simulator names it instead (the offset from the array's
+        start, which a GPU's allocation keeps aligned)."""
+        offset = int(row) * array.strides[0] + int(col) * array.strides[1]
+        if offset % nbytes:
+            raise ValueError(f"{name} at row {int(row)}, column {int(col)}: {offset} bytes in, "
+                             f"not on {nbytes} bytes")
+
     def store_float4(array, row, col, x0, x1, x2, x3):
         """array[row, col:col + 4] = (x0, x1, x2, x3): the simulator's fallback."""
+        _check_aligned("store_float4", array, row, col, 16)
         array[row, col] = x0
         array[row, col + 1] = x1
         array[row, col + 2] = x2
@@ -113,6 +123,7 @@ else:
 
     def store_float2(array, row, col, x0, x1):
         """array[row, col:col + 2] = (x0, x1): the simulator's fallback."""
+        _check_aligned("store_float2", array, row, col, 8)
         array[row, col] = x0
         array[row, col + 1] = x1
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from gpucourse.device import cuda, on_gpu  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels.sgemm.config import ONE, ZERO, _INLINE, _u
+from gpucourse.kernels._async_copy import matrix_address
 from gpucourse.kernels._vector_load import SHARED_ALIGNMENT, load_float4
 from gpucourse.kernels._vector_store import store_float2, store_float4, store_float4_flat
 from numba import float32, uint64  # noqa: E402 (after gpucourse.device, which configures Numba)
@@ -386,13 +387,17 @@ def _make_store_four(vectorized: bool | str):
     acc[base] ... acc[base + 3] to columns col ... col + 3 of row `row`, those
     inside C (n columns). Stored four floats in one 128-bit store where rows
     allow (`vectorized` True), two 64-bit stores where they allow that
-    (`vectorized` "pairs": n even, col even), one at a time otherwise; or, with `add` (split-K,
+    (`vectorized` "pairs": n even, col even), as the four's address allows
+    (`vectorized` "peeled", col a multiple of 4: one 128-bit store where it
+    starts on 16 bytes, two 64-bit ones on 8, else a float, a 64-bit store
+    and a float; four floats at C's right edge), one at a time otherwise; or,
+    with `add` (split-K,
     and stream-K's pieces of a tile), added with float32 atomic adds into a C
     zeroed before the launch, since several blocks add to the same outputs.
     The kernels pass `add` as a constant where they can (whole K: False,
     split-K: True), and the compiler keeps only that branch."""
-    TWO, THREE, FOUR = _u(2, 3, 4)
-    PAIRED = vectorized == "pairs"
+    TWO, THREE, FOUR, EIGHT, SIXTEEN = _u(2, 3, 4, 8, 16)
+    PAIRED, PEELED = vectorized == "pairs", vectorized == "peeled"
     vectorized = vectorized is True
 
     @cuda.jit(device=True, **_INLINE)
@@ -410,6 +415,18 @@ def _make_store_four(vectorized: bool | str):
             if col < n:  # n % 4 == 0: the four are all in or all out
                 store_float4(c, row, col, acc[base], acc[base + ONE],
                              acc[base + TWO], acc[base + THREE])
+        elif PEELED and col + THREE < n:
+            at = matrix_address(c, row, col) % SIXTEEN  # the same for the row's fours
+            if at == ZERO:
+                store_float4(c, row, col, acc[base], acc[base + ONE],
+                             acc[base + TWO], acc[base + THREE])
+            elif at == EIGHT:
+                store_float2(c, row, col, acc[base], acc[base + ONE])
+                store_float2(c, row, col + TWO, acc[base + TWO], acc[base + THREE])
+            else:  # 4 or 12 bytes in: the middle two start on 8
+                c[row, col] = acc[base]
+                store_float2(c, row, col + ONE, acc[base + ONE], acc[base + TWO])
+                c[row, col + THREE] = acc[base + THREE]
         else:
             for q in range(FOUR):
                 if col + q < n:

@@ -73,6 +73,13 @@ PIPELINE_REGISTERS = None
 # (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json): the issue
 # slots, not the L2's writes, hold a tile's end.
 STAGED_STORES = False
+# Whether a ring whose C rows do not start on 16 bytes (B padded, "loads", or
+# read shifted) stores each of a thread's fours as its address allows
+# (building_blocks._make_store_four's "peeled": one 16-byte store where it
+# starts on 16 bytes, two 8-byte ones on 8, else a float, 8 bytes and a
+# float), instead of four floats: 2.25 stores a four on average where n is
+# odd, against 4. Off until a GPU has timed it (benchmarks/sgemm_ring_pairs.py).
+PEELED_STORES = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
 # each FMA shares an operand with the one before it). FMA_ORDER is the
@@ -231,7 +238,9 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         # g*GROUP_STRIDE + thread_col*4 + 0..3 (group g < GROUPS).
         return tid // THREADS_PER_ROW, tid % THREADS_PER_ROW
 
-    store_four = _make_store_four(PAIRS if vectorized == PAIRS else vectorized is True)
+    peeled = bool(PEELED_STORES and stages and vectorized in (LOADS_ONLY, SHIFTED))
+    store_four = _make_store_four(PAIRS if vectorized == PAIRS else "peeled" if peeled
+                                  else vectorized is True)
     STAGED = bool(STAGED_STORES and stages and vectorized == LOADS_ONLY)
     staged_floats = config.bm // config.tm * config.bn  # a row of C for each thread-row
     if STAGED and (staged_floats % threads or staged_floats > b_shared):
