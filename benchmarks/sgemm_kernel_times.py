@@ -136,20 +136,15 @@ def host_profile(call, calls: int) -> str:
 def save(paths: str) -> int:
     """--save: the ring_scalar_b fit of one record, or of several records'
     rows joined (comma-separated, one GPU), into the model's JSON (no GPU)."""
-    import json
-
-    from sgemm_model_json import save_ring_scalar_b
+    from sgemm_model_json import joined_records, record_paths, record_source, save_ring_scalar_b
 
     from gpucourse.kernels import sgemm
 
-    names = [Path(path) for path in paths.split(",") if path]
-    records = [json.loads(path.read_text()) for path in names]
+    names = record_paths(paths)
+    records, joined = joined_records(names)
     if len({record["gpu"] for record in records}) != 1:
         raise SystemExit(f"--save's records must be of one GPU, got {[r['gpu'] for r in records]}")
-    joined = {**records[0], "results": [row for record in records for row in record["results"]]}
-    source = " and ".join(
-        f"benchmarks/results/{path.parent.name + '/' if path.parent.name == 'reruns' else ''}"
-        f"{path.name}" for path in names)
+    source = record_source(names)
     fit = save_ring_scalar_b(sgemm, joined, source)
     print(f"wrote the ring_scalar_b fit of {source} into {sgemm.MODEL_PATH.name}: {fit}")
     return 0

@@ -374,6 +374,34 @@ def fit_split_residency() -> dict:
     return found
 
 
+def record_paths(text: str) -> list[str]:
+    """The record paths of a comma-separated option (--records, --save)."""
+    return [path for path in text.split(",") if path]
+
+
+def record_source(paths) -> str:
+    """Records named as a model block's "source" names them:
+    benchmarks/results/[reruns/]NAME, joined by "and"."""
+    from pathlib import Path
+
+    def named(path):
+        folder = "reruns/" if Path(path).parent.name == "reruns" else ""
+        return f"benchmarks/results/{folder}{Path(path).name}"
+
+    return " and ".join(named(path) for path in paths)
+
+
+def joined_records(paths) -> tuple[list[dict], dict]:
+    """(the records at `paths`, one record of the first's fields holding all
+    their rows)."""
+    from pathlib import Path
+
+    records = [json.loads(Path(path).read_text()) for path in paths]
+    joined = {**records[0], "results": [row for r in records for row in r["results"]]} \
+        if records else {}
+    return records, joined
+
+
 def zero_memset_block(paths) -> dict:
     """The H200's "zero_matrix" block from sgemm_kernel_times.py records timed
     with C zeroed by the driver's memset (entry_point.ZERO_BY_MEMSET):
@@ -381,18 +409,14 @@ def zero_memset_block(paths) -> dict:
     naming them. Stream-K's tile shares are left as fitted: the explores they
     came from ran the zeroing kernel, and the price and the time of a plan
     both lose what the memset saves."""
-    from pathlib import Path
-
     from gpucourse.kernels import sgemm
 
-    records = [json.loads(Path(path).read_text()) for path in paths]
+    records, _ = joined_records(paths)
     if not records or any(r.get("zeroing") != "memset" for r in records):
         raise SystemExit("--records must name sgemm_kernel_times records whose \"zeroing\" "
                          "is \"memset\" (timed with the driver's memset)")
     fit = sgemm.shape_model_fit.fit_zero_matrix(records)
-    names = [f"benchmarks/results/{'reruns/' if Path(path).parent.name == 'reruns' else ''}"
-             f"{Path(path).name}" for path in paths]
-    return {"source": " and ".join(names) + " (fit_zero_matrix; the driver's memset)", **fit}
+    return {"source": record_source(paths) + " (fit_zero_matrix; the driver's memset)", **fit}
 
 
 def trial_zero_memset(out, paths) -> dict:
@@ -432,16 +456,13 @@ def trial_ring_pairs(out, paths, base=None) -> dict:
 
     from gpucourse.kernels import sgemm
 
-    records = [json.loads(Path(path).read_text()) for path in paths]
+    records, joined = joined_records(paths)
     if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
         raise SystemExit("--records must name sgemm_kernel_times records")
-    joined = {**records[0], "results": [row for r in records for row in r["results"]]}
     data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
     entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
     fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry, way="pairs")
-    names = [f"benchmarks/results/{'reruns/' if Path(path).parent.name == 'reruns' else ''}"
-             f"{Path(path).name}" for path in paths]
-    block = {"source": " and ".join(names) + " (fit_ring_scalar_b, way pairs)",
+    block = {"source": record_source(paths) + " (fit_ring_scalar_b, way pairs)",
              "share": fit["share"], "share_by_blocks": fit["share_by_blocks"]}
     data["gpus"]["NVIDIA H200"]["ring_pairs_b"] = block
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
@@ -481,14 +502,12 @@ if __name__ == "__main__":
     parser.add_argument("--base", default=None,
                         help="for --trial-ring-pairs: the model JSON to start from")
     args = parser.parse_args()
+    paths = record_paths(args.records)
     if args.trial_ring_pairs:
-        paths = [path for path in args.records.split(",") if path]
         print(json.dumps(trial_ring_pairs(args.trial_ring_pairs, paths, args.base), indent=1))
     elif args.fit_zero_memset:
-        paths = [path for path in args.records.split(",") if path]
         print(json.dumps(fit_zero_memset(paths), indent=1))
     elif args.trial_zero_memset:
-        paths = [path for path in args.records.split(",") if path]
         print(json.dumps(trial_zero_memset(args.trial_zero_memset, paths), indent=1))
     elif args.fit_stream_tile_shares:
         found = fit_stream_tile_shares()

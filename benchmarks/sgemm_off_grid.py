@@ -187,6 +187,24 @@ def held_out_draw(count: int = 24, seed: int = 20261130,
     return shapes
 
 
+# The kernel's switches a run may flip: {option: (module of gpucourse.kernels.sgemm,
+# flag, the value it takes, the record name's suffix, what it does)}.
+SWITCHES = {
+    "--zero-kernel": ("entry_point", "ZERO_BY_MEMSET", False, "zero_kernel",
+                      "split-K and stream-K zero C with the zeroing kernel, as before the "
+                      "driver's memset (entry_point.ZERO_BY_MEMSET off)"),
+    "--four-byte-pairs": ("entry_point", "RING_PAIRS", False, "four_byte",
+                          "rings read an even ragged B 4 bytes a copy and store C a float at "
+                          "a time, as before 8-byte copies (entry_point.RING_PAIRS off)"),
+    "--shifted": ("entry_point", "RING_SHIFTED", True, "shifted",
+                  "rings read a ragged B they do not read in pairs in 16-byte chunks wherever "
+                  "its rows start (entry_point.RING_SHIFTED on)"),
+    "--peeled-stores": ("vectorized", "PEELED_STORES", True, "peeled",
+                        "rings that pad B or read it shifted store C's fours as their "
+                        "addresses allow (vectorized.PEELED_STORES on)"),
+}
+
+
 def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--held-out", type=int, choices=sorted(HELD_OUT), default=None,
@@ -195,22 +213,9 @@ def main(argv=None) -> int:
                         help="auto priced by this trial model JSON instead of the committed "
                              "one (sgemm_model_json.py --trial-plan-factors); the record is "
                              "named ..._trial")
-    parser.add_argument("--zero-kernel", action="store_true",
-                        help="split-K and stream-K zero C with the zeroing kernel, as before "
-                             "the driver's memset (entry_point.ZERO_BY_MEMSET off); the "
-                             "record is named ..._zero_kernel")
-    parser.add_argument("--four-byte-pairs", action="store_true",
-                        help="rings read an even ragged B 4 bytes a copy and store C a float "
-                             "at a time, as before 8-byte copies (entry_point.RING_PAIRS "
-                             "off); the record is named ..._four_byte")
-    parser.add_argument("--shifted", action="store_true",
-                        help="rings read a ragged B they do not read in pairs in 16-byte chunks "
-                             "wherever its rows start (entry_point.RING_SHIFTED on); the record "
-                             "is named ..._shifted")
-    parser.add_argument("--peeled-stores", action="store_true",
-                        help="rings that pad B or read it shifted store C's fours as their "
-                             "addresses allow (vectorized.PEELED_STORES on); the record is "
-                             "named ..._peeled")
+    for option, (_, _, _, suffix, what) in SWITCHES.items():
+        parser.add_argument(option, action="store_true",
+                            help=f"{what}; the record is named ..._{suffix}")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
     name, shapes, label = ((f"sgemm_held_out_{args.held_out}", HELD_OUT[args.held_out],
@@ -227,18 +232,10 @@ def main(argv=None) -> int:
             raise SystemExit(f"--model must name a model JSON file, got {args.model}")
         sgemm.shape_model.MODEL_PATH = args.model
         name += "_trial"
-    if args.zero_kernel:
-        sgemm.entry_point.ZERO_BY_MEMSET = False
-        name += "_zero_kernel"
-    if args.four_byte_pairs:
-        sgemm.entry_point.RING_PAIRS = False
-        name += "_four_byte"
-    if args.shifted:
-        sgemm.entry_point.RING_SHIFTED = True
-        name += "_shifted"
-    if args.peeled_stores:
-        sgemm.vectorized.PEELED_STORES = True
-        name += "_peeled"
+    for option, (module, flag, value, suffix, _) in SWITCHES.items():
+        if getattr(args, option[2:].replace("-", "_")):
+            setattr(getattr(sgemm, module), flag, value)
+            name += f"_{suffix}"
     gpu = sgemm.gpu_model()
     record = record_start(
         name, gpu, versions(),

@@ -420,3 +420,11 @@ def test_the_misses_are_counted_by_whether_cs_rows_are_ragged():
         pytest.skip("the held-out runs are not committed")
     by_row = held_out.misses_by_row_length(runs)
     assert by_row["aligned"] == (0, 57) and by_row["ragged"] == (27, 165)
+
+
+def test_small_counts_are_written_in_words_as_the_prose_writes_them():
+    assert [held_out.count_text(n) for n in (0, 1, 3, 9, 10, 27)] == [
+        "zero", "one", "three", "nine", "10", "27"]
+    for bad in (-1, 2.0, True, "3"):
+        with pytest.raises(ValueError, match="count must be a whole number >= 0"):
+            held_out.count_text(bad)

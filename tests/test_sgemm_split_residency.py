@@ -135,9 +135,9 @@ def test_the_trial_writes_both_blocks_and_leaves_the_committed_model(tmp_path, m
     assert json.loads(kept.read_text()) == json.loads(out.read_text())
 
 
-def test_the_fit_writes_into_the_model_what_the_trial_holds(tmp_path, monkeypatch):
-    # --fit-split-residency, on a copy of the committed model: the same JSON
-    # as the trial file that set 9 judged.
+def fitted_on_a_copy_of_the_model(tmp_path, monkeypatch, fit) -> dict:
+    """The model's JSON after fit(sgemm_model_json) wrote into a copy of the
+    committed one (the committed file untouched, its plans forgotten after)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     sys.modules.pop("sgemm_model_json", None)
     import sgemm_model_json
@@ -147,13 +147,21 @@ def test_the_fit_writes_into_the_model_what_the_trial_holds(tmp_path, monkeypatc
     monkeypatch.setattr(sgemm, "MODEL_PATH", copy)
     monkeypatch.setattr(shape_model, "MODEL_PATH", copy)
     try:
-        sgemm_model_json.fit_split_residency()
-        kept = BENCHMARKS / "trials" / "sgemm_shape_model-split-residency.json"
-        assert json.loads(copy.read_text()) == json.loads(kept.read_text())
+        fit(sgemm_model_json)
+        return json.loads(copy.read_text())
     finally:  # forget the copy's plans before the committed model is read again
         for cache in (shape_model._read_model, shape_model.auto_choice,
                       shape_model.ring_reads_b_scalar):
             cache.cache_clear()
+
+
+def test_the_fit_writes_into_the_model_what_the_trial_holds(tmp_path, monkeypatch):
+    # --fit-split-residency, on a copy of the committed model: the same JSON
+    # as the trial file that set 9 judged.
+    fitted = fitted_on_a_copy_of_the_model(
+        tmp_path, monkeypatch, lambda writer: writer.fit_split_residency())
+    kept = BENCHMARKS / "trials" / "sgemm_shape_model-split-residency.json"
+    assert fitted == json.loads(kept.read_text())
 
 
 def test_the_chapter_reads_the_zeroing_line_and_the_worst_moved_pick():

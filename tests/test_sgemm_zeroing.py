@@ -147,19 +147,9 @@ def test_the_fit_writes_into_the_model_what_the_memset_trial_holds(tmp_path, mon
               / sgemm_held_out.KERNEL_TIMES_MEMSET[0])
     if not record.exists():
         pytest.skip("no memset kernel-times run committed")
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    sys.modules.pop("sgemm_model_json", None)
-    import sgemm_model_json
+    from test_sgemm_split_residency import fitted_on_a_copy_of_the_model
 
-    copy = tmp_path / "model.json"
-    copy.write_text(sgemm.MODEL_PATH.read_text())
-    monkeypatch.setattr(sgemm, "MODEL_PATH", copy)
-    monkeypatch.setattr(shape_model, "MODEL_PATH", copy)
-    try:
-        sgemm_model_json.fit_zero_memset([record])
-        assert json.loads(copy.read_text()) == json.loads(TRIAL.read_text())
-    finally:  # forget the copy's plans before the committed model is read again
-        for cache in (shape_model._read_model, shape_model.auto_choice,
-                      shape_model.ring_reads_b_scalar):
-            cache.cache_clear()
+    fitted = fitted_on_a_copy_of_the_model(
+        tmp_path, monkeypatch, lambda writer: writer.fit_zero_memset([record]))
+    assert fitted == json.loads(TRIAL.read_text())
 

@@ -534,6 +534,15 @@ def shape_text(m: int, n: int, k: int) -> str:
     return f"{m:,} x {n:,} x {k:,}"
 
 
+def count_text(count: int) -> str:
+    """A small count as the prose writes it: "one" to "nine", else digits.
+    Raises ValueError unless count is a whole number >= 0."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"count must be a whole number >= 0, got {count!r}")
+    words = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+    return words[count] if count < len(words) else str(count)
+
+
 def miss_percent(share: float) -> str:
     """A miss's share of cuBLAS as a percentage to a tenth, rounded down, so
     that a share just under its target never reads as the target (0.8499:

@@ -98,6 +98,19 @@ if on_gpu():
     _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
               for n in range(8)}
 
+    def _emit_copy(context, builder, sig, args, nbytes, size):
+        """The cp.async of `nbytes` from global address args[3] to shared
+        address args[1] (of an intrinsic (tile, address, matrix, source, ...)),
+        `size` (an i32 value) of them read, the rest zeros."""
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        destination = builder.trunc(context.cast(builder, args[1], sig.args[1], types.uint64),
+                                    i32)
+        from_ = context.cast(builder, args[3], sig.args[3], types.uint64)
+        asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
+                           _COPIES[nbytes], "r,l,r,~{memory}", side_effect=True)
+        builder.call(asm, [destination, from_, size])
+        return context.get_dummy_value()
+
     def _copy_from(nbytes, name):
         def typer(typingctx, tile, address, matrix, source, valid):
             if not (isinstance(address, types.Integer) and isinstance(source, types.Integer)):
@@ -105,16 +118,10 @@ if on_gpu():
                                      f"got {source}, {address}")
 
             def codegen(context, builder, sig, args):
-                i32, i64 = ir.IntType(32), ir.IntType(64)
-                destination = builder.trunc(context.cast(builder, args[1], sig.args[1],
-                                                         types.uint64), i32)
-                from_ = context.cast(builder, args[3], sig.args[3], types.uint64)
+                i32 = ir.IntType(32)
                 valid_value = context.cast(builder, args[4], sig.args[4], types.boolean)
                 size = builder.select(valid_value, ir.Constant(i32, nbytes), ir.Constant(i32, 0))
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
-                                   _COPIES[nbytes], "r,l,r,~{memory}", side_effect=True)
-                builder.call(asm, [destination, from_, size])
-                return context.get_dummy_value()
+                return _emit_copy(context, builder, sig, args, nbytes, size)
 
             return types.void(tile, address, matrix, source, valid), codegen
         return typer
@@ -129,15 +136,9 @@ if on_gpu():
                                  f"byte count, got {address}, {source}, {nbytes}")
 
         def codegen(context, builder, sig, args):
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            destination = builder.trunc(context.cast(builder, args[1], sig.args[1],
-                                                     types.uint64), i32)
-            from_ = context.cast(builder, args[3], sig.args[3], types.uint64)
-            size = builder.trunc(context.cast(builder, args[4], sig.args[4], types.uint64), i32)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i64, i32]),
-                               _COPIES[16], "r,l,r,~{memory}", side_effect=True)
-            builder.call(asm, [destination, from_, size])
-            return context.get_dummy_value()
+            size = builder.trunc(context.cast(builder, args[4], sig.args[4], types.uint64),
+                                 ir.IntType(32))
+            return _emit_copy(context, builder, sig, args, 16, size)
 
         return types.void(tile, address, matrix, source, nbytes), codegen
 
