@@ -5,7 +5,9 @@ than twice the zeroing kernel's speed on a large C
 (benchmarks/sgemm_zeroing.py); on the simulator, or for a C with gaps between
 its rows, the kernel does it. The memset's measured line prices it in a trial
 model (benchmarks/sgemm_model_json.py --trial-zero-memset), judged on
-held-out set 10 against the committed model with the kernel."""
+held-out set 10 against the committed model with the kernel. Written into
+the model and run on the grid and every set whose picks it moves
+(twenty-seventh session), its moves lost, and it was not adopted."""
 
 from __future__ import annotations
 
@@ -153,3 +155,31 @@ def test_the_fit_writes_into_the_model_what_the_memset_trial_holds(tmp_path, mon
         tmp_path, monkeypatch, lambda writer: writer.fit_zero_memset([record]))
     assert fitted == json.loads(TRIAL.read_text())
 
+
+
+def test_the_memset_trial_written_into_the_model_lost_where_it_moved_picks():
+    # The run meant to adopt it: the grid and sets 3, 4, 7-11 under the trial's
+    # block, beside their committed runs. Every move went to more slices.
+    adoption = sgemm_held_out.zero_memset_adoption()
+    if adoption is None:
+        pytest.skip("the adoption runs are not committed")
+    trial, committed = adoption["trial"], adoption["committed"]
+    assert sorted(trial) == [0, 3, 4, 7, 8, 9, 10, 11]
+    entry = shape_model.gpu_entry("NVIDIA H200", TRIAL)
+    for record in trial.values():  # each ran the trial's picks
+        for row in (r for r in record["results"] if r["variant"] == "auto"):
+            plan = shape_model.choose_plan((row["m"], row["n"], row["k"]), entry=entry)
+            assert (row["config"]["bm"], row["config"]["bn"], row["config"]["splits"]) == \
+                (plan["config"].bm, plan["config"].bn, plan["splits"]), (row["m"], row["n"])
+    moved = sgemm_held_out.moved_picks(committed, trial)
+    assert (moved["moved"], moved["faster"]) == (14, 6) and moved["mean"] < -0.01
+    grid = sgemm_held_out.moved_picks({0: committed[0]}, {0: trial[0]})
+    assert (grid["moved"], grid["faster"]) == (3, 0)
+    was, now = sgemm_held_out.worst_moved(committed, trial)
+    assert (now["m"], now["n"], now["k"]) == (553, 1741, 638)
+    assert was["vs_cublas"] - now["vs_cublas"] > 0.1
+    for _, old, row in sgemm_held_out._moved_rows(committed, trial):
+        assert old["config"]["splits"] == 1 and row["config"]["splits"] != 1
+    # And the committed model keeps the kernel's line, not the trial's.
+    block = shape_model.gpu_entry("NVIDIA H200")["zero_matrix"]
+    assert block != json.loads(TRIAL.read_text())["gpus"]["NVIDIA H200"]["zero_matrix"]

@@ -65,6 +65,15 @@ PAIRS_DEPTH = "reruns/sgemm_kernel_times-h200-2026-11-30-pairs-depth.json"
 # The ways of reading a ragged B in a ring, timed beside cuBLAS
 # (benchmarks/sgemm_ring_pairs.py).
 RING_PAIRS = "sgemm_ring_pairs-h200-2026-11-30.json"
+# The same shapes timed again with B read shifted (entry_point.RING_SHIFTED)
+# and with C's peeled stores (vectorized.PEELED_STORES), twenty-seventh
+# session: both lost or tied, and stay off.
+RING_SHIFTED = "reruns/sgemm_ring_pairs-h200-2026-11-30-shifted.json"
+# The run meant to adopt the zero-memset trial (its block written into the
+# model, sgemm_model_json.py --fit-zero-memset): the grid, and each set whose
+# picks it moves, twenty-seventh session. Its moves lost; not adopted.
+ZERO_MEMSET_GRID = "reruns/sgemm_grid-h200-2026-11-30-trial-zero-memset.json"
+ZERO_MEMSET_ADOPTION = "reruns/sgemm_held_out_{}-h200-2026-11-30-trial-zero-memset-adoption.json"
 # The zeroing kernel against the driver's memset (benchmarks/sgemm_zeroing.py).
 ZEROING = "sgemm_zeroing-h200-2026-11-30.json"
 # What ptxas counts for each ring's three kernels (benchmarks/sgemm_registers.py).
@@ -353,6 +362,64 @@ def ring_pairs_gains(path=None) -> dict | None:
                    "over_scalar": statistics.median(r["scalar"]) - 1,
                    "over_padded": statistics.median(r["padded"]) - 1}
             for tile, r in sorted(found.items())}
+
+
+def _spread(ratios: list) -> tuple[float, float, float]:
+    """(least, median, most) of `ratios`, each less 1 (0.05: 5% longer)."""
+    return min(ratios) - 1, statistics.median(ratios) - 1, max(ratios) - 1
+
+
+def shifted_rings(path=None) -> dict | None:
+    """How B read shifted and C's peeled stores did in the sgemm_ring_pairs
+    record at `path` (default RING_SHIFTED in results/; None while none is
+    committed), call time against call time: {"shifted": {"shapes": how many
+    timed it, "slower": at how many it took longer than the fastest other way
+    of reading B there, "over_best": (least, median, most) of its time over
+    that way's, less 1}, "peeled": {"shapes", "faster": at how many B padded
+    with peeled stores beat B padded with 4-byte stores, "change": (least,
+    median, most) of the one's time over the other's, less 1}}. Raises
+    ValueError where a way's result was wrong (its error over 1e-4)."""
+    path = results.results_dir() / RING_SHIFTED if path is None else path
+    if not path.exists():
+        return None
+    record = results.load_results("sgemm_ring_pairs", path)
+    wrong = [r for r in record["results"] if r.get("max_rel_err", 0.0) > 1e-4]
+    if wrong:
+        raise ValueError(f"the ring_pairs record's {wrong[0]['way']} was wrong at "
+                         f"{shape_text(wrong[0]['m'], wrong[0]['n'], wrong[0]['k'])}")
+    ways: dict = {}
+    for row in record["results"]:
+        if not row.get("staged_stores"):
+            ways.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row["ms"]
+    over_best = [timed["shifted"] / min(ms for way, ms in timed.items()
+                                        if way in ("padded", "scalar", "pairs"))
+                 for timed in ways.values() if "shifted" in timed]
+    peeled = [timed["padded_peeled"] / timed["padded"]
+              for timed in ways.values() if {"padded", "padded_peeled"} <= set(timed)]
+    if not over_best or not peeled:
+        raise ValueError("the ring_pairs record did not time the shifted and the peeled ways")
+    return {"shifted": {"shapes": len(over_best), "slower": sum(x > 1 for x in over_best),
+                        "over_best": _spread(over_best)},
+            "peeled": {"shapes": len(peeled), "faster": sum(x < 1 for x in peeled),
+                       "change": _spread(peeled)}}
+
+
+def zero_memset_adoption() -> dict | None:
+    """The runs meant to adopt the zero-memset trial (ZERO_MEMSET_GRID, and
+    ZERO_MEMSET_ADOPTION for each set that has one) beside the committed runs
+    of the same grid and sets: {"trial": {0: grid, set: run, ...},
+    "committed": {...}}, for ``moved_picks``, ``worst_moved`` and
+    ``class_met``; None until the grid's is committed."""
+    folder = results.results_dir()
+    if not (folder / ZERO_MEMSET_GRID).exists() or not results.find_results("sgemm_grid"):
+        return None
+    trial = {0: results.load_results("sgemm_grid", folder / ZERO_MEMSET_GRID)}
+    committed = {0: results.load_results("sgemm_grid")}
+    for number in sorted(load_held_out_sets()):
+        run = _earlier_run(ZERO_MEMSET_ADOPTION, number)
+        if run is not None:
+            trial[number], committed[number] = run, load_held_out_results(number)
+    return {"trial": trial, "committed": committed}
 
 
 def zeroing_times(path=None) -> dict | None:

@@ -370,8 +370,12 @@ def _ring_pairs(config) -> bool:
 # padded rows first or reading it 4 bytes a copy (whichever the model
 # chose): no copy of B first, and 16-byte loads in the loop, for one more
 # barrier and 16 floats moved a thread a step (64 x 128 tiles); only rings
-# that fit (pipelined.shifted_fits). Off until a GPU has timed it
-# (benchmarks/sgemm_ring_pairs.py).
+# that fit (pipelined.shifted_fits). Off: on the H200 it made the call
+# slower than the fastest other way at all 29 shapes timed, by 22% at the
+# median and up to 56% (benchmarks/results/reruns/sgemm_ring_pairs-h200-
+# 2026-11-30-shifted.json), though offline its loop issues only about 5% more
+# instructions than with B aligned: most likely the wait at the move's two
+# barriers every step is what costs.
 RING_SHIFTED = False
 
 

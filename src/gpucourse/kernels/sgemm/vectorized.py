@@ -78,7 +78,11 @@ STAGED_STORES = False
 # (building_blocks._make_store_four's "peeled": one 16-byte store where it
 # starts on 16 bytes, two 8-byte ones on 8, else a float, 8 bytes and a
 # float), instead of four floats: 2.25 stores a four on average where n is
-# odd, against 4. Off until a GPU has timed it (benchmarks/sgemm_ring_pairs.py).
+# odd, against 4. Off: on the H200, with B padded, the call was faster at 19
+# of 29 shapes, by 0.8% at the median, from 9.4% faster (shallow K, where
+# storing C is much of a call) to 3.2% slower
+# (benchmarks/results/reruns/sgemm_ring_pairs-h200-2026-11-30-shifted.json):
+# within a run's noise at most shapes. A held-out set run in turns decides.
 PEELED_STORES = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
