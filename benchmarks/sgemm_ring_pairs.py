@@ -1,7 +1,7 @@
 """Where n is not a multiple of 4: a ring's ways with B and C, timed beside cuBLAS.
 
-    PYTHONPATH=src python3 benchmarks/sgemm_ring_pairs.py [--shapes MxNxK,...] [--all-ways]
-                                                          [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sgemm_ring_pairs.py [--shapes MxNxK,...]
+                                                          [--ways W,... | --all-ways] [--out DIR]
 
 Issue 33. Every large miss of held-out sets 1-10 (26 shapes under 85% of
 cuBLAS, M and N of 512 or more) has a ragged n, not one of the 51 large
@@ -38,7 +38,17 @@ with --all-ways also, as the first run (H200, 2026-11-30) timed them:
   memory (``vectorized.STAGED_STORES``), timed after the others (the flag is
   read when a kernel is built) with cuBLAS again beside it.
 
-Both were slower than "padded" at most shapes and stay off.
+Both were slower than "padded" at most shapes and stay off. So were
+"shifted" and, within the noise, "padded_peeled" (2026-11-30, the second
+run). Two more ways, only where --ways names them, ask where a padded
+ring's time goes and whether 4-byte copies can cost less:
+
+* "padded_copy_once": B padded as "padded" does on the first call after
+  each turn's fresh plan, and not again: the call less its copy and the
+  copy's launch, for a B that does not change (a diagnosis, not a way
+  matmul may take);
+* "scalar_stepped": "scalar" with ``pipelined.STEP_SCALAR_COPIES`` on (the
+  4-byte copies step from one address down B's rows), in a phase of its own.
 
 A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
@@ -73,60 +83,116 @@ ROUNDS = 3
 # (entry_point.RING_RAGGED_B, RING_PAIRS, RING_COPY_BY_DRIVER, RING_SHIFTED)
 # of each way; FLAGS, the names of those switches.
 FLAGS = ("RING_RAGGED_B", "RING_PAIRS", "RING_COPY_BY_DRIVER", "RING_SHIFTED")
-WAYS = {"padded": ("padded", False, False, False), "scalar": ("scalar", False, False, False),
-        "pairs": ("scalar", True, False, False), "shifted": ("scalar", False, False, True)}
-# With --all-ways: the driver's copy, then (a second phase, with
-# vectorized.STAGED_STORES on) C stored through shared memory.
-DRIVER_WAYS = {"padded_driver": ("padded", False, True, False)}
-STAGED_WAYS = {"padded_driver_staged": ("padded", False, True, False)}
-# Timed in a phase of their own, with vectorized.PEELED_STORES on.
-PEELED_WAYS = {"padded_peeled": ("padded", False, False, False),
-               "shifted_peeled": ("scalar", False, False, True)}
+PADDED, SCALAR, PAIRS, SHIFTED, DRIVER = (
+    ("padded", False, False, False), ("scalar", False, False, False),
+    ("scalar", True, False, False), ("scalar", False, False, True),
+    ("padded", False, True, False))
+# Every way: {name: (its phase, its FLAGS)}. A phase sets the switches read
+# when a kernel is built (``set_phase``): "registers" none, "peeled"
+# vectorized.PEELED_STORES, "staged" vectorized.STAGED_STORES, "stepped"
+# pipelined.STEP_SCALAR_COPIES; each phase runs after the one before, with
+# cuBLAS beside it again.
+WAYS = {"padded": ("registers", PADDED), "scalar": ("registers", SCALAR),
+        "pairs": ("registers", PAIRS), "shifted": ("registers", SHIFTED),
+        "padded_driver": ("registers", DRIVER), "padded_copy_once": ("registers", PADDED),
+        "padded_peeled": ("peeled", PADDED), "shifted_peeled": ("peeled", SHIFTED),
+        "padded_driver_staged": ("staged", DRIVER), "scalar_stepped": ("stepped", SCALAR)}
+PHASES = ("registers", "peeled", "staged", "stepped")
+# What a run times without --ways; --all-ways adds the driver's copy and the
+# staged stores, as the first run did.
+DEFAULT_WAYS = ("padded", "scalar", "pairs", "shifted", "padded_peeled", "shifted_peeled")
+ALL_WAYS = DEFAULT_WAYS + ("padded_driver", "padded_driver_staged")
 
 
-def set_stores(stores: str) -> None:
-    """How rings store a ragged C: "registers" (a float at a time), "staged"
-    (vectorized.STAGED_STORES) or "peeled" (vectorized.PEELED_STORES); the
-    kernels built before forgotten."""
-    from gpucourse.kernels.sgemm import kernel_choice, vectorized
+def parse_ways(text: str) -> tuple[str, ...]:
+    """The ways named in `text` (comma-separated names of WAYS), in the order
+    given; a ValueError naming an unknown one and those known."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in WAYS]
+    if unknown or not names:
+        raise ValueError(f"--ways takes names of ways, comma-separated, from {sorted(WAYS)}; "
+                         f"got {text!r}")
+    return names
 
-    vectorized.STAGED_STORES, vectorized.PEELED_STORES = stores == "staged", stores == "peeled"
+
+def phases_of(names) -> list[tuple[str, dict]]:
+    """[(phase, {way: its FLAGS})] for the ways `names`, phase by phase in
+    PHASES' order, each phase's ways in the order named."""
+    return [(phase, {name: WAYS[name][1] for name in names if WAYS[name][0] == phase})
+            for phase in PHASES if any(WAYS[name][0] == phase for name in names)]
+
+
+def set_phase(phase: str) -> None:
+    """The switches read when a kernel is built, as `phase` (of PHASES) sets
+    them; the kernels built before forgotten."""
+    from gpucourse.kernels.sgemm import kernel_choice, pipelined, vectorized
+
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    vectorized.STAGED_STORES, vectorized.PEELED_STORES = phase == "staged", phase == "peeled"
+    pipelined.STEP_SCALAR_COPIES = phase == "stepped"
     kernel_choice._compiled.cache_clear()
     kernel_choice._tiled_kernel.cache_clear()
 
 
-def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dict,
-              stores: str) -> tuple[list[dict], float]:
-    """Each way of `ways` ({name: the values of FLAGS}) and cuBLAS in turns,
-    ROUNDS rounds, C stored as `stores` says (``set_stores``): rows of
-    {way, ms, kernel_ms, vs_cublas, max_rel_err}, and the worst error."""
-    from gpucourse.kernels.sgemm import vectorized
+def copy_once(entry_point, copied: set):
+    """A stand-in for entry_point._ring_copy_b that copies B into the padded
+    buffer the first time a plan uses it and not after, while B's pointer is
+    in `copied` (cleared for each shape): "padded_copy_once"."""
+    real = entry_point._ring_copy_b
 
-    if (vectorized.STAGED_STORES, vectorized.PEELED_STORES) != (stores == "staged",
-                                                                 stores == "peeled"):
-        set_stores(stores)
+    def ring_copy_b(k, n, n4, device_id):
+        copy = real(k, n, n4, device_id)
+
+        def go(source_ptr, padded_ptr):
+            if source_ptr not in copied:
+                copy(source_ptr, padded_ptr)
+                copied.add(source_ptr)
+        return go
+    return ring_copy_b
+
+
+def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dict,
+              phase: str, current: list) -> tuple[list[dict], float]:
+    """Each way of `ways` ({name: its FLAGS}) and cuBLAS in turns, ROUNDS
+    rounds, in `phase` (``set_phase``; `current` holds the phase set last, a
+    list of one): rows of {way, ms, kernel_ms, vs_cublas, max_rel_err,
+    phase}, and the worst error."""
+    if current[0] != phase:
+        set_phase(phase)
+        current[0] = phase
+    real_copy, copied = entry_point._ring_copy_b, set()
+    once = copy_once(entry_point, copied)
     calls, errors = {"cublas": lambda: torch.mm(a, b)}, {"cublas": 0.0}
     for name, flags in ways.items():
-        def call(flags=flags):
+        def call(flags=flags, name=name):
             for flag, value in zip(FLAGS, flags):
                 setattr(entry_point, flag, value)
             return sgemm.matmul(a, b)
         entry_point._quick_plan.cache_clear()  # each way builds its own plan
+        entry_point._ring_copy_b = once if name == "padded_copy_once" else real_copy
         errors[name] = relative_error(call(), reference)
         calls[name] = call
 
     def fresh_plan(name):
+        # Each way's plan is built on its first call of a turn, with its copy.
+        entry_point._ring_copy_b = once if name == "padded_copy_once" else real_copy
         if name != "cublas":
             entry_point._quick_plan.cache_clear()
 
-    walls, kernels = time_in_turns(calls, ROUNDS, time_ms, fresh_plan)
+    try:
+        walls, kernels = time_in_turns(calls, ROUNDS, time_ms, fresh_plan)
+    finally:
+        entry_point._ring_copy_b = real_copy
     cublas_ms = float(np.median(walls["cublas"]))
     rows = []
     for name in calls:
         ms = float(np.median(walls[name]))
         rows.append({"way": name, "ms": ms, "kernel_ms": float(np.median(kernels[name])),
                      "vs_cublas": cublas_ms / ms, "max_rel_err": errors[name],
-                     "staged_stores": stores == "staged", "stores": stores})
+                     "staged_stores": phase == "staged", "stores": {
+                         "peeled": "peeled", "staged": "staged"}.get(phase, "registers"),
+                     "phase": phase})
     return rows, max(errors.values())
 
 
@@ -134,11 +200,17 @@ def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--shapes", default="", help="these shapes instead of SHAPES, MxNxK "
                                                      "comma-separated")
+    parser.add_argument("--ways", default="",
+                        help="these ways (comma-separated names of WAYS) instead of "
+                             + ", ".join(DEFAULT_WAYS))
     parser.add_argument("--all-ways", action="store_true",
                         help="also the driver's copy, and C stored through shared memory")
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_ring_pairs.py", "tests/test_sgemm_pipelined.py checks the ways on the simulator"))
+    if args.ways and args.all_ways:
+        parser.error("--ways and --all-ways: give one")
     shapes = parse_shapes(args.shapes) or SHAPES
+    names = parse_ways(args.ways) if args.ways else ALL_WAYS if args.all_ways else DEFAULT_WAYS
     import numpy as np
     import torch
     from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
@@ -147,31 +219,25 @@ def main(argv=None) -> int:
     from gpucourse.kernels.sgemm import entry_point
 
     gpu = sgemm.gpu_model()
-    driver_text, staged_text = (" or the driver", ", then with C stored through shared "
-                                "memory (vectorized.STAGED_STORES)") if args.all_ways else ("", "")
     record = record_start(
         "sgemm_ring_pairs", gpu, versions(),
-        f"auto's plan at each shape, its ring's B padded by a kernel{driver_text}, read 4 "
-        f"bytes a copy, 8 bytes a copy and shifted (entry_point.{', '.join(FLAGS)}), then "
-        f"padded and shifted with C stored as each four's address allows "
-        f"(vectorized.PEELED_STORES){staged_text}, cuBLAS (torch.mm) beside each phase, in "
-        f"turns, "
-        f"{ROUNDS} rounds, median; ms: wall clock per call of a loop ending in "
-        "torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; TF32 off; "
-        "N(0,1) inputs")
+        f"auto's plan at each shape, its ring run each way of {', '.join(names)} (a way's "
+        f"entry_point.{', '.join(FLAGS)} and its phase's switches: sgemm_ring_pairs.WAYS), "
+        f"phase by phase, cuBLAS (torch.mm) beside each phase, in turns, {ROUNDS} rounds, "
+        "median; ms: wall clock per call of a loop ending in torch.cuda.synchronize; "
+        "kernel_ms: CUDA events around back-to-back calls; TF32 off; N(0,1) inputs")
     saved = tuple(getattr(entry_point, flag) for flag in FLAGS)
-    phases = [("registers", {**WAYS, **DRIVER_WAYS}), ("peeled", PEELED_WAYS),
-              ("staged", STAGED_WAYS)] if args.all_ways \
-        else [("registers", WAYS), ("peeled", PEELED_WAYS)]
+    current = ["registers"]
+    set_phase("registers")
     rows, worst = [], 0.0
     try:
-        # Phase by phase (the store flags are read when a kernel is built: one
+        # Phase by phase (its switches are read when a kernel is built: one
         # switch, so each kernel is compiled once a phase), shape by shape.
-        for stores, ways in phases:
+        for phase, ways in phases_of(names):
             for m, n, k in shapes:
                 plan = sgemm.choose_plan((m, n, k), gpu)
                 if not plan["config"].stages:  # through registers: once, as auto runs it
-                    if stores != "registers":
+                    if phase != "registers":
                         continue
                     ways_here = {"auto": (None, False, False, False)}
                 else:
@@ -181,7 +247,7 @@ def main(argv=None) -> int:
                 b = torch.randn((k, n), device="cuda", generator=generator)
                 reference = torch.mm(a.double(), b.double())
                 found, error = time_ways(torch, np, time_ms, sgemm, entry_point, a, b,
-                                         reference, ways_here, stores)
+                                         reference, ways_here, phase, current)
                 worst = max(worst, error)
                 for row in found:
                     rows.append({"m": m, "n": n, "k": k, **row,
@@ -193,7 +259,7 @@ def main(argv=None) -> int:
     finally:
         for flag, value in zip(FLAGS, saved):
             setattr(entry_point, flag, value)
-        set_stores("registers")
+        set_phase("registers")
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
     record["seconds"] = time.perf_counter() - started

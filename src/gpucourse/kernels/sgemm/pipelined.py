@@ -93,6 +93,14 @@ from numba import int64, uint64  # noqa: E402 (after gpucourse.device)
 # against 62.7 (64 x 128 x 16 tiles of 8 x 8; results/sgemm_pipelined-h200-
 # 2026-11-30.json, with the FMA orders of vectorized.RING_FMA_ORDER).
 COPY_ADDRESSES = "each"
+# Whether 4-byte copies of B (a ring reading a ragged B as given) step from
+# one address down B's rows, as the 8-byte copies do, rather than each
+# working its address out from its row and column. Offline (ptxas 13,
+# sm_90) that takes the 64 x 128 ring's loop from 1,384 instructions per
+# 1,024 FMAs to 1,324, in 167 registers against 168, no spills. Off until a
+# GPU has timed it (benchmarks/sgemm_ring_pairs.py --ways scalar,scalar_stepped):
+# fewer instructions need not be faster ("once" above).
+STEP_SCALAR_COPIES = False
 
 
 def a_stride(bm: int) -> int:
@@ -145,7 +153,9 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
     if COPY_ADDRESSES not in ("once", "each"):
         raise ValueError(f"COPY_ADDRESSES must be 'once' or 'each', got {COPY_ADDRESSES!r}")
     EACH = COPY_ADDRESSES == "each"
-    PAIR_BASE = width == 2 and ROWS_OF_B  # 8-byte copies of B (padding.PAIRS)
+    # 8-byte copies of B (padding.PAIRS), and 4-byte ones with
+    # STEP_SCALAR_COPIES, step from one address down B's rows (below).
+    STEP_ROWS = ROWS_OF_B and (width == 2 or (width == 1 and STEP_SCALAR_COPIES))
     INTERIOR = bool(interior and width == 4) and not EACH
     # n % 4 == 0 (n even): a copy's four (two) floats are all inside or all outside.
     copy_b = {4: copy_float4_async_from, 2: copy_float2_async_from}.get(width,
@@ -174,10 +184,11 @@ def make_tile_copies(bm: int, bn: int, bk: int, threads: int, vectorized: bool |
         first = a_to + (kk * A_STRIDE + r) * FLOAT_BYTES
         if EACH:  # every address from its row and column, every copy checked
             copy_a_each(a, a_tile, tid, row0, k_next, m, k, a_to)
-            if PAIR_BASE:
-                # 8-byte copies step from one address by B's rows: worked out
+            if STEP_ROWS:
+                # Copies that step from one address by B's rows: worked out
                 # from each copy's row and column, ptxas held the 64 x 128
-                # ring's addresses in 193 registers (two blocks an SM); so, 162.
+                # ring's 8-byte addresses in 193 registers (two blocks an
+                # SM); so, 162.
                 kb0, j = b_place(tid, ZERO)
                 base = matrix_address(b, k_next + kb0, col0 + j)
                 step = uint64(b.strides[0]) * B_ROWS_APART

@@ -1,0 +1,164 @@
+"""Week 8: two questions left for the GPU about a ring on a ragged n (issue
+33, twenty-seventh session), and what answers them.
+
+Every large miss of the held-out sets has a ragged n. A ring there either
+pads B first (a copy kernel and a second launch) or reads it as given, 4
+bytes a copy. Where does the padded ring lose its time: in the copy, or in
+the second launch? ``benchmarks/sgemm_ring_pairs.py --ways
+padded,padded_copy_once`` times a way that pads B once and not again. And
+can 4-byte copies cost less? ``pipelined.STEP_SCALAR_COPIES`` steps them
+from one address down B's rows, as the 8-byte copies do: offline, fewer
+instructions in the loop (off until ``--ways scalar,scalar_stepped`` has
+timed it)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import entry_point, pipelined
+from ptx_helpers import compile_without_a_gpu, innermost_loop, ptxas_report
+from test_sgemm_pipelined import SMALL, fresh
+from test_sgemm_split_k import _integers
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _reference(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
+@pytest.fixture
+def stepped(monkeypatch):
+    """Rings read a ragged B as given, 4 bytes a copy, with
+    STEP_SCALAR_COPIES on (read when a kernel is built)."""
+    assert pipelined.STEP_SCALAR_COPIES is False  # off by default
+    monkeypatch.setattr(pipelined, "STEP_SCALAR_COPIES", True)
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "scalar")
+    monkeypatch.setattr(entry_point, "RING_PAIRS", False)
+    fresh()
+    yield
+    monkeypatch.undo()
+    fresh()
+
+
+def test_4_byte_copies_that_step_down_bs_rows_multiply_exactly(stepped):
+    # Odd and even ragged n, K ending inside a step and on one, a single
+    # column; K whole, split and stream-K (each slice starts its own rows).
+    config = replace(SMALL, stages=2)
+    for (m, n, k), splits in [((37, 31, 70), 1), ((37, 30, 72), 1), ((5, 33, 41), 2),
+                              ((40, 31, 90), "stream"), ((3, 1, 5), 1), ((64, 61, 64), 3)]:
+        a, b = _integers((m, k), 5), _integers((k, n), 6)
+        np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config, splits=splits),
+                                      _reference(a, b), err_msg=f"{m} x {n} x {k}, {splits}")
+
+
+STEPPED_PTX = """
+import sys
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import pipelined
+pipelined.STEP_SCALAR_COPIES = sys.argv[1] == "on"
+config = sgemm.TileConfig(64, 128, 16, 8, 8, stages=2)
+kernel = sgemm._tiled_kernel("6", config, False, False, False)
+print(numba.cuda.compile_ptx(kernel.py_func, sgemm.SPLIT_SIGNATURE[:3], cc=(9, 0))[0])
+"""
+
+
+def test_stepped_4_byte_copies_issue_fewer_instructions_in_the_same_registers():
+    # The 64 x 128 ring of auto's menu, B read 4 bytes a copy: the same
+    # copies (16 of B and 8 of A a thread a step), fewer instructions around
+    # them (offline SASS: 1,384 per 1,024 FMAs off, 1,324 on), no more
+    # registers than the 168 it has off, and no spills.
+    found = {}
+    for switch in ("off", "on"):
+        text = compile_without_a_gpu(STEPPED_PTX, switch)
+        loop = innermost_loop(text, marker="fma.rn.f32", most=True)
+        others = [x for x in loop if not x.startswith(("fma.rn.f32", "ld.shared"))]
+        report = ptxas_report(text)
+        registers = int(re.search(r"Used (\d+) registers", report).group(1))
+        assert set(re.findall(r"(\d+) bytes spill", report)) <= {"0"}, report
+        found[switch] = (sum(x.startswith("fma.rn.f32") for x in loop),
+                         sum(x.startswith("cp.async.ca.shared.global") for x in loop),
+                         len(others), registers)
+    (fma_off, copies_off, others_off, regs_off), (fma_on, copies_on, others_on, regs_on) = (
+        found["off"], found["on"])
+    assert fma_on == fma_off == 1024 and copies_on == copies_off
+    assert others_on < others_off * 0.9, found
+    assert regs_on <= regs_off <= 168, found
+
+
+def _ring_pairs_script():
+    sys.path.insert(0, str(BENCHMARKS))
+    sys.modules.pop("sgemm_ring_pairs", None)
+    try:
+        import sgemm_ring_pairs
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return sgemm_ring_pairs
+
+
+def test_the_benchmarks_ways_are_named_and_run_phase_by_phase():
+    script = _ring_pairs_script()
+    assert script.parse_ways("scalar_stepped, padded") == ("scalar_stepped", "padded")
+    for bad in ("", "padded,nope", ","):
+        with pytest.raises(ValueError, match="--ways takes names of ways"):
+            script.parse_ways(bad)
+    # Phases in their fixed order, each way in the order named.
+    phases = script.phases_of(("scalar_stepped", "padded_peeled", "scalar", "padded"))
+    assert [(phase, list(ways)) for phase, ways in phases] == [
+        ("registers", ["scalar", "padded"]), ("peeled", ["padded_peeled"]),
+        ("stepped", ["scalar_stepped"])]
+    assert phases[0][1]["padded"] == ("padded", False, False, False)
+    # The defaults are the committed runs' ways; every way has a phase.
+    assert set(script.ALL_WAYS) - set(script.DEFAULT_WAYS) == {"padded_driver",
+                                                               "padded_driver_staged"}
+    assert {phase for phase, _ in script.WAYS.values()} == set(script.PHASES)
+
+
+def test_a_phase_sets_the_switches_read_when_a_kernel_is_built(monkeypatch):
+    from gpucourse.kernels.sgemm import vectorized
+
+    script = _ring_pairs_script()
+    monkeypatch.setattr(vectorized, "PEELED_STORES", False)
+    monkeypatch.setattr(vectorized, "STAGED_STORES", False)
+    monkeypatch.setattr(pipelined, "STEP_SCALAR_COPIES", False)
+    try:
+        for phase, wanted in (("stepped", (False, False, True)), ("peeled", (True, False, False)),
+                              ("staged", (False, True, False)),
+                              ("registers", (False, False, False))):
+            script.set_phase(phase)
+            assert (vectorized.PEELED_STORES, vectorized.STAGED_STORES,
+                    pipelined.STEP_SCALAR_COPIES) == wanted, phase
+        with pytest.raises(ValueError, match="phase must be one of"):
+            script.set_phase("stored")
+    finally:
+        fresh()
+
+
+def test_copy_once_pads_each_b_on_its_first_call_only(monkeypatch):
+    # The stand-in for entry_point._ring_copy_b behind "padded_copy_once":
+    # whatever plan asks for it, each B (by its pointer) is copied once.
+    script = _ring_pairs_script()
+    made, copied = [], []
+
+    def ring_copy_b(k, n, n4, device_id):
+        made.append((k, n, n4))
+        return lambda source, padded: copied.append((source, padded))
+
+    monkeypatch.setattr(entry_point, "_ring_copy_b", ring_copy_b)
+    seen = set()
+    once = script.copy_once(entry_point, seen)
+    for _ in range(2):  # two plans, as two turns build
+        go = once(70, 31, 32, 0)
+        go(1000, 2000)
+        go(1000, 2000)
+        go(3000, 2000)
+    assert made == [(70, 31, 32)] * 2
+    assert copied == [(1000, 2000), (3000, 2000)] and seen == {1000, 3000}
+
