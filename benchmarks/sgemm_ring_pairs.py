@@ -49,6 +49,9 @@ ring's time goes and whether 4-byte copies can cost less:
   matmul may take);
 * "scalar_stepped": "scalar" with ``pipelined.STEP_SCALAR_COPIES`` on (the
   4-byte copies step from one address down B's rows), in a phase of its own.
+* "padded_overlap": "padded" with ``vectorized.RING_COPY_OVERLAP`` on (the
+  product kernel launched so that it may start while the copy finishes,
+  waiting for it before its first read), in a phase of its own.
 
 A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
@@ -90,14 +93,15 @@ PADDED, SCALAR, PAIRS, SHIFTED, DRIVER = (
 # Every way: {name: (its phase, its FLAGS)}. A phase sets the switches read
 # when a kernel is built (``set_phase``): "registers" none, "peeled"
 # vectorized.PEELED_STORES, "staged" vectorized.STAGED_STORES, "stepped"
-# pipelined.STEP_SCALAR_COPIES; each phase runs after the one before, with
-# cuBLAS beside it again.
+# pipelined.STEP_SCALAR_COPIES, "overlap" vectorized.RING_COPY_OVERLAP; each
+# phase runs after the one before, with cuBLAS beside it again.
 WAYS = {"padded": ("registers", PADDED), "scalar": ("registers", SCALAR),
         "pairs": ("registers", PAIRS), "shifted": ("registers", SHIFTED),
         "padded_driver": ("registers", DRIVER), "padded_copy_once": ("registers", PADDED),
         "padded_peeled": ("peeled", PADDED), "shifted_peeled": ("peeled", SHIFTED),
-        "padded_driver_staged": ("staged", DRIVER), "scalar_stepped": ("stepped", SCALAR)}
-PHASES = ("registers", "peeled", "staged", "stepped")
+        "padded_driver_staged": ("staged", DRIVER), "scalar_stepped": ("stepped", SCALAR),
+        "padded_overlap": ("overlap", PADDED)}
+PHASES = ("registers", "peeled", "staged", "stepped", "overlap")
 # What a run times without --ways; --all-ways adds the driver's copy and the
 # staged stores, as the first run did.
 DEFAULT_WAYS = ("padded", "scalar", "pairs", "shifted", "padded_peeled", "shifted_peeled")
@@ -131,6 +135,7 @@ def set_phase(phase: str) -> None:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     vectorized.STAGED_STORES, vectorized.PEELED_STORES = phase == "staged", phase == "peeled"
     pipelined.STEP_SCALAR_COPIES = phase == "stepped"
+    vectorized.RING_COPY_OVERLAP = phase == "overlap"
     kernel_choice._compiled.cache_clear()
     kernel_choice._tiled_kernel.cache_clear()
 

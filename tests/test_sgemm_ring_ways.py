@@ -9,7 +9,11 @@ padded,padded_copy_once`` times a way that pads B once and not again. And
 can 4-byte copies cost less? ``pipelined.STEP_SCALAR_COPIES`` steps them
 from one address down B's rows, as the 8-byte copies do: offline, fewer
 instructions in the loop (off until ``--ways scalar,scalar_stepped`` has
-timed it)."""
+timed it). And can the product kernel start while the copy of B finishes?
+``vectorized.RING_COPY_OVERLAP`` launches a padded ring's product kernel as
+a programmatic dependent launch, the kernel waiting for the copy
+(``griddepcontrol.wait``) before its first read (off until ``--ways
+padded,padded_overlap`` has timed it)."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
-from gpucourse.kernels.sgemm import entry_point, pipelined
+from gpucourse.kernels.sgemm import TileConfig, entry_point, pipelined
 from ptx_helpers import compile_without_a_gpu, innermost_loop, ptxas_report
 from test_sgemm_pipelined import SMALL, fresh
 from test_sgemm_split_k import _integers
@@ -128,13 +132,16 @@ def test_a_phase_sets_the_switches_read_when_a_kernel_is_built(monkeypatch):
     monkeypatch.setattr(vectorized, "PEELED_STORES", False)
     monkeypatch.setattr(vectorized, "STAGED_STORES", False)
     monkeypatch.setattr(pipelined, "STEP_SCALAR_COPIES", False)
+    monkeypatch.setattr(vectorized, "RING_COPY_OVERLAP", False)
     try:
-        for phase, wanted in (("stepped", (False, False, True)), ("peeled", (True, False, False)),
-                              ("staged", (False, True, False)),
-                              ("registers", (False, False, False))):
+        for phase, wanted in (("stepped", (False, False, True, False)),
+                              ("peeled", (True, False, False, False)),
+                              ("staged", (False, True, False, False)),
+                              ("overlap", (False, False, False, True)),
+                              ("registers", (False, False, False, False))):
             script.set_phase(phase)
             assert (vectorized.PEELED_STORES, vectorized.STAGED_STORES,
-                    pipelined.STEP_SCALAR_COPIES) == wanted, phase
+                    pipelined.STEP_SCALAR_COPIES, vectorized.RING_COPY_OVERLAP) == wanted, phase
         with pytest.raises(ValueError, match="phase must be one of"):
             script.set_phase("stored")
     finally:
@@ -162,3 +169,86 @@ def test_copy_once_pads_each_b_on_its_first_call_only(monkeypatch):
     assert made == [(70, 31, 32)] * 2
     assert copied == [(1000, 2000), (3000, 2000)] and seen == {1000, 3000}
 
+
+
+@pytest.fixture
+def overlapping(monkeypatch):
+    """vectorized.RING_COPY_OVERLAP on (read when a kernel is built), rings
+    on a ragged B told to pad it."""
+    from gpucourse.kernels.sgemm import vectorized
+
+    assert vectorized.RING_COPY_OVERLAP is False  # off by default
+    monkeypatch.setattr(vectorized, "RING_COPY_OVERLAP", True)
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "padded")
+    fresh()
+    yield
+    monkeypatch.undo()
+    fresh()
+
+
+def test_rings_that_wait_for_the_copy_of_b_multiply_exactly(overlapping):
+    # On the simulator the wait does nothing (one kernel at a time); what is
+    # checked is that the rings built with it are the same product.
+    config = replace(SMALL, stages=2)
+    for (m, n, k), splits in [((37, 31, 70), 1), ((37, 30, 72), 1), ((5, 33, 41), 2),
+                              ((40, 31, 90), "stream")]:
+        a, b = _integers((m, k), 7), _integers((k, n), 8)
+        np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config, splits=splits),
+                                      _reference(a, b), err_msg=f"{m} x {n} x {k}, {splits}")
+
+
+def test_only_a_padded_ring_waits_for_the_grid_before_it():
+    from gpucourse.kernels.sgemm import padding, vectorized
+
+    ring, through_registers = TileConfig(64, 128, 16, 8, 8, stages=2), TileConfig(64, 128, 16, 8, 8)
+    assert not vectorized.overlaps_the_copy(ring, padding.LOADS_ONLY)  # off by default
+    try:
+        vectorized.RING_COPY_OVERLAP = True
+        assert vectorized.overlaps_the_copy(ring, padding.LOADS_ONLY)
+        for config, mode in ((ring, True), (ring, False), (ring, padding.PAIRS),
+                             (through_registers, padding.LOADS_ONLY), (None, padding.LOADS_ONLY)):
+            assert not vectorized.overlaps_the_copy(config, mode), (config, mode)
+    finally:
+        vectorized.RING_COPY_OVERLAP = False
+
+
+OVERLAP_PTX = """
+import sys
+from gpucourse.kernels import sgemm
+from gpucourse.kernels.sgemm import padding, vectorized
+vectorized.RING_COPY_OVERLAP = sys.argv[1] == "on"
+config = sgemm.TileConfig(64, 128, 16, 8, 8, stages=2)
+kernel = sgemm._tiled_kernel("6", config, padding.LOADS_ONLY, False, False)
+print(numba.cuda.compile_ptx(kernel.py_func, sgemm.SPLIT_SIGNATURE[:3], cc=(9, 0))[0])
+"""
+
+
+def test_the_padded_rings_wait_is_one_instruction_before_its_loop():
+    # With the switch, the padded 64 x 128 ring's PTX holds one
+    # griddepcontrol.wait, before the loop, and the same registers; without
+    # it, none.
+    found = {}
+    for switch in ("off", "on"):
+        text = compile_without_a_gpu(OVERLAP_PTX, switch)
+        loop = innermost_loop(text, marker="fma.rn.f32", most=True)
+        report = ptxas_report(text)
+        found[switch] = (text.count("griddepcontrol.wait"),
+                         sum("griddepcontrol" in x for x in loop),
+                         int(re.search(r"Used (\d+) registers", report).group(1)))
+    assert found["off"][:2] == (0, 0) and found["on"][:2] == (1, 0), found
+    assert abs(found["on"][2] - found["off"][2]) <= 2, found
+
+
+def test_a_dependent_launch_config_asks_for_overlap_or_names_what_it_needs():
+    pytest.importorskip("cuda.core")
+    from gpucourse.kernels.launch import launch_config
+
+    plain = launch_config((4, 2), 128)
+    assert not getattr(plain, "programmatic_stream_serialization", False)
+    try:
+        dependent = launch_config((4, 2), 128, 0, True)
+    except RuntimeError as error:  # an older cuda.core
+        assert "cuda.core 1.2 or newer" in str(error)
+    else:
+        assert dependent.programmatic_stream_serialization is True
+        assert tuple(dependent.grid) == (4, 2, 1) and tuple(dependent.block) == (128, 1, 1)

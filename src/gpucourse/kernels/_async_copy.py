@@ -39,9 +39,14 @@ flight: one function per n, since n must be a constant); a barrier then
 makes every thread's copies visible to the block. (The HGEMM ladder's
 copies of halves, ``tensor_cores.moves``, commit and wait with these too.)
 
+``grid_dependency_wait()`` (``griddepcontrol.wait``, sm_90) waits until
+the kernels this one's launch lets it overlap (programmatic dependent
+launch, ``launch.launch_config(..., dependent=True)``) have finished and
+their writes are visible; launched without that, it returns at once.
+
 On Numba's simulator an address is the element's byte offset in its tile or
 matrix (the arrays the copies name), the copies happen at once, as plain
-assignments, and committing and waiting do nothing.
+assignments, and committing, waiting and the grid's wait do nothing.
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ if on_gpu():
     cp_async_commit = _make_asm_statement("cp.async.commit_group;", "cp_async_commit")
     _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
               for n in range(8)}
+    grid_dependency_wait = _make_asm_statement("griddepcontrol.wait;", "grid_dependency_wait")
 
     def _emit_copy(context, builder, sig, args, nbytes, size):
         """The cp.async of `nbytes` from global address args[3] to shared
@@ -200,6 +206,9 @@ else:
         """Nothing to wait for on the simulator."""
 
     _WAITS = {n: _wait for n in range(8)}
+
+    def grid_dependency_wait():
+        """Nothing to wait for: the simulator runs one kernel at a time."""
 
     @cuda.jit(device=True)
     def tile_address(tile, index):

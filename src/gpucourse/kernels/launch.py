@@ -65,16 +65,27 @@ def core_launch():
 
 
 @lru_cache(maxsize=1024)
-def launch_config(grid, block, shared: int = 0):
+def launch_config(grid, block, shared: int = 0, dependent: bool = False):
     """cuda.core's LaunchConfig for `grid` and `block` (ints, or tuples of up to
     three) and `shared` bytes of dynamic shared memory, built once per
-    distinct launch shape (building one costs microseconds of Python)."""
+    distinct launch shape (building one costs microseconds of Python). With
+    `dependent`, a programmatic dependent launch: the kernel may start while
+    the one before it on the stream finishes, and waits for it where it
+    calls ``_async_copy.grid_dependency_wait``. Raises RuntimeError naming
+    the cuda.core it needs where the installed one cannot."""
     from cuda.core import LaunchConfig
 
     grid = grid if isinstance(grid, tuple) else (grid,)
     block = block if isinstance(block, tuple) else (block,)
-    return LaunchConfig(grid=grid + (1,) * (3 - len(grid)), block=block + (1,) * (3 - len(block)),
-                        shmem_size=shared)
+    shape = {"grid": grid + (1,) * (3 - len(grid)), "block": block + (1,) * (3 - len(block)),
+             "shmem_size": shared}
+    if not dependent:
+        return LaunchConfig(**shape)
+    try:
+        return LaunchConfig(**shape, programmatic_stream_serialization=True)
+    except TypeError as error:
+        raise RuntimeError("a dependent launch needs cuda.core 1.2 or newer (its "
+                           "LaunchConfig.programmatic_stream_serialization)") from error
 
 
 def launchable(kernel, signature) -> tuple:

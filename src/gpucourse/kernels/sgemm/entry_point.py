@@ -39,6 +39,7 @@ from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_
                                              _stream_kernel, _sum_grid, split_ranges, sum_splits,
                                              zero_matrix)
 from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan, gpu_model
+from gpucourse.kernels.sgemm.vectorized import overlaps_the_copy
 
 
 def _device_array_or_none(x):
@@ -542,8 +543,10 @@ def _launches(key: str, m: int, n: int, k: int, b_cols: int, vectorized, device_
     if k == 0 or splits != STREAM and len(split_ranges(k, splits)) == 1:
         kernel, grid, block = kernel_for(key, (m, n, k), vectorized, config)
         function, stream = _launchable(kernel, device_id)
-        shape = launch_config(grid, block)
-        packed = _packed(kernel, (C_MATRIX,) * 3, stream, shape, matrices, slots)
+        dependent = overlaps_the_copy(config, vectorized)  # may overlap B's copy
+        shape = launch_config(grid, block, 0, dependent)
+        packed = None if dependent else _packed(kernel, (C_MATRIX,) * 3, stream, shape,
+                                                matrices, slots)
         if packed is not None:
             return packed
 

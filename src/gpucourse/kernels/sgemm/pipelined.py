@@ -76,8 +76,8 @@ from __future__ import annotations
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
 from gpucourse.kernels._async_copy import (copy_float2_async_from, copy_float4_async_from,
                                            copy_float4_async_part, copy_float_async_from,
-                                           cp_async_commit, cp_async_wait, matrix_address,
-                                           tile_address)
+                                           cp_async_commit, cp_async_wait, grid_dependency_wait,
+                                           matrix_address, tile_address)
 from gpucourse.kernels._vector_load import load_float4_flat
 from gpucourse.kernels._vector_store import store_float4_flat
 from gpucourse.kernels.sgemm.config import A_PAD, ONE, ZERO, _INLINE, _u
@@ -373,7 +373,7 @@ def make_realign(bn: int, bk: int, threads: int, raw_elements: int, aligned_at: 
 
 
 def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements: int,
-                stages: int, realign=None, aligned_at: int = 0):
+                stages: int, realign=None, aligned_at: int = 0, after_grid: bool = False):
     """The walk along K for columns k_start <= kk < k_end (the whole of K, a
     split-K slice or a stream-K piece), with the same signature as
     building_blocks' ``_make_k_loop``'s (its a_next and b_next unused): a ring
@@ -381,8 +381,10 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
     filled by cp.async stages - 1 steps ahead (the module's note). With
     `realign` (``make_realign``; B copied "shifted"), each step first moves
     the landed tile of B into the aligned tile at `aligned_at`, between two
-    barriers, and multiplies that."""
-    REALIGN, ALIGNED = realign is not None, _u(aligned_at)
+    barriers, and multiplies that. With `after_grid`, it first waits for the
+    kernel its launch overlaps (``grid_dependency_wait``: the copy of B that
+    a padded ring's launch may overlap, vectorized.RING_COPY_OVERLAP)."""
+    REALIGN, ALIGNED, AFTER_GRID = realign is not None, _u(aligned_at), bool(after_grid)
     realign = realign or _no_realign
     BK, A_ELEMENTS, B_ELEMENTS, STAGES_U = _u(bk, a_elements, b_elements, stages)
     A_BYTES, B_BYTES = _u(4 * a_elements, 4 * b_elements)
@@ -394,6 +396,8 @@ def make_k_loop(copy_tiles, multiply_tile, bk: int, a_elements: int, b_elements:
     def walk_k(a, b, a_tile, b_tile, acc, a_frag, b_frag, a_next, b_next, tid, row0, col0,
                m, n, k_start, k_end, p, q):
         a0, b0 = tile_address(a_tile, ZERO), tile_address(b_tile, ZERO)
+        if AFTER_GRID:  # B is the copy kernel's output: nothing is read before it is done
+            grid_dependency_wait()
         for s in range(ZERO, AHEAD):  # the first stages - 1 tiles, a group each
             k_next = k_start + s * BK
             if k_next < k_end:

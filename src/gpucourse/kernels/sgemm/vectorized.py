@@ -84,6 +84,15 @@ STAGED_STORES = False
 # (benchmarks/results/reruns/sgemm_ring_pairs-h200-2026-11-30-shifted.json):
 # within a run's noise at most shapes. A held-out set run in turns decides.
 PEELED_STORES = False
+# Whether a ring that reads a padded copy of B (LOADS_ONLY) with K whole is
+# launched so that it may start while the copy kernel before it finishes
+# (programmatic dependent launch: entry_point's launch, launch.launch_config
+# dependent=True), waiting for the copy before its first read
+# (pipelined.make_k_loop's after_grid). It takes the gap between the two
+# kernels (1-3 us at the held-out misses, sgemm_kernel_times.py) off a call
+# where the GPU, not the host, sets the pace. Off until a GPU has timed it
+# (benchmarks/sgemm_ring_pairs.py --ways padded,padded_overlap).
+RING_COPY_OVERLAP = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
 # each FMA shares an operand with the one before it). FMA_ORDER is the
@@ -96,6 +105,12 @@ PEELED_STORES = False
 # is not something the PTX shows; the timings decide.
 FMA_ORDER = "rows"
 RING_FMA_ORDER = "serpentine"
+
+
+def overlaps_the_copy(config, vectorized) -> bool:
+    """Whether the kernel for `config` reading B as `vectorized` says waits
+    for the copy of B its launch may overlap (RING_COPY_OVERLAP)."""
+    return bool(RING_COPY_OVERLAP and vectorized == LOADS_ONLY and getattr(config, "stages", 0))
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
@@ -230,7 +245,8 @@ def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = 
         realign = pipelined.make_realign(config.bn, config.bk, threads, b_elements,
                                          aligned_at) if shifted else None
         walk_k = pipelined.make_k_loop(copy_tiles, multiply_tile, config.bk, a_elements,
-                                       b_elements, stages, realign, aligned_at)
+                                       b_elements, stages, realign, aligned_at,
+                                       overlaps_the_copy(config, vectorized))
         a_staged = b_staged = 1  # no tiles in flight through registers
     else:
         walk_k = _make_k_loop(fetch_tiles, store_tiles, multiply_tile, config.bk, a_elements,
