@@ -40,7 +40,7 @@ What counts as "a number" (the rules, in the order they are applied):
   hyphen (``GPT-3``, ``ZeRO-1``, ``top-1``) are names, not numbers. So is a
   dotted version or instance name (``trn2.48xlarge``, ``3.11.7``).
 - Numbering is not a fact: a number right after *week, chapter, part, level,
-  exercise, section, figure, table, step, stage, question or puzzle* (and lists such
+  exercise, section, figure, table, step, stage, question, puzzle or set* (and lists such
   as "weeks 8 and 9" or "levels 4-6"), and the marker of a numbered list
   (``1.`` at the start of a line) are skipped, as is a page's front matter.
 - Years (four digits from 1900 to 2099) are skipped: a date is where a fact
@@ -129,7 +129,7 @@ def sentences(prose: str) -> list[str]:
 
 
 _ORDINAL_WORDS = (r"weeks?|chapters?|parts?|levels?|exercises?|sections?|figures?|tables?"
-                  r"|steps?|stages?|questions?|puzzles?")
+                  r"|steps?|stages?|questions?|puzzles?|sets?")
 _NUMBERING = re.compile(
     rf"\b(?:{_ORDINAL_WORDS})\s+\d+[a-z]?(?:(?:\s*[-\u2013,]\s*|\s+(?:and|or|to)\s+)\d+[a-z]?)*",
     re.I)
@@ -281,6 +281,7 @@ def test_an_entry_covers_only_its_own_sentence():
     ("At 3.35 TB/s and 1,979 TFLOPS, 8 GPUs.", ["3.35", "1,979", "8"]),
     ("GPT-3, H100, sm_90, 1F1B, 4b, trn2.48xlarge, numpy 2.4.6 and fp32.", []),
     ("In weeks 8 and 9, level 4-6 and week 1, in 2022.", []),
+    ("Set 11 and sets 2 and 4 held 24 shapes.", ["24"]),
     ("1. First a step of 10 ms.", ["10"]),
     ("---\nkernelspec: python3\n---\nText.", []),
     ("A 64-bit adder adds 32 bits; 16-bit weights.", []),
