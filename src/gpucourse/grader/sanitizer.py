@@ -112,12 +112,16 @@ def _ordinal(n: int) -> str:
 
 @dataclass
 class Finding:
-    """One problem: which check, where (a key that repeats of it share), the message."""
+    """One problem: which check, where (a key that repeats of it share), the
+    message, and the place of the occurrence it spells out among its repeats
+    (``order``: the lowest block, slot and threads, whatever order the
+    simulator's threads ran in)."""
 
     check: str
     key: tuple
     message: str
     times: int = 1
+    order: tuple = ()
 
 
 @dataclass
@@ -128,13 +132,17 @@ class Sanitizer:
     findings: list = field(default_factory=list)
     _seen: dict = field(default_factory=dict)
 
-    def add(self, check: str, key: tuple, message: str) -> None:
-        """Record a finding; a repeat of one already seen (same check and key) is counted."""
+    def add(self, check: str, key: tuple, message: str, order: tuple = ()) -> None:
+        """Record a finding; a repeat of one already seen (same check and key) is
+        counted, and the message kept is that of the occurrence first in
+        `order`, so that a report reads the same from one run to the next."""
         found = self._seen.get((check, key))
         if found is not None:
             found.times += 1
+            if order < found.order:
+                found.message, found.order = message, order
             return
-        self._seen[(check, key)] = finding = Finding(check, key, message)
+        self._seen[(check, key)] = finding = Finding(check, key, message, order=order)
         self.findings.append(finding)
 
     def report(self, findings=None, kernel: str = "the kernel") -> str:
@@ -166,10 +174,10 @@ def active() -> bool:
     return bool(_active)
 
 
-def _report(check: str, key: tuple, message: str) -> None:
+def _report(check: str, key: tuple, message: str, order: tuple = ()) -> None:
     with _lock:
         if _active:
-            _active[-1].add(check, key, message)
+            _active[-1].add(check, key, message, order)
 
 
 # --------------------------------------------------------------------------
@@ -289,6 +297,11 @@ class SanitizedShared(WatchedArray):
         mine = tuple(thread.threadIdx)
         theirs = tuple(int(i) for i in np.unravel_index(other, thread._manager._block_dim[::-1])
                        )[::-1] if other >= 0 else None
+        key = (self.name, verbs, other_site, site)
+        if verbs == "wrote/wrote" and theirs is not None and mine < theirs:
+            # Two writes read the same either way round: the lower thread first,
+            # whichever the simulator happened to run first.
+            theirs, mine, other_site, site = mine, theirs, site, other_site
         first, second = verbs.split("/")
         who = f"thread {theirs}" if theirs is not None else "another thread"
         message = (f"block {block}: {who} {first} {self._element(flat)} at "
@@ -296,7 +309,7 @@ class SanitizedShared(WatchedArray):
                    f"{mine} {second} it at {_where(site)}, with no cuda.syncthreads() "
                    "between them: which one goes first is left to chance (put a barrier "
                    "between the write and the other thread's access)")
-        _report("racecheck", (self.name, verbs, other_site, site), message)
+        _report("racecheck", key, message, (block, flat, theirs or (), mine))
 
     def _read(self, flat, thread, epoch, me, site, atomic) -> None:
         if not self.written[flat]:
@@ -305,7 +318,7 @@ class SanitizedShared(WatchedArray):
                        f"{self._element(flat)} at {_where(site)}, which no thread of the "
                        "block had written: on a GPU it holds garbage (the simulator gives "
                        "zeros). Write every slot a thread reads, or do not read it")
-            _report("initcheck", (self.name, site), message)
+            _report("initcheck", (self.name, site), message, (block, flat, tuple(thread.threadIdx)))
         if atomic:
             return
         if self.write_epoch[flat] == epoch and self.writer[flat] != me:
