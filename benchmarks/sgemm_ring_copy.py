@@ -1,6 +1,6 @@
 """What copying B into rows of a multiple of 4 costs before a cp.async ring.
 
-    PYTHONPATH=src python3 benchmarks/sgemm_ring_copy.py [--out DIR] [--write-model]
+    PYTHONPATH=src python3 benchmarks/sgemm_ring_copy.py [--out DIR] [--write-model] [--wide]
 
 Issue 33. A cp.async ring copies B's tile 16 bytes at a time, which B's rows
 allow only when n is a multiple of 4; where it is not, matmul first copies B
@@ -15,7 +15,11 @@ back-to-back launches (benchmarks/sgemm.py's time_ms), so the fixed part is
 what one more launch on the stream costs the GPU, the gap between kernels
 included. Writes DIR/sgemm_ring_copy-<gpu-slug>-<date>.json (rows: k, n, n4,
 bytes, us; the fit). With --write-model, the fit goes into the model's JSON
-for this GPU as "ring_copy" (copy_gbps, fixed_us, source). About 20 seconds.
+for this GPU as "ring_copy" (copy_gbps, fixed_us, source). With --wide, each
+size is also copied by ``padding.pad_copy_wide`` (four floats a thread, one
+16-byte store; ``entry_point.RING_COPY_WIDE``), its rows marked "kernel":
+"pad_copy_wide" and its line the record's "fit_wide"; "fit" and --write-model
+stay pad_copy's. About 20 seconds, 40 with --wide.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ def main(argv=None) -> int:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--write-model", action="store_true",
                         help="write the fit into the model's JSON as this GPU's ring_copy")
+    parser.add_argument("--wide", action="store_true",
+                        help="also time padding.pad_copy_wide, four floats a thread")
     args, _ = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_ring_copy.py", "the copy is tested on the simulator (test_sgemm_pipelined)"))
     import torch
@@ -72,20 +78,25 @@ def main(argv=None) -> int:
     for k, n in ring_copy_sizes():
         n4 = rounded_up_to_4(n)
         b = torch.randn(k, n, device="cuda")
-        padded = torch.full((k, n4), float("nan"), device="cuda")
-        copy = entry_point._copy_launch(k, n, k, n4, device)
-        call = lambda: copy(b.data_ptr(), padded.data_ptr())  # noqa: E731
-        call()
-        torch.cuda.synchronize()
-        ok = bool(torch.equal(padded[:, :n], b) and not padded[:, n:].any())
-        ms, _ = time_ms(call)
-        rows.append({"k": k, "n": n, "n4": n4, "bytes": 4 * k * (n + n4), "us": ms * 1e3,
-                     "exact": ok})
-        print(f"B {k} x {n}: {ms * 1e3:.2f} us, {4 * k * (n + n4) / ms / 1e6:.0f} GB/s"
-              + ("" if ok else " WRONG"), flush=True)
+        padded = torch.empty((k, n4), device="cuda")
+        for wide in (False, True) if args.wide else (False,):
+            padded.fill_(float("nan"))
+            copy = entry_point._copy_launch(k, n, k, n4, device, wide)
+            call = lambda: copy(b.data_ptr(), padded.data_ptr())  # noqa: E731
+            call()
+            torch.cuda.synchronize()
+            ok = bool(torch.equal(padded[:, :n], b) and not padded[:, n:].any())
+            ms, _ = time_ms(call)
+            kernel = "pad_copy_wide" if wide else "pad_copy"
+            rows.append({"k": k, "n": n, "n4": n4, "bytes": 4 * k * (n + n4), "us": ms * 1e3,
+                         "exact": ok, "kernel": kernel})
+            print(f"B {k} x {n}, {kernel}: {ms * 1e3:.2f} us, "
+                  f"{4 * k * (n + n4) / ms / 1e6:.0f} GB/s" + ("" if ok else " WRONG"), flush=True)
     record["results"] = rows
-    record["fit"] = fit_line(rows)
-    print(f"fit: {record['fit']}")
+    record["fit"] = fit_line([r for r in rows if r["kernel"] == "pad_copy"])
+    if args.wide:
+        record["fit_wide"] = fit_line([r for r in rows if r["kernel"] == "pad_copy_wide"])
+    print(f"fit: {record['fit']}" + (f", wide: {record['fit_wide']}" if args.wide else ""))
     path = write_record(record, Path(args.out))
     print(f"wrote {path}")
     if args.write_model:

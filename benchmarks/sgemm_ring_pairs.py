@@ -52,6 +52,8 @@ ring's time goes and whether 4-byte copies can cost less:
 * "padded_overlap": "padded" with ``vectorized.RING_COPY_OVERLAP`` on (the
   product kernel launched so that it may start while the copy finishes,
   waiting for it before its first read), in a phase of its own.
+* "padded_wide": "padded" with ``entry_point.RING_COPY_WIDE`` on (B copied by
+  ``padding.pad_copy_wide``, four floats a thread), in a phase of its own.
 
 A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
@@ -93,15 +95,16 @@ PADDED, SCALAR, PAIRS, SHIFTED, DRIVER = (
 # Every way: {name: (its phase, its FLAGS)}. A phase sets the switches read
 # when a kernel is built (``set_phase``): "registers" none, "peeled"
 # vectorized.PEELED_STORES, "staged" vectorized.STAGED_STORES, "stepped"
-# pipelined.STEP_SCALAR_COPIES, "overlap" vectorized.RING_COPY_OVERLAP; each
-# phase runs after the one before, with cuBLAS beside it again.
+# pipelined.STEP_SCALAR_COPIES, "overlap" vectorized.RING_COPY_OVERLAP, "wide"
+# entry_point.RING_COPY_WIDE; each phase runs after the one before, with
+# cuBLAS beside it again.
 WAYS = {"padded": ("registers", PADDED), "scalar": ("registers", SCALAR),
         "pairs": ("registers", PAIRS), "shifted": ("registers", SHIFTED),
         "padded_driver": ("registers", DRIVER), "padded_copy_once": ("registers", PADDED),
         "padded_peeled": ("peeled", PADDED), "shifted_peeled": ("peeled", SHIFTED),
         "padded_driver_staged": ("staged", DRIVER), "scalar_stepped": ("stepped", SCALAR),
-        "padded_overlap": ("overlap", PADDED)}
-PHASES = ("registers", "peeled", "staged", "stepped", "overlap")
+        "padded_overlap": ("overlap", PADDED), "padded_wide": ("wide", PADDED)}
+PHASES = ("registers", "peeled", "staged", "stepped", "overlap", "wide")
 # What a run times without --ways; --all-ways adds the driver's copy and the
 # staged stores, as the first run did.
 DEFAULT_WAYS = ("padded", "scalar", "pairs", "shifted", "padded_peeled", "shifted_peeled")
@@ -129,13 +132,14 @@ def phases_of(names) -> list[tuple[str, dict]]:
 def set_phase(phase: str) -> None:
     """The switches read when a kernel is built, as `phase` (of PHASES) sets
     them; the kernels built before forgotten."""
-    from gpucourse.kernels.sgemm import kernel_choice, pipelined, vectorized
+    from gpucourse.kernels.sgemm import entry_point, kernel_choice, pipelined, vectorized
 
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
     vectorized.STAGED_STORES, vectorized.PEELED_STORES = phase == "staged", phase == "peeled"
     pipelined.STEP_SCALAR_COPIES = phase == "stepped"
     vectorized.RING_COPY_OVERLAP = phase == "overlap"
+    entry_point.RING_COPY_WIDE = phase == "wide"
     kernel_choice._compiled.cache_clear()
     kernel_choice._tiled_kernel.cache_clear()
 

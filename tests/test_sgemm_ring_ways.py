@@ -13,7 +13,10 @@ timed it). And can the product kernel start while the copy of B finishes?
 ``vectorized.RING_COPY_OVERLAP`` launches a padded ring's product kernel as
 a programmatic dependent launch, the kernel waiting for the copy
 (``griddepcontrol.wait``) before its first read (off until ``--ways
-padded,padded_overlap`` has timed it)."""
+padded,padded_overlap`` has timed it). And can the copy itself be cheaper?
+``padding.pad_copy_wide`` copies four floats a thread, one 16-byte store
+each (``entry_point.RING_COPY_WIDE``, off until ``sgemm_ring_copy.py
+--wide`` and ``--ways padded,padded_wide`` have timed it)."""
 
 from __future__ import annotations
 
@@ -133,15 +136,18 @@ def test_a_phase_sets_the_switches_read_when_a_kernel_is_built(monkeypatch):
     monkeypatch.setattr(vectorized, "STAGED_STORES", False)
     monkeypatch.setattr(pipelined, "STEP_SCALAR_COPIES", False)
     monkeypatch.setattr(vectorized, "RING_COPY_OVERLAP", False)
+    monkeypatch.setattr(entry_point, "RING_COPY_WIDE", False)
     try:
-        for phase, wanted in (("stepped", (False, False, True, False)),
-                              ("peeled", (True, False, False, False)),
-                              ("staged", (False, True, False, False)),
-                              ("overlap", (False, False, False, True)),
-                              ("registers", (False, False, False, False))):
+        for phase, wanted in (("stepped", (False, False, True, False, False)),
+                              ("peeled", (True, False, False, False, False)),
+                              ("staged", (False, True, False, False, False)),
+                              ("overlap", (False, False, False, True, False)),
+                              ("wide", (False, False, False, False, True)),
+                              ("registers", (False, False, False, False, False))):
             script.set_phase(phase)
             assert (vectorized.PEELED_STORES, vectorized.STAGED_STORES,
-                    pipelined.STEP_SCALAR_COPIES, vectorized.RING_COPY_OVERLAP) == wanted, phase
+                    pipelined.STEP_SCALAR_COPIES, vectorized.RING_COPY_OVERLAP,
+                    entry_point.RING_COPY_WIDE) == wanted, phase
         with pytest.raises(ValueError, match="phase must be one of"):
             script.set_phase("stored")
     finally:
@@ -252,3 +258,55 @@ def test_a_dependent_launch_config_asks_for_overlap_or_names_what_it_needs():
     else:
         assert dependent.programmatic_stream_serialization is True
         assert tuple(dependent.grid) == (4, 2, 1) and tuple(dependent.block) == (128, 1, 1)
+
+
+def test_the_wide_copy_pads_b_exactly_with_zeros_beyond_it():
+    # pad_copy_wide against numpy: ragged columns (1, 2 and 3 past a multiple
+    # of 4), rows padded too (as pad_copies pads B's K), a single column.
+    from gpucourse.kernels.sgemm import padding
+
+    rng = np.random.default_rng(33)
+    for rows, cols, padded_rows in [(9, 13, 9), (5, 30, 8), (3, 31, 3), (7, 1, 8), (33, 8, 36)]:
+        source = rng.standard_normal((rows, cols)).astype(np.float32)
+        padded = np.full((padded_rows, padding.rounded_up_to_4(cols)), np.nan, np.float32)
+        grid = padding.pad_grid_wide(*padded.shape)
+        padding.pad_copy_wide[grid, padding.PAD_BLOCK](source, padded)
+        wanted = np.zeros_like(padded)
+        wanted[:rows, :cols] = source
+        np.testing.assert_array_equal(padded, wanted, err_msg=f"{rows} x {cols}")
+    with pytest.raises(ValueError, match="a multiple of 4 floats long, got 13"):
+        padding.pad_grid_wide(9, 13)
+
+
+def test_rings_on_a_b_copied_four_floats_a_thread_multiply_exactly(monkeypatch):
+    assert entry_point.RING_COPY_WIDE is False  # off by default
+    monkeypatch.setattr(entry_point, "RING_COPY_WIDE", True)
+    monkeypatch.setattr(entry_point, "RING_RAGGED_B", "padded")
+    fresh()
+    try:
+        config = replace(SMALL, stages=2)
+        for (m, n, k), splits in [((37, 31, 70), 1), ((37, 30, 72), 1), ((5, 33, 41), 2)]:
+            a, b = _integers((m, k), 9), _integers((k, n), 10)
+            np.testing.assert_array_equal(sgemm.matmul(a, b, 6, config=config, splits=splits),
+                                          _reference(a, b), err_msg=f"{m} x {n} x {k}, {splits}")
+    finally:
+        monkeypatch.undo()
+        fresh()
+
+
+WIDE_COPY_PTX = """
+from gpucourse.kernels.sgemm import padding
+from gpucourse.kernels.sgemm.split_k import C_MATRIX
+for kernel in (padding.pad_copy, padding.pad_copy_wide):
+    print(numba.cuda.compile_ptx(kernel.py_func, (C_MATRIX, C_MATRIX), cc=(9, 0))[0])
+    print("=== next kernel ===")
+"""
+
+
+def test_the_wide_copy_stores_sixteen_bytes_at_once():
+    # In the PTX a GPU would run: pad_copy stores one float a thread,
+    # pad_copy_wide one 16-byte vector and no single float.
+    narrow, wide = compile_without_a_gpu(WIDE_COPY_PTX).split("=== next kernel ===")[:2]
+    assert narrow.count("st.global.f32") == 1 and "st.global.v4.f32" not in narrow
+    assert wide.count("st.global.v4.f32") == 1 and "st.global.f32" not in wide
+    assert wide.count("ld.global.f32") == 4

@@ -29,8 +29,9 @@ from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, 
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
 from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, SHIFTED, pad_copy,
-                                             pad_grid, padded_b, padded_operands, padded_sizes,
-                                             rounded_up_to_4, scratch)
+                                             pad_copy_wide, pad_grid, pad_grid_wide, padded_b,
+                                             padded_operands, padded_sizes, rounded_up_to_4,
+                                             scratch)
 from gpucourse.kernels.sgemm.pipelined import shifted_fits
 from gpucourse.kernels.sgemm.shape_model import padded_plan, ring_reads_b_scalar
 from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_SIGNATURE,
@@ -446,12 +447,15 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
     return go
 
 
-def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, device_id: int):
-    """copy(source_ptr, padded_ptr): pad_copy's launch from a rows x cols
-    matrix into a padded_rows x padded_cols buffer, on the default stream."""
+def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, device_id: int,
+                 wide: bool = False):
+    """copy(source_ptr, padded_ptr): pad_copy's launch (with `wide`,
+    pad_copy_wide's) from a rows x cols matrix into a padded_rows x
+    padded_cols buffer, on the default stream."""
     launch = core_launch()
-    copy, stream = _launchable(pad_copy, device_id, (C_MATRIX, C_MATRIX))
-    shape = launch_config(pad_grid(padded_rows, padded_cols), PAD_BLOCK)
+    kernel, grid = (pad_copy_wide, pad_grid_wide) if wide else (pad_copy, pad_grid)
+    copy, stream = _launchable(kernel, device_id, (C_MATRIX, C_MATRIX))
+    shape = launch_config(grid(padded_rows, padded_cols), PAD_BLOCK)
 
     def go(source_ptr, padded_ptr):
         launch(stream, shape, copy, *_matrix_argument(source_ptr, rows, cols),
@@ -468,6 +472,10 @@ def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, devic
 # made the call slower than pad_copy did at 26 of 29 shapes
 # (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json, "padded_driver").
 RING_COPY_BY_DRIVER = False
+# Whether that copy, where it is a kernel, is pad_copy_wide (four floats a
+# thread, one 16-byte store) rather than pad_copy. Off until a GPU has timed
+# it (benchmarks/sgemm_ring_copy.py, sgemm_ring_pairs.py way "padded_wide").
+RING_COPY_WIDE = False
 
 
 def _ring_copy_b(k: int, n: int, n4: int, device_id: int):
@@ -479,7 +487,7 @@ def _ring_copy_b(k: int, n: int, n4: int, device_id: int):
         copy = pitched_copy(stream, k, 4 * n, 4 * n, 4 * n4)
         if copy is not None:
             return copy
-    return _copy_launch(k, n, k, n4, device_id)
+    return _copy_launch(k, n, k, n4, device_id, RING_COPY_WIDE)
 
 
 def pad_copies(m: int, n: int, k: int, device_id: int):

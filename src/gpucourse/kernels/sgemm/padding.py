@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._vector_store import store_float4
 from gpucourse.kernels.sgemm.config import _shape
 from numba import float32, uint64  # noqa: E402
 
@@ -61,6 +62,34 @@ def pad_copy(source, padded):
 def pad_grid(rows: int, cols: int) -> tuple:
     """pad_copy's grid over a rows x cols padded buffer (block PAD_BLOCK)."""
     return (-(-cols // PAD_BLOCK[0]), -(-rows // PAD_BLOCK[1]))
+
+
+@cuda.jit
+def pad_copy_wide(source, padded):
+    """pad_copy four floats a thread: padded[row, 4q:4q + 4] from source's row,
+    zeros beyond it. The four are read one at a time (source's rows may start
+    anywhere) and written in one 16-byte store (padded's rows are a multiple
+    of 4 floats long and start on 16 bytes): a quarter of the threads and of
+    the stores of pad_copy (entry_point.RING_COPY_WIDE)."""
+    quad = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
+    row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
+    col = uint64(4) * quad
+    if row < uint64(padded.shape[0]) and col < uint64(padded.shape[1]):
+        # Columns at or past `width` read nothing: a row past source's has none.
+        width = uint64(source.shape[1]) if row < uint64(source.shape[0]) else uint64(0)
+        x0 = source[row, col] if col < width else float32(0.0)
+        x1 = source[row, col + uint64(1)] if col + uint64(1) < width else float32(0.0)
+        x2 = source[row, col + uint64(2)] if col + uint64(2) < width else float32(0.0)
+        x3 = source[row, col + uint64(3)] if col + uint64(3) < width else float32(0.0)
+        store_float4(padded, row, col, x0, x1, x2, x3)
+
+
+def pad_grid_wide(rows: int, cols: int) -> tuple:
+    """pad_copy_wide's grid over a rows x cols padded buffer (cols a multiple
+    of 4; block PAD_BLOCK, each thread four columns)."""
+    if cols % 4:
+        raise ValueError(f"pad_copy_wide needs rows a multiple of 4 floats long, got {cols}")
+    return (-(-(cols // 4) // PAD_BLOCK[0]), -(-rows // PAD_BLOCK[1]))
 
 
 def rounded_up_to_4(x: int) -> int:
