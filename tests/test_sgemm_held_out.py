@@ -204,7 +204,7 @@ def test_the_split_residency_adoption():
     before = {n: held_out.before_split_residency(n) for n in range(1, 10)}
     if not all(before.values()):
         pytest.skip("no runs before the adoption committed")
-    after = {n: held_out.load_held_out_results(n) for n in before}
+    after = {n: held_out.history_run(n) for n in before}
     assert held_out.class_met(before) == (148, 174) and held_out.class_met(after) == (151, 174)
     assert held_out.class_met(before, "mid") == (65, 66)
     assert held_out.class_met(after, "mid") == (64, 66)

@@ -69,16 +69,17 @@ def test_the_held_out_table_counts_what_the_runs_hold():
     assert table[-1].startswith(f"| all | | **{large_met} of {large_shapes}** |")
 
 
-def test_the_sets_run_before_copies_in_pairs_are_those_whose_notes_do_not_say_so():
-    # A set run again with the default kernels leaves BEFORE_PAIRS, and its
-    # row of the table says so: the constant is kept true to the runs' notes.
+def test_the_table_says_which_runs_copied_b_in_pairs_as_their_records_do():
+    # The record of a run says whether entry_point.RING_PAIRS was on; the runs
+    # the history reads were of sets 1-10 before it and of sets 11-12 with it.
+    assert [sgemm_held_out.ran_with_pairs(sgemm_held_out.history_run(n))
+            for n in range(1, 13)] == [False] * 10 + [True] * 2
     sets = sgemm_held_out.load_held_out_sets()
-    for number, record in sets.items():
-        ran_with_pairs = "RING_PAIRS" in record.get("note", "")
-        assert ran_with_pairs == (number not in findings.BEFORE_PAIRS), number
     rows = findings.held_out_table(sets).splitlines()[2:-1]
     assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == [
-        "not yet" if n in findings.BEFORE_PAIRS else "on" for n in sorted(sets)]
+        "on" if sgemm_held_out.ran_with_pairs(sets[n]) else "not yet" for n in sorted(sets)]
+    assert sgemm_held_out.ran_with_pairs({"model": {"ring_pairs": True}})
+    assert not sgemm_held_out.ran_with_pairs({"model": {}}) and not sgemm_held_out.ran_with_pairs({})
 
 
 def test_the_table_of_no_sets_is_its_header():

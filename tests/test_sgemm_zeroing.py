@@ -118,7 +118,7 @@ def test_zeroing_times_names_a_check_that_failed(tmp_path):
 def test_set_10_judged_the_memset_trial_against_the_committed_model():
     # Drawn and committed before any timing; the committed model with the
     # zeroing kernel and the trial with the memset, in turns, twice each.
-    committed = sgemm_held_out.load_held_out_results(10)
+    committed = sgemm_held_out.history_run(10)
     trial = sgemm_held_out.trial_zero_memset(10)
     if committed is None or trial is None:
         pytest.skip("set 10's runs not committed")

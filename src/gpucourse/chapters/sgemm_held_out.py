@@ -87,6 +87,14 @@ KERNEL_TIMES = ("sgemm_kernel_times-h200-2026-11-30.json",
 KERNEL_TIMES_MEMSET = ("reruns/sgemm_kernel_times-h200-2026-11-30-memset.json",)
 
 
+# Each set's run that the chapter's history reads as "after" the changes it
+# tells of (the split residency's adoption, set 10's memset trial and set
+# 11's copies in pairs in turns, the zero-memset adoption): a set run again
+# later, with the kernels of its day, becomes its newest run (the table and
+# the figure read that), and the history keeps reading these.
+HISTORY_RUN = "sgemm_held_out_{}-h200-2026-11-30.json"
+
+
 def load_held_out_results(number: int, path=None) -> dict | None:
     """The newest run of held-out set `number` (1, 2, ...), or the record at
     `path`; None while none is committed. Raises ValueError for a number that
@@ -226,6 +234,19 @@ def _earlier_run(template: str, number: int) -> dict | None:
     return load_held_out_results(number, path) if path.exists() else None
 
 
+def history_run(number: int) -> dict | None:
+    """Set `number`'s run the chapter's history reads as the one after its
+    changes (HISTORY_RUN), None where there is none."""
+    return _earlier_run(HISTORY_RUN, number)
+
+
+def ran_with_pairs(record: dict) -> bool:
+    """Whether a held-out run's rings read an even ragged B 8 bytes a copy
+    (entry_point.RING_PAIRS on, as its record's model says; runs from before
+    the switch was recorded predate it)."""
+    return record.get("model", {}).get("ring_pairs") is True
+
+
 def before_scalar_b(number: int) -> dict | None:
     """Set `number`'s run before rings could read a ragged B as given
     (BEFORE_SCALAR_B), None where there is none."""
@@ -278,7 +299,7 @@ def pairs_in_turns(number: int) -> dict | None:
     large class in each round, "flipped": the large shapes met in some runs
     and not in others, "flipped_pairs": how many of those read B 8 bytes a
     copy, "flipped_us": the longest of auto's calls at them (us)}."""
-    eight = [load_held_out_results(number),
+    eight = [history_run(number),
              _earlier_run("reruns/sgemm_held_out_{}-h200-2026-11-30-second.json", number)]
     four = [four_byte_pairs(number), four_byte_pairs(number, True)]
     if any(run is None for run in eight + four):
@@ -418,7 +439,7 @@ def zero_memset_adoption() -> dict | None:
     for number in sorted(load_held_out_sets()):
         run = _earlier_run(ZERO_MEMSET_ADOPTION, number)
         if run is not None:
-            trial[number], committed[number] = run, load_held_out_results(number)
+            trial[number], committed[number] = run, history_run(number)
     return {"trial": trial, "committed": committed}
 
 

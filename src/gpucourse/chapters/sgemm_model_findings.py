@@ -48,12 +48,6 @@ DRAWN_BEFORE = {
 }
 
 
-# The sets whose committed run predates copies in pairs (entry_point.RING_PAIRS,
-# on from the twenty-sixth session): there an even ragged B was read 4 bytes a
-# copy where the default now reads it 8 (sgemm_held_out.reads_b_in_pairs).
-BEFORE_PAIRS = frozenset(range(1, 11))
-
-
 class ProseMismatch(RuntimeError):
     """The committed runs no longer say what the chapter's prose says."""
 
@@ -153,7 +147,7 @@ def held_out_table(held_out: dict | None = None) -> str:
                   else "none drawn" for name in ("large", "mid")]
         lines.append(f"| {number} | {DRAWN_BEFORE.get(number, '')} | {counts[0]} | {counts[1]} "
                      f"| {told['missed_text'] or 'none'} "
-                     f"| {'not yet' if number in BEFORE_PAIRS else 'on'} |")
+                     f"| {'on' if held.ran_with_pairs(record) else 'not yet'} |")
     if held_out:
         totals = [_met(held_out, name) for name in ("large", "mid")]
         lines.append(f"| all | | **{totals[0]}** | **{totals[1]}** | | |")
@@ -178,7 +172,7 @@ def held_out_values() -> dict:
                        f"heldout_{number}_pick_short": told["pick_short"]})
     before_menu = held.load_held_out_results(
         1, results.results_dir() / "reruns" / "sgemm_held_out_1-h200-2026-11-30-before-menu.json")
-    before, after = (held.share_at(r, DEEP_SKINNY) for r in (before_menu, held_out[1]))
+    before, after = (held.share_at(r, DEEP_SKINNY) for r in (before_menu, held.history_run(1)))
     _holds(before < 0.75 <= after, "the skinny deep tiles brought set 1's deep miss to its target")
     values.update(heldout_deep_shape=held.shape_text(*DEEP_SKINNY),
                   heldout_deep_before=f"{before:.0%}", heldout_deep_after=f"{after:.0%}")
@@ -195,7 +189,8 @@ def held_out_values() -> dict:
             f"every miss is a product of {most} GFLOP or less, and none above {SMALL_WORK} GFLOP "
             "misses (the deep products that did, within a point of the target, reach it since "
             "the registers of split kernels joined the model)")
-    before_pairs = [r for n in BEFORE_PAIRS & set(held_out) for r in held_out[n]["results"]
+    before_pairs = [r for record in held_out.values() if not held.ran_with_pairs(record)
+                    for r in record["results"]
                     if r["variant"] == "auto" and min(r["m"], r["n"]) >= 512
                     and r["vs_cublas"] < 0.85 and held.reads_b_in_pairs(r)]
     values["heldout_pairs_since"] = held.count_text(len(before_pairs))
@@ -310,10 +305,10 @@ def _register_values(held_out: dict, entry: dict) -> dict:
     values.update(zero_fixed=f"{zero['fixed_us']:.1f}",
                   zero_per_million=f"{zero['us_per_million']:.1f}",
                   zero_const=f"{entry['constants']['zero_us']:.1f}")
-    split_after = {n: held_out[n] for n in split_before}
+    split_after = {n: held.history_run(n) for n in split_before}
     for label, before, after in (("all", split_before, split_after),
                                  ("new", {SPLIT_JUDGED: split_before[SPLIT_JUDGED]},
-                                  {SPLIT_JUDGED: held_out[SPLIT_JUDGED]})):
+                                  {SPLIT_JUDGED: split_after[SPLIT_JUDGED]})):
         moved = held.moved_picks(before, after)
         values.update({f"split_{label}_moved": str(moved["moved"]),
                        f"split_{label}_faster": str(moved["faster"]),
@@ -349,7 +344,7 @@ def trial_values() -> dict:
         ways = zeroing[(3000, 3000)]
         values["zeroing_3000_rate"] = f"{4 * 3000 * 3000 / ways['memset_d32'] / 1e6:.1f}"
         line = held.zero_matrix_line(held.KERNEL_TIMES_MEMSET)
-        ten, trial = {10: held_out[10]}, {10: memset_runs[10]}
+        ten, trial = {10: held.history_run(10)}, {10: memset_runs[10]}
         moved = held.moved_picks(ten, trial)
         _holds(moved["moved"] >= 1 and moved["faster"] == moved["moved"],
                "the memset trial's moves on set 10 were faster")
