@@ -203,7 +203,11 @@ def test_rings_that_wait_for_the_copy_of_b_multiply_exactly(overlapping):
                                       _reference(a, b), err_msg=f"{m} x {n} x {k}, {splits}")
 
 
-def test_only_a_padded_ring_waits_for_the_grid_before_it():
+def test_only_a_padded_ring_waits_for_the_grid_before_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from numba.cuda import dispatcher
+
     from gpucourse.kernels.sgemm import padding, vectorized
 
     ring, through_registers = TileConfig(64, 128, 16, 8, 8, stages=2), TileConfig(64, 128, 16, 8, 8)
@@ -211,6 +215,14 @@ def test_only_a_padded_ring_waits_for_the_grid_before_it():
     try:
         vectorized.RING_COPY_OVERLAP = True
         assert vectorized.overlaps_the_copy(ring, padding.LOADS_ONLY)
+        # On a GPU, only where griddepcontrol exists (compute capability 9.0).
+        monkeypatch.setattr("gpucourse.device.on_gpu", lambda: True)
+        for capability, overlaps in (((8, 6), False), ((9, 0), True), ((10, 0), True)):
+            device = SimpleNamespace(compute_capability=capability)
+            monkeypatch.setattr(dispatcher, "get_current_device", lambda d=device: d,
+                                raising=False)
+            assert vectorized.overlaps_the_copy(ring, padding.LOADS_ONLY) == overlaps, capability
+        monkeypatch.undo()
         for config, mode in ((ring, True), (ring, False), (ring, padding.PAIRS),
                              (through_registers, padding.LOADS_ONLY), (None, padding.LOADS_ONLY)):
             assert not vectorized.overlaps_the_copy(config, mode), (config, mode)
@@ -297,16 +309,25 @@ def test_rings_on_a_b_copied_four_floats_a_thread_multiply_exactly(monkeypatch):
 WIDE_COPY_PTX = """
 from gpucourse.kernels.sgemm import padding
 from gpucourse.kernels.sgemm.split_k import C_MATRIX
-for kernel in (padding.pad_copy, padding.pad_copy_wide):
+for wide, early in ((False, False), (True, False), (False, True), (True, True)):
+    kernel = padding.PAD_COPIES[wide, early]
     print(numba.cuda.compile_ptx(kernel.py_func, (C_MATRIX, C_MATRIX), cc=(9, 0))[0])
     print("=== next kernel ===")
 """
 
 
-def test_the_wide_copy_stores_sixteen_bytes_at_once():
+def test_the_wide_copy_stores_sixteen_bytes_at_once_and_the_early_ones_let_the_ring_start():
     # In the PTX a GPU would run: pad_copy stores one float a thread,
-    # pad_copy_wide one 16-byte vector and no single float.
-    narrow, wide = compile_without_a_gpu(WIDE_COPY_PTX).split("=== next kernel ===")[:2]
+    # pad_copy_wide one 16-byte vector and no single float; the copies a
+    # ring overlaps (RING_COPY_OVERLAP) first let it start its blocks, once,
+    # before any load, and the others never do.
+    narrow, wide, narrow_early, wide_early = compile_without_a_gpu(WIDE_COPY_PTX).split(
+        "=== next kernel ===")[:4]
     assert narrow.count("st.global.f32") == 1 and "st.global.v4.f32" not in narrow
     assert wide.count("st.global.v4.f32") == 1 and "st.global.f32" not in wide
     assert wide.count("ld.global.f32") == 4
+    for plain, early in ((narrow, narrow_early), (wide, wide_early)):
+        assert "griddepcontrol" not in plain
+        assert early.count("griddepcontrol.launch_dependents") == 1
+        assert early.index("griddepcontrol.launch_dependents") < early.index("ld.global")
+        assert early.count("st.global") == plain.count("st.global")

@@ -43,6 +43,11 @@ copies of halves, ``tensor_cores.moves``, commit and wait with these too.)
 the kernels this one's launch lets it overlap (programmatic dependent
 launch, ``launch.launch_config(..., dependent=True)``) have finished and
 their writes are visible; launched without that, it returns at once.
+``grid_dependents_may_start()`` (``griddepcontrol.launch_dependents``) is
+the other side: once every block of this kernel has called it, a dependent
+launch after it may start its blocks (they still wait for this kernel's
+writes at their ``grid_dependency_wait``); with no such launch it does
+nothing. Both need compute capability 9.0.
 
 On Numba's simulator an address is the element's byte offset in its tile or
 matrix (the arrays the copies name), the copies happen at once, as plain
@@ -103,6 +108,8 @@ if on_gpu():
     _WAITS = {n: _make_asm_statement(f"cp.async.wait_group {n};", f"cp_async_wait_{n}")
               for n in range(8)}
     grid_dependency_wait = _make_asm_statement("griddepcontrol.wait;", "grid_dependency_wait")
+    grid_dependents_may_start = _make_asm_statement("griddepcontrol.launch_dependents;",
+                                                    "grid_dependents_may_start")
 
     def _emit_copy(context, builder, sig, args, nbytes, size):
         """The cp.async of `nbytes` from global address args[3] to shared
@@ -209,6 +216,9 @@ else:
 
     def grid_dependency_wait():
         """Nothing to wait for: the simulator runs one kernel at a time."""
+
+    def grid_dependents_may_start():
+        """Nothing to let start: the simulator runs one kernel at a time."""
 
     @cuda.jit(device=True)
     def tile_address(tile, index):

@@ -28,8 +28,8 @@ from gpucourse.kernels.launch import numba_empty as _numba_empty, torch_float32 
 from gpucourse.kernels.sgemm.config import (TileConfig, WarpTileConfig, _level, check_config,
                                             check_warp_config)
 from gpucourse.kernels.sgemm.kernel_choice import kernel_for
-from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAIRS, SHIFTED, pad_copy,
-                                             pad_copy_wide, pad_grid, pad_grid_wide, padded_b,
+from gpucourse.kernels.sgemm.padding import (LOADS_ONLY, PAD_BLOCK, PAD_COPIES, PAIRS, SHIFTED,
+                                             pad_copy, pad_grid, pad_grid_wide, padded_b,
                                              padded_operands, padded_sizes, rounded_up_to_4,
                                              scratch)
 from gpucourse.kernels.sgemm.pipelined import shifted_fits
@@ -40,7 +40,7 @@ from gpucourse.kernels.sgemm.split_k import (A_MATRIX, C_BLOCK, C_MATRIX, SPLIT_
                                              _stream_kernel, _sum_grid, split_ranges, sum_splits,
                                              zero_matrix)
 from gpucourse.kernels.sgemm.tuned_table import _tuned_here, auto_plan, gpu_model
-from gpucourse.kernels.sgemm.vectorized import overlaps_the_copy
+from gpucourse.kernels.sgemm.vectorized import copy_overlap_here, overlaps_the_copy
 
 
 def _device_array_or_none(x):
@@ -448,13 +448,14 @@ def _ring_plan(key: str, m: int, n: int, k: int, device_id: int, config, splits)
 
 
 def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, device_id: int,
-                 wide: bool = False):
+                 wide: bool = False, early: bool = False):
     """copy(source_ptr, padded_ptr): pad_copy's launch (with `wide`,
-    pad_copy_wide's) from a rows x cols matrix into a padded_rows x
-    padded_cols buffer, on the default stream."""
+    pad_copy_wide's; with `early`, letting the ring launched after it start
+    its blocks, padding.PAD_COPIES) from a rows x cols matrix into a
+    padded_rows x padded_cols buffer, on the default stream."""
     launch = core_launch()
-    kernel, grid = (pad_copy_wide, pad_grid_wide) if wide else (pad_copy, pad_grid)
-    copy, stream = _launchable(kernel, device_id, (C_MATRIX, C_MATRIX))
+    grid = pad_grid_wide if wide else pad_grid
+    copy, stream = _launchable(PAD_COPIES[wide, early], device_id, (C_MATRIX, C_MATRIX))
     shape = launch_config(grid(padded_rows, padded_cols), PAD_BLOCK)
 
     def go(source_ptr, padded_ptr):
@@ -487,7 +488,7 @@ def _ring_copy_b(k: int, n: int, n4: int, device_id: int):
         copy = pitched_copy(stream, k, 4 * n, 4 * n, 4 * n4)
         if copy is not None:
             return copy
-    return _copy_launch(k, n, k, n4, device_id, RING_COPY_WIDE)
+    return _copy_launch(k, n, k, n4, device_id, RING_COPY_WIDE, copy_overlap_here())
 
 
 def pad_copies(m: int, n: int, k: int, device_id: int):

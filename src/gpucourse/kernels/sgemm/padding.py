@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucourse.device import cuda  # first: it decides GPU or simulator before Numba loads
+from gpucourse.kernels._async_copy import grid_dependents_may_start
 from gpucourse.kernels._vector_store import store_float4
 from gpucourse.kernels.sgemm.config import _shape
 from numba import float32, uint64  # noqa: E402
@@ -49,14 +50,22 @@ SHIFTED = "shifted"
 PAD_BLOCK = (32, 8)
 
 
-@cuda.jit
-def pad_copy(source, padded):
-    """padded[row, col] = source[row, col] inside source, 0 beyond it."""
-    col = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
-    row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
-    if row < uint64(padded.shape[0]) and col < uint64(padded.shape[1]):
-        inside = row < uint64(source.shape[0]) and col < uint64(source.shape[1])
-        padded[row, col] = source[row, col] if inside else float32(0.0)
+def _make_pad_copy(early: bool):
+    """pad_copy; with `early`, one that first lets a dependent launch after it
+    start its blocks (``grid_dependents_may_start``: compute capability 9.0)."""
+    EARLY = bool(early)
+
+    @cuda.jit
+    def pad_copy(source, padded):
+        """padded[row, col] = source[row, col] inside source, 0 beyond it."""
+        if EARLY:
+            grid_dependents_may_start()
+        col = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
+        row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
+        if row < uint64(padded.shape[0]) and col < uint64(padded.shape[1]):
+            inside = row < uint64(source.shape[0]) and col < uint64(source.shape[1])
+            padded[row, col] = source[row, col] if inside else float32(0.0)
+    return pad_copy
 
 
 def pad_grid(rows: int, cols: int) -> tuple:
@@ -64,24 +73,38 @@ def pad_grid(rows: int, cols: int) -> tuple:
     return (-(-cols // PAD_BLOCK[0]), -(-rows // PAD_BLOCK[1]))
 
 
-@cuda.jit
-def pad_copy_wide(source, padded):
-    """pad_copy four floats a thread: padded[row, 4q:4q + 4] from source's row,
-    zeros beyond it. The four are read one at a time (source's rows may start
-    anywhere) and written in one 16-byte store (padded's rows are a multiple
-    of 4 floats long and start on 16 bytes): a quarter of the threads and of
-    the stores of pad_copy (entry_point.RING_COPY_WIDE)."""
-    quad = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
-    row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
-    col = uint64(4) * quad
-    if row < uint64(padded.shape[0]) and col < uint64(padded.shape[1]):
-        # Columns at or past `width` read nothing: a row past source's has none.
-        width = uint64(source.shape[1]) if row < uint64(source.shape[0]) else uint64(0)
-        x0 = source[row, col] if col < width else float32(0.0)
-        x1 = source[row, col + uint64(1)] if col + uint64(1) < width else float32(0.0)
-        x2 = source[row, col + uint64(2)] if col + uint64(2) < width else float32(0.0)
-        x3 = source[row, col + uint64(3)] if col + uint64(3) < width else float32(0.0)
-        store_float4(padded, row, col, x0, x1, x2, x3)
+def _make_pad_copy_wide(early: bool):
+    """pad_copy_wide; with `early`, as _make_pad_copy's."""
+    EARLY = bool(early)
+
+    @cuda.jit
+    def pad_copy_wide(source, padded):
+        """pad_copy four floats a thread: padded[row, 4q:4q + 4] from source's
+        row, zeros beyond it. The four are read one at a time (source's rows
+        may start anywhere) and written in one 16-byte store (padded's rows
+        are a multiple of 4 floats long and start on 16 bytes): a quarter of
+        the threads and of the stores of pad_copy (entry_point.RING_COPY_WIDE)."""
+        if EARLY:
+            grid_dependents_may_start()
+        quad = uint64(cuda.blockIdx.x) * uint64(cuda.blockDim.x) + uint64(cuda.threadIdx.x)
+        row = uint64(cuda.blockIdx.y) * uint64(cuda.blockDim.y) + uint64(cuda.threadIdx.y)
+        col = uint64(4) * quad
+        if row < uint64(padded.shape[0]) and col < uint64(padded.shape[1]):
+            # Columns at or past `width` read nothing: a row past source's has none.
+            width = uint64(source.shape[1]) if row < uint64(source.shape[0]) else uint64(0)
+            x0 = source[row, col] if col < width else float32(0.0)
+            x1 = source[row, col + uint64(1)] if col + uint64(1) < width else float32(0.0)
+            x2 = source[row, col + uint64(2)] if col + uint64(2) < width else float32(0.0)
+            x3 = source[row, col + uint64(3)] if col + uint64(3) < width else float32(0.0)
+            store_float4(padded, row, col, x0, x1, x2, x3)
+    return pad_copy_wide
+
+
+# The copies, and the same copies for a ring launched to overlap them
+# (vectorized.RING_COPY_OVERLAP): {(wide, early): kernel}.
+pad_copy, pad_copy_wide = _make_pad_copy(False), _make_pad_copy_wide(False)
+PAD_COPIES = {(False, False): pad_copy, (True, False): pad_copy_wide,
+              (False, True): _make_pad_copy(True), (True, True): _make_pad_copy_wide(True)}
 
 
 def pad_grid_wide(rows: int, cols: int) -> tuple:

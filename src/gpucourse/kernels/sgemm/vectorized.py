@@ -107,10 +107,27 @@ FMA_ORDER = "rows"
 RING_FMA_ORDER = "serpentine"
 
 
+def copy_overlap_here() -> bool:
+    """Whether a ring's launch overlaps the copy of B before it here:
+    RING_COPY_OVERLAP on, and kernels compiled for compute capability 9.0 or
+    later, which griddepcontrol needs (Numba's current device, as it compiles
+    them; or the simulator, where it does nothing)."""
+    if not RING_COPY_OVERLAP:
+        return False
+    from gpucourse.device import on_gpu
+
+    if not on_gpu():
+        return True
+    from numba.cuda import dispatcher
+
+    return tuple(dispatcher.get_current_device().compute_capability) >= (9, 0)
+
+
 def overlaps_the_copy(config, vectorized) -> bool:
     """Whether the kernel for `config` reading B as `vectorized` says waits
-    for the copy of B its launch may overlap (RING_COPY_OVERLAP)."""
-    return bool(RING_COPY_OVERLAP and vectorized == LOADS_ONLY and getattr(config, "stages", 0))
+    for the copy of B its launch may overlap (``copy_overlap_here``)."""
+    return bool(vectorized == LOADS_ONLY and getattr(config, "stages", 0)
+                and copy_overlap_here())
 
 
 def _make_vectorized_kernel(config: TileConfig, vectorized: bool, unroll: int = None,
