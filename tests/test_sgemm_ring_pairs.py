@@ -11,7 +11,6 @@ depth of K, which a share fitted at shallow shapes does not know."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ import pytest
 from gpucourse.chapters import sgemm_held_out
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, shape_model, shape_model_fit
+from benchmark_scripts import benchmark_script
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TRIAL = BENCHMARKS / "trials" / "sgemm_shape_model-ring-pairs.json"
@@ -28,13 +28,7 @@ RING = TileConfig(64, 128, 16, 8, 8, stages=2)
 
 
 def _model_json():
-    sys.path.insert(0, str(BENCHMARKS))
-    sys.modules.pop("sgemm_model_json", None)
-    try:
-        import sgemm_model_json
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return sgemm_model_json
+    return benchmark_script("sgemm_model_json")
 
 
 def test_the_trial_is_the_writers_output_on_the_zero_memset_trial(tmp_path):

@@ -21,21 +21,17 @@ each (``entry_point.RING_COPY_WIDE``, off until ``sgemm_ring_copy.py
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, entry_point, pipelined
+from benchmark_scripts import benchmark_script
 from ptx_helpers import compile_without_a_gpu, innermost_loop, ptxas_report
 from test_sgemm_pipelined import SMALL, fresh
 from test_sgemm_split_k import _integers
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
 
 def _reference(a, b):
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
@@ -101,13 +97,7 @@ def test_stepped_4_byte_copies_issue_fewer_instructions_in_the_same_registers():
 
 
 def _ring_pairs_script():
-    sys.path.insert(0, str(BENCHMARKS))
-    sys.modules.pop("sgemm_ring_pairs", None)
-    try:
-        import sgemm_ring_pairs
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return sgemm_ring_pairs
+    return benchmark_script("sgemm_ring_pairs")
 
 
 def test_the_benchmarks_ways_are_named_and_run_phase_by_phase():

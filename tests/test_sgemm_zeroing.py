@@ -12,7 +12,6 @@ the model and run on the grid and every set whose picks it moves
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import pytest
 from gpucourse.chapters import sgemm_held_out
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import entry_point, shape_model, shape_model_fit
+from benchmark_scripts import benchmark_script
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TRIAL = BENCHMARKS / "trials" / "sgemm_shape_model-zero-memset.json"
@@ -60,12 +60,7 @@ def test_the_memset_line_is_fitted_from_our_rows_and_never_from_cublas_memsets()
 
 
 def test_the_trial_is_the_writers_output_and_refuses_records_timed_with_the_kernel(tmp_path):
-    sys.path.insert(0, str(BENCHMARKS))
-    sys.modules.pop("sgemm_model_json", None)
-    try:
-        import sgemm_model_json
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    sgemm_model_json = benchmark_script("sgemm_model_json")
     record = (Path(sgemm_held_out.results.results_dir())
               / sgemm_held_out.KERNEL_TIMES_MEMSET[0])
     if not record.exists():

@@ -358,14 +358,9 @@ def ring_pairs_gains(path=None) -> dict | None:
     "over_padded": the median of the call's time those ways over its time
     with 8-byte copies, less 1}}. Raises ValueError where a way's result was
     wrong (its error over 1e-4)."""
-    path = results.results_dir() / RING_PAIRS if path is None else path
-    if not path.exists():
+    record = _ring_pairs_record(RING_PAIRS if path is None else path)
+    if record is None:
         return None
-    record = results.load_results("sgemm_ring_pairs", path)
-    wrong = [r for r in record["results"] if r.get("max_rel_err", 0.0) > 1e-4]
-    if wrong:
-        raise ValueError(f"the ring_pairs record's {wrong[0]['way']} was wrong at "
-                         f"{shape_text(wrong[0]['m'], wrong[0]['n'], wrong[0]['k'])}")
     ways: dict = {}
     for row in record["results"]:
         if row["n"] % 4 == 2 and not row.get("staged_stores") and row["way"] != "cublas":
@@ -385,6 +380,21 @@ def ring_pairs_gains(path=None) -> dict | None:
             for tile, r in sorted(found.items())}
 
 
+def _ring_pairs_record(path):
+    """The sgemm_ring_pairs record at `path` (a name in results/, or a path),
+    None where there is none; ValueError where a way's result was wrong (its
+    error over 1e-4), naming the way and the shape."""
+    path = results.results_dir() / path
+    if not path.exists():
+        return None
+    record = results.load_results("sgemm_ring_pairs", path)
+    wrong = [r for r in record["results"] if r.get("max_rel_err", 0.0) > 1e-4]
+    if wrong:
+        raise ValueError(f"the ring_pairs record's {wrong[0]['way']} was wrong at "
+                         f"{shape_text(wrong[0]['m'], wrong[0]['n'], wrong[0]['k'])}")
+    return record
+
+
 def _spread(ratios: list) -> tuple[float, float, float]:
     """(least, median, most) of `ratios`, each less 1 (0.05: 5% longer)."""
     return min(ratios) - 1, statistics.median(ratios) - 1, max(ratios) - 1
@@ -400,14 +410,9 @@ def shifted_rings(path=None) -> dict | None:
     with peeled stores beat B padded with 4-byte stores, "change": (least,
     median, most) of the one's time over the other's, less 1}}. Raises
     ValueError where a way's result was wrong (its error over 1e-4)."""
-    path = results.results_dir() / RING_SHIFTED if path is None else path
-    if not path.exists():
+    record = _ring_pairs_record(RING_SHIFTED if path is None else path)
+    if record is None:
         return None
-    record = results.load_results("sgemm_ring_pairs", path)
-    wrong = [r for r in record["results"] if r.get("max_rel_err", 0.0) > 1e-4]
-    if wrong:
-        raise ValueError(f"the ring_pairs record's {wrong[0]['way']} was wrong at "
-                         f"{shape_text(wrong[0]['m'], wrong[0]['n'], wrong[0]['k'])}")
     ways: dict = {}
     for row in record["results"]:
         if not row.get("staged_stores"):
