@@ -20,6 +20,7 @@ import argparse
 import datetime
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,10 +33,37 @@ def add_out_argument(parser) -> None:
     parser.add_argument("--out", default=str(RESULTS))
 
 
+# The --note and --suffix of the running script, which ``write_record``
+# applies to the record it writes (set when its arguments are parsed).
+_RUN = {"note": None, "suffix": ""}
+_SUFFIX = re.compile(r"([a-z0-9]+(-[a-z0-9]+)*)?")
+
+
+class _BenchmarkParser(argparse.ArgumentParser):
+    """An argument parser that hands --note and --suffix to ``write_record``."""
+
+    def parse_args(self, args=None, namespace=None):
+        parsed = super().parse_args(args, namespace)
+        if not _SUFFIX.fullmatch(parsed.suffix):
+            self.error(f"--suffix must be lowercase words and digits joined by hyphens, like "
+                       f"peeled-second; got {parsed.suffix!r}")
+        _RUN.update(note=parsed.note, suffix=f"-{parsed.suffix}" if parsed.suffix else "")
+        return parsed
+
+
 def benchmark_parser(doc: str) -> argparse.ArgumentParser:
-    """A script's argument parser: described by its docstring's first line, with --out."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    """A script's argument parser: described by its docstring's first line,
+    with --out, and --note and --suffix for the record ``write_record``
+    writes (what a run is for, and the end of its file's name)."""
+    parser = _BenchmarkParser(description=doc.splitlines()[0])
     add_out_argument(parser)
+    parser.add_argument("--note", default=None,
+                        help="what this run is for: saved in its record after the benchmark's "
+                             "name (CONVENTIONS.md's note of a rerun or a trial)")
+    parser.add_argument("--suffix", default="",
+                        help="added to the results file's name, after a hyphen, before .json "
+                             "(peeled-second: ...-<date>-peeled-second.json): lowercase words "
+                             "and digits joined by hyphens")
     return parser
 
 
@@ -136,8 +164,13 @@ def write_json(path: Path, record: dict) -> Path:
 
 
 def write_record(record: dict, out_dir, suffix: str = "") -> Path:
-    """Write the record to its results file under out_dir; returns the path."""
-    return write_json(results_path(out_dir, record, suffix), record)
+    """Write the record to its results file under out_dir; returns the path.
+    The running script's --note goes into the record after its benchmark's
+    name (where it has none), and its --suffix after `suffix` in the name."""
+    if _RUN["note"] and "note" not in record:
+        record = {key: value for key, value in record.items() if key == "benchmark"} | {
+            "note": _RUN["note"]} | {k: v for k, v in record.items() if k != "benchmark"}
+    return write_json(results_path(out_dir, record, suffix + _RUN["suffix"]), record)
 
 
 def wall_ms(call, calls: int) -> float:
