@@ -3,6 +3,7 @@ own duration beside the call's wall-clock time, ours and cuBLAS's.
 
     PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py [--shapes MxNxK,...] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py --save RECORD[,RECORD]
+    PYTHONPATH=src python3 benchmarks/sgemm_kernel_times.py --depth-grid odd|even [--out DIR]
 
 Issue 33. At the held-out misses of products under about 13 GFLOP
 (sgemm_off_grid.py's sets 3-5), the explores found the menu's best plan 73-83%
@@ -28,6 +29,14 @@ Writes DIR/sgemm_kernel_times-<gpu-slug>-<date>.json. About a minute and a
 half. --save RECORD[,RECORD] fits the runs' rings both ways
 (shape_model_fit.fit_ring_scalar_b, with the shares by how full the busiest
 SM is) into the model's JSON, no GPU needed.
+
+--depth-grid odd (or even) times, instead, every ring tile of the menu with
+K whole on a ragged n, B padded first and read as given (4 bytes a copy;
+with even, n % 4 == 2, 8 bytes a copy too), in each regime of how full the
+busiest SM is (one block, part of what it holds, rounds of them:
+``shape_model.blocks_regime``) and at each depth of DEPTHS: the runs a
+share for reading B as given by regime and by depth needs (``depth_grid``;
+rows carry "tile" and "regime"). About 8 minutes each.
 
 First run (H200, 2026-11-30): at 1310 x 1087 x 197 the ring's product kernel
 took 20.0 us, cuBLAS's 18.1, but B's copy added a launch, and the host's
@@ -59,6 +68,51 @@ SHAPES = [(1310, 1087, 197), (733, 1486, 589), (567, 761, 794), (628, 939, 337),
           (1000, 1000, 1000), (1536, 1024, 768), (1537, 1023, 771), (3001, 2999, 1009),
           (777, 1313, 2047), (2500, 1999, 3001), (8192, 50257, 768)]
 CALLS = 50
+
+
+# The depths of K of the depth grid, and the tiles across N of its shapes.
+DEPTHS = (256, 1024, 4096)
+GRID_COLUMNS = 12
+
+
+def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS) -> list[tuple[tuple, object, str]]:
+    """[(shape, ring config, regime)]: for each ring tile of `gpu`'s menu, in
+    each regime of ``shape_model.blocks_regime`` it has (one block on the
+    busiest SM; two, where it holds more than two; as many as it holds), an
+    m x n x k product with exactly that many blocks on every SM with K whole
+    (GRID_COLUMNS tiles across n, as many rows of tiles as that takes), n
+    odd ("odd": GRID_COLUMNS tiles' columns less one) or with n % 4 == 2
+    ("even": less two), at each depth k of `depths`. ValueError for another
+    parity."""
+    if parity not in ("odd", "even"):
+        raise ValueError(f"the depth grid's parity is 'odd' or 'even', got {parity!r}")
+    model = sgemm.shape_model
+    entry = model.gpu_entry(gpu)
+    sms = entry["sms"]
+    probe = sgemm.choose_plan((4096, 4096, 4096), gpu)  # every tile of the menu priced
+    rings = {model.tile_key(p["config"]): p["config"] for p in probe["candidates"]
+             if p["config"].stages and p["splits"] == 1}
+    grid = []
+    for key in sorted(rings):
+        config = rings[key]
+        n = GRID_COLUMNS * config.bn - (1 if parity == "odd" else 2)
+        resident = model.plan_cost((config.bm, n, depths[0]), config, 1, entry)["blocks_per_sm"]
+        for regime, busiest in (("one", 1), ("part", 2), ("full", resident)):
+            if model.blocks_regime(busiest, resident) != regime:
+                continue  # a tile that holds two blocks an SM has no "part"
+            m = busiest * sms // GRID_COLUMNS * config.bm
+            grid += [((m, n, k), config, regime) for k in depths]
+    return grid
+
+
+def depth_grid_plans(shape, config) -> dict:
+    """The ways the depth grid times a ring `config` at `shape` ({name:
+    (config, splits, ring_b)}, as ``plans_to_time``'s): B padded first, read
+    4 bytes a copy, and where n is even 8 bytes a copy."""
+    plans = {"ring": (config, 1, "padded"), "ring_scalar_b": (config, 1, "scalar")}
+    if shape[1] % 2 == 0:
+        plans["ring_pairs_b"] = (config, 1, "pairs")
+    return plans
 
 
 def plans_to_time(sgemm, shape, gpu) -> dict:
@@ -157,9 +211,13 @@ def main(argv=None) -> int:
                         "(no GPU needed)")
     parser.add_argument("--shapes", default="",
                         help="these shapes instead of SHAPES, MxNxK comma-separated")
+    parser.add_argument("--depth-grid", choices=("odd", "even"), default=None,
+                        help="every ring tile by regime and depth of K (depth_grid) instead")
     known, _ = parser.parse_known_args(argv)
     if known.save:
         return save(known.save)
+    if known.depth_grid and known.shapes:
+        parser.error("--depth-grid and --shapes: give one")
     try:
         shapes = parse_shapes(known.shapes) or SHAPES
     except ValueError as problem:
@@ -172,6 +230,13 @@ def main(argv=None) -> int:
     from gpucourse.kernels.sgemm import entry_point
 
     gpu = sgemm.gpu_model()
+    # (shape, its plans, and on the depth grid its ring's tile and regime): a
+    # shape may stand in the grid twice, for two tiles.
+    jobs = ([(shape, depth_grid_plans(shape, config),
+              {"tile": sgemm.shape_model.tile_key(config), "regime": regime})
+             for shape, config, regime in depth_grid(sgemm, gpu, args.depth_grid)]
+            if args.depth_grid else
+            [(shape, plans_to_time(sgemm, shape, gpu), {}) for shape in shapes])
     record = record_start(
         "sgemm_kernel_times", gpu, versions(),
         f"at each shape, cuBLAS (torch.mm) and matmul(a, b) under three plans (forced as "
@@ -180,16 +245,17 @@ def main(argv=None) -> int:
         "faster of two unprofiled loops of the same calls, wall clock ending in a "
         "synchronize; host_us: the faster of two loops of the same calls timed without "
         "waiting for the GPU; TF32 off; N(0,1) inputs",
-        zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel")
+        zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel",
+        **({"depth_grid": args.depth_grid} if args.depth_grid else {}))
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
     real_pairs, real_shifted = entry_point.RING_PAIRS, entry_point.RING_SHIFTED
     try:
-        for shape in shapes:
+        for shape, plans, cell in jobs:
             m, n, k = shape
             a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
             expected = torch.mm(a.double(), b.double())
             calls = {"cublas": (lambda: torch.mm(a, b), None)}
-            for name, (config, splits, ring_b) in plans_to_time(sgemm, shape, gpu).items():
+            for name, (config, splits, ring_b) in plans.items():
                 entry_point.auto_plan = lambda *_, c=config, s=splits: (c, s)
                 entry_point.RING_RAGGED_B = "scalar" if ring_b in ("pairs", "shifted") \
                     else ring_b
@@ -205,8 +271,8 @@ def main(argv=None) -> int:
                 wall = min(wall_ms(calls[name][0], CALLS) for _ in range(2)) * 1e3
                 rows.append({"m": m, "n": n, "k": k, "variant": name, **calls[name][1],
                              "wall_us": wall, "host_us": host_us(torch, calls[name][0], CALLS),
-                             "kernels": kernels})
-                if shape == shapes[0] and name == "auto":
+                             "kernels": kernels, **cell})
+                if shape == jobs[0][0] and name == "auto":
                     record["host_profile"] = host_profile(calls[name][0], 20 * CALLS)
                     torch.cuda.synchronize()
             entry_point.auto_plan, entry_point.RING_RAGGED_B = real_plan, real_b
@@ -216,7 +282,7 @@ def main(argv=None) -> int:
             wall = min(wall_ms(calls["cublas"][0], CALLS) for _ in range(2)) * 1e3
             rows.append({"m": m, "n": n, "k": k, "variant": "cublas", "wall_us": wall,
                          "host_us": host_us(torch, calls["cublas"][0], CALLS),
-                         "kernels": kernels})
+                         "kernels": kernels, **cell})
             for row in rows[-len(calls):]:
                 busy = sum(kk["us"] * kk["per_call"] for kk in row["kernels"])
                 print(f"{m}x{n}x{k} {row['variant']:<16} wall {row['wall_us']:6.1f} us, "

@@ -340,3 +340,31 @@ def test_the_wide_copy_stores_sixteen_bytes_at_once_and_the_early_ones_let_the_r
         assert early.count("griddepcontrol.launch_dependents") == 1
         assert early.index("griddepcontrol.launch_dependents") < early.index("ld.global")
         assert early.count("st.global") == plain.count("st.global")
+
+
+def test_the_depth_grid_holds_every_ring_tile_in_every_regime_it_has_at_every_depth():
+    # benchmarks/sgemm_kernel_times.py --depth-grid: the runs a price for
+    # reading B as given by how full the SM is and how deep K runs needs.
+    from gpucourse.kernels.sgemm import shape_model
+
+    script = benchmark_script("sgemm_kernel_times")
+    entry = shape_model.gpu_entry("NVIDIA H200")
+    for parity, n_mod_4 in (("odd", {1, 3}), ("even", {2})):
+        grid = script.depth_grid(sgemm, "NVIDIA H200", parity)
+        cells = {(shape_model.tile_key(config), regime) for _, config, regime in grid}
+        tiles = {tile for tile, _ in cells}
+        assert {"64x64x16 8x4 s2", "64x128x16 8x8 s2"} <= tiles
+        for tile in tiles:  # one and full always; part where a tile holds more than two
+            assert {(tile, "one"), (tile, "full")} <= cells
+        assert ("64x128x16 8x8 s2", "part") in cells and len(grid) == 3 * len(cells)
+        for (m, n, k), config, regime in grid:
+            assert n % 4 in n_mod_4 and k in script.DEPTHS and config.stages
+            cost = shape_model.plan_cost((m, n, k), config, 1, entry)
+            busiest, resident = cost["busiest_sm_blocks"], cost["blocks_per_sm"]
+            assert cost["blocks"] == busiest * entry["sms"], (m, n, k)  # every SM alike
+            assert shape_model.blocks_regime(busiest, resident) == regime, (m, n, k, regime)
+        plans = script.depth_grid_plans(grid[0][0], grid[0][1])
+        assert [ring_b for _, _, ring_b in plans.values()] == (
+            ["padded", "scalar"] + (["pairs"] if parity == "even" else []))
+    with pytest.raises(ValueError, match="'odd' or 'even'"):
+        script.depth_grid(sgemm, "NVIDIA H200", "ragged")
