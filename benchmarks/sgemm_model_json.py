@@ -469,6 +469,38 @@ def trial_ring_pairs(out, paths, base=None) -> dict:
     return block
 
 
+def trial_ring_depth(out, paths, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`) with the H200's "share_by_depth" in "ring_scalar_b" and, where
+    the records hold 8-byte copies, in "ring_pairs_b": each ring tile's
+    share for reading a ragged B as given by how full the busiest SM is and
+    how deep K runs, fitted to the sgemm_kernel_times records at `paths`
+    (``--depth-grid odd`` and ``even``: shape_model_fit.fit_ring_b_by_depth).
+    Returns {block: its share_by_depth}. The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    records, joined = joined_records(paths)
+    if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
+        raise SystemExit("--records must name sgemm_kernel_times records")
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+    gpu = data["gpus"]["NVIDIA H200"]
+    entry = {"name": "NVIDIA H200", **gpu}
+    found = {}
+    for block, way in (("ring_scalar_b", "scalar"), ("ring_pairs_b", "pairs")):
+        try:
+            found[block] = sgemm.shape_model_fit.fit_ring_b_by_depth(joined, entry, way)
+        except ValueError:  # no ring timed this way (an odd grid has no pairs)
+            continue
+        gpu[block] = {**(gpu.get(block) or {}), "share_by_depth": found[block],
+                      "source_by_depth": record_source(paths) + " (fit_ring_b_by_depth)"}
+    if not found:
+        raise SystemExit("--records hold no ring timed with B padded and read as given")
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return found
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -488,6 +520,10 @@ if __name__ == "__main__":
                        help="the committed model (or --base) with each ring tile's share for "
                             "reading an even ragged B 8 bytes a copy (--records: "
                             "sgemm_kernel_times records with X_pairs_b variants)")
+    which.add_argument("--trial-ring-depth", metavar="OUT",
+                       help="the committed model (or --base) with each ring tile's share for "
+                            "reading a ragged B as given by regime and depth of K (--records: "
+                            "sgemm_kernel_times.py --depth-grid records)")
     which.add_argument("--fit-zero-memset", action="store_true",
                        help="the zero-memset trial's block into the committed model "
                             "(--records as for --trial-zero-memset)")
@@ -497,13 +533,16 @@ if __name__ == "__main__":
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
     parser.add_argument("--records", default="",
-                        help="for --trial-zero-memset, --fit-zero-memset and --trial-ring-pairs: "
-                             "sgemm_kernel_times records, by commas")
+                        help="for --trial-zero-memset, --fit-zero-memset, --trial-ring-pairs "
+                             "and --trial-ring-depth: sgemm_kernel_times records, by commas")
     parser.add_argument("--base", default=None,
-                        help="for --trial-ring-pairs: the model JSON to start from")
+                        help="for --trial-ring-pairs and --trial-ring-depth: the model JSON to "
+                             "start from")
     args = parser.parse_args()
     paths = record_paths(args.records)
-    if args.trial_ring_pairs:
+    if args.trial_ring_depth:
+        print(json.dumps(trial_ring_depth(args.trial_ring_depth, paths, args.base), indent=1))
+    elif args.trial_ring_pairs:
         print(json.dumps(trial_ring_pairs(args.trial_ring_pairs, paths, args.base), indent=1))
     elif args.fit_zero_memset:
         print(json.dumps(fit_zero_memset(paths), indent=1))

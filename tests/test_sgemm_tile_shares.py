@@ -185,3 +185,84 @@ def test_several_kernel_time_records_are_fitted_together(tmp_path, monkeypatch):
         sgemm.shape_model._read_model.cache_clear()
         sgemm.shape_model.auto_choice.cache_clear()
         sgemm.shape_model.ring_reads_b_scalar.cache_clear()
+
+
+def test_a_blocks_walk_along_k_has_three_depths():
+    assert [shape_model.depth_band(s) for s in (0, 15, 16, 63, 64, 1000)] == [
+        "shallow", "shallow", "middle", "middle", "deep", "deep"]
+    for bad in (-1, 2.5, True, "16"):
+        with pytest.raises(ValueError, match="steps must be a whole number"):
+            shape_model.depth_band(bad)
+
+
+def test_the_share_by_depth_is_read_where_the_entry_holds_its_cell():
+    key = shape_model.tile_key(RING)
+    entry = {"ring_scalar_b": {"share": {key: 0.06},
+                               "share_by_blocks": {key: {"full": 0.11}},
+                               "share_by_depth": {key: {"full": {"deep": 0.2, "shallow": 0.0}}}}}
+    assert shape_model.ring_scalar_b_share(entry, RING, 14, 6, steps=100) == 0.2
+    assert shape_model.ring_scalar_b_share(entry, RING, 14, 6, steps=10) == 0.0
+    # A band it does not hold, or no steps: the regime's share; another regime: the tile's.
+    assert shape_model.ring_scalar_b_share(entry, RING, 14, 6, steps=32) == 0.11
+    assert shape_model.ring_scalar_b_share(entry, RING, 14, 6) == 0.11
+    assert shape_model.ring_scalar_b_share(entry, RING, 1, 6, steps=100) == 0.06
+    # plan_cost reads it by its block's steps: with the copy's host time 0 at
+    # 5077 x 1463 (14 blocks of 64 x 64 on the busiest SM, "full"), a deep K
+    # dear to read as given copies B, a shallow one cheap to read reads it.
+    base = sgemm.gpu_entry(H200)
+    by_depth = {**base, "ring_scalar_b": {**base["ring_scalar_b"], "copy_call_us": 0.0,
+                                          "share_by_blocks": {key: {"full": 0.0}},
+                                          "share_by_depth": {key: {"full": {"deep": 0.5}}}}}
+    deep, shallow = (shape_model.plan_cost((5077, 1463, k), RING, 1, by_depth) for k in (2048, 148))
+    assert deep["busiest_sm_blocks"] == shallow["busiest_sm_blocks"] == 14
+    assert not deep["ring_scalar_b"] and shallow["ring_scalar_b"]
+    # The committed model holds no share by depth: its prices are as before.
+    assert all("share_by_depth" not in (base.get(block) or {})
+               for block in ("ring_scalar_b", "ring_pairs_b"))
+
+
+def test_the_shares_by_depth_are_fitted_cell_by_cell():
+    # 64 x 64 rings on the H200 at 1037 x 1037 ("part"): K of 100 (7 steps,
+    # "shallow"), 500 (32, "middle") and 2000 (125, "deep"), two shapes at
+    # the deep one; 5001 x 1001 ("full") deep.
+    entry = sgemm.gpu_entry(H200)
+    ring = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "stages": 2, "splits": 1}
+    rows = (_pair((1037, 1037, 100), ring, 100.0, 101.0)
+            + _pair((1037, 1037, 500), ring, 100.0, 104.0)
+            + _pair((1037, 1037, 2000), ring, 100.0, 110.0)
+            + _pair((1039, 1039, 2000), ring, 100.0, 112.0)
+            + _pair((5001, 1001, 2000), ring, 200.0, 230.0))
+    key = shape_model.tile_key(RING)
+    fit = shape_model_fit.fit_ring_b_by_depth({"results": rows}, entry)
+    assert fit == {key: {"part": {"shallow": pytest.approx(0.01), "middle": pytest.approx(0.04),
+                                  "deep": pytest.approx(0.11)},
+                         "full": {"deep": pytest.approx(0.15)}}}
+    assert shape_model_fit.fit_ring_b_by_depth({"results": rows}, entry, min_shapes=2) == {
+        key: {"part": {"deep": pytest.approx(0.11)}}}
+    with pytest.raises(ValueError, match="no ring timed both ways"):
+        shape_model_fit.fit_ring_b_by_depth({"results": rows}, entry, way="pairs")
+
+
+def test_the_trial_by_depth_holds_the_fit_and_leaves_the_committed_model(tmp_path):
+    from benchmark_scripts import benchmark_script
+
+    writer = benchmark_script("sgemm_model_json")
+    ring = {"bm": 64, "bn": 64, "bk": 16, "tm": 8, "tn": 4, "stages": 2, "splits": 1}
+    rows = _pair((1037, 1037, 2000), ring, 100.0, 110.0) + _pair((5001, 1001, 2000), ring,
+                                                                 200.0, 230.0)
+    record = tmp_path / "sgemm_kernel_times-h200-2026-12-02.json"
+    record.write_text(json.dumps({"benchmark": "sgemm_kernel_times", "gpu": H200,
+                                  "depth_grid": "odd", "results": rows}))
+    committed = sgemm.MODEL_PATH.read_text()
+    found = writer.trial_ring_depth(tmp_path / "trial.json", [str(record)])
+    assert sgemm.MODEL_PATH.read_text() == committed
+    key = shape_model.tile_key(RING)
+    assert found == {"ring_scalar_b": {key: {"part": {"deep": pytest.approx(0.1)},
+                                             "full": {"deep": pytest.approx(0.15)}}}}
+    trial = json.loads((tmp_path / "trial.json").read_text())["gpus"][H200]
+    assert trial["ring_scalar_b"]["share_by_depth"] == found["ring_scalar_b"]
+    assert trial["ring_scalar_b"]["share_by_blocks"] == json.loads(committed)["gpus"][H200][
+        "ring_scalar_b"]["share_by_blocks"]  # the rest of the block as it was
+    assert "share_by_depth" not in trial.get("ring_pairs_b", {})  # an odd grid has no pairs
+    with pytest.raises(SystemExit, match="sgemm_kernel_times records"):
+        writer.trial_ring_depth(tmp_path / "no.json", [])

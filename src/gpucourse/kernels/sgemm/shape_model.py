@@ -429,9 +429,10 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     ring_scalar_b, pairs = False, None
     if ring_copy:
         copy_host = (entry.get("ring_scalar_b") or {}).get("copy_call_us", PAD_CALL_US)
-        share = ring_scalar_b_share(entry, config, busiest, resident)
-        pairs = ring_scalar_b_share(entry, config, busiest, resident, "ring_pairs_b") \
-            if n % 2 == 0 else None
+        steps = padded_k // config.bk  # a block's steps of K
+        share = ring_scalar_b_share(entry, config, busiest, resident, steps=steps)
+        pairs = ring_scalar_b_share(entry, config, busiest, resident, "ring_pairs_b",
+                                    steps) if n % 2 == 0 else None
         share = share if pairs is None else pairs
         ring_scalar_b = share is not None and max(host_us, gpu_us + sm_us * share) < max(
             host_us + copy_host, gpu_us + ring_copy)
@@ -484,8 +485,22 @@ def blocks_regime(busiest: int, resident: int) -> str:
     return "one" if busiest <= 1 else "full" if busiest >= resident else "part"
 
 
+# How deep a block's walk along K runs, in its steps of K: "shallow" under
+# 16 steps, "middle" under 64, "deep" from 64 (``depth_band``).
+DEPTH_BANDS = ((16, "shallow"), (64, "middle"), (math.inf, "deep"))
+
+
+def depth_band(steps: int) -> str:
+    """The band of DEPTH_BANDS a block of `steps` steps of K falls in. Raises
+    ValueError unless steps is a whole number >= 0."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be a whole number of steps of K >= 0, got {steps!r}")
+    return next(name for below, name in DEPTH_BANDS if steps < below)
+
+
 def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = None,
-                        resident: int | None = None, block: str = "ring_scalar_b") -> float | None:
+                        resident: int | None = None, block: str = "ring_scalar_b",
+                        steps: int | None = None) -> float | None:
     """How much longer the busiest SM of `config`'s ring works where it reads
     a ragged B 4 bytes a copy instead of 16 (entry_point.RING_RAGGED_B),
     with `busiest` blocks on it of the `resident` it holds at once: the
@@ -500,12 +515,23 @@ def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = N
     blocks of the four it holds, 10-18% with rounds of them
     (benchmarks/results/sgemm_kernel_times-h200-2026-11-30.json and
     reruns/...-rounds.json): alone, nothing hides the four times as many
-    loads; full, they take issue slots from the arithmetic."""
+    loads; full, they take issue slots from the arithmetic. Where the entry
+    also holds "share_by_depth" {tile key: {regime: {band: share}}}
+    (``shape_model_fit.fit_ring_b_by_depth``) and `steps` (a block's steps
+    of K) falls in a band it holds, that share: at 1717 x 1730 a full SM's
+    64 x 128 ring paid 8-14% in pairs and 15-18% 4 bytes a copy from K of
+    300 to 5000, where shallow shapes had paid nothing (benchmarks/NOTES.md).
+    No committed entry holds one yet."""
     block = entry.get(block) or {}
     key = tile_key(config)
     if busiest is not None and resident is not None:
-        by_blocks = (block.get("share_by_blocks") or {}).get(key) or {}
         regime = blocks_regime(busiest, resident)
+        if steps is not None:  # by regime and depth where the entry has it (a trial's)
+            by_depth = (((block.get("share_by_depth") or {}).get(key) or {}).get(regime)
+                        or {})
+            if depth_band(steps) in by_depth:
+                return float(by_depth[depth_band(steps)])
+        by_blocks = (block.get("share_by_blocks") or {}).get(key) or {}
         if regime in by_blocks:
             return float(by_blocks[regime])
     share = (block.get("share") or {}).get(key)

@@ -31,8 +31,8 @@ from collections import defaultdict
 
 from gpucourse.kernels.sgemm.config import _shape, _whole, check_config, tile_config_of
 from gpucourse.kernels.sgemm.shape_model import (CONSTANTS, STREAM, STREAM_MIN_STEPS, STREAM_MIN_US,
-                                                 blocks_regime, menu, plan_cost, plan_kind,
-                                                 ring_scalar_b_share, tile_key)
+                                                 blocks_regime, depth_band, menu, plan_cost,
+                                                 plan_kind, ring_scalar_b_share, tile_key)
 
 
 def measured_share(t_whole: float, whole: dict, t_other: float, other: dict) -> float:
@@ -332,14 +332,41 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = No
 
     The product kernel is each call's longest (the copy of B and split-K's
     zeroing are shorter). Raises ValueError where the record holds no pair."""
+    ratios: dict = {}
+    regimes: dict = {}
+    host = []
+    for row, twin, ratio, config, pair in _rings_both_ways(record, way):
+        key = tile_key(config)
+        ratios.setdefault(key, {})[pair] = ratio
+        if entry is not None:
+            plan = plan_cost(pair[:3], config, row["config"].get("splits", 1), entry)
+            regime = blocks_regime(plan["busiest_sm_blocks"], plan["blocks_per_sm"])
+            regimes.setdefault(key, {}).setdefault(regime, {})[pair] = ratio
+        host.append(twin["host_us"] - row["host_us"])
+
+    def medians(found, least):
+        return _share_medians(found, least, way)
+
+    fit = {"share": medians(ratios, min_shapes), "copy_call_us": round(statistics.median(host), 2)}
+    if entry is not None:
+        fit["share_by_blocks"] = {key: found for key, found in
+                                  ((key, medians(by_regime, min_regime_shapes))
+                                   for key, by_regime in sorted(regimes.items())) if found}
+    return fit
+
+
+def _rings_both_ways(record: dict, way: str):
+    """(row read `way`, its twin with B padded, the product kernel's time the
+    one over the other, the ring's TileConfig, (m, n, k, variant)) for each
+    ring of a sgemm_kernel_times record timed both ways (variants X and
+    X_<way>_b at one shape; the product kernel is each call's longest).
+    ValueError for another way, or where the record holds no such pair."""
     if way not in ("scalar", "pairs", "shifted"):
         raise ValueError(f"way must be 'scalar', 'pairs' or 'shifted', got {way!r}")
     suffix = f"_{way}_b"
     rows = record.get("results", [])
     padded = {(r["m"], r["n"], r["k"], r["variant"]): r for r in rows}
-    ratios: dict = {}
-    regimes: dict = {}
-    host = []
+    found = []
     for row in rows:
         if not row["variant"].endswith(suffix):
             continue
@@ -347,34 +374,50 @@ def fit_ring_scalar_b(record: dict, min_shapes: int = 3, entry: dict | None = No
         if twin is None:
             continue
         main = [max(kernel["us"] for kernel in r["kernels"]) for r in (row, twin)]
-        config = tile_config_of(row["config"])
-        key, pair = tile_key(config), (row["m"], row["n"], row["k"], row["variant"])
-        ratios.setdefault(key, {})[pair] = main[0] / main[1]
-        if entry is not None:
-            plan = plan_cost(pair[:3], config, row["config"].get("splits", 1), entry)
-            regime = blocks_regime(plan["busiest_sm_blocks"], plan["blocks_per_sm"])
-            regimes.setdefault(key, {}).setdefault(regime, {})[pair] = main[0] / main[1]
-        host.append(twin["host_us"] - row["host_us"])
-    if not host:
+        found.append((row, twin, main[0] / main[1], tile_config_of(row["config"]),
+                      (row["m"], row["n"], row["k"], row["variant"])))
+    if not found:
         raise ValueError(f"the record holds no ring timed both ways (variants X and "
                          f"X{suffix} at one shape)")
+    return found
 
-    # Against B padded first, whose C is stored a float at a time, 8-byte
-    # copies and stores ran up to 12% faster (short K, where storing C is
-    # much of a tile's time); against an aligned n's 16-byte stores they
-    # cannot be: the pairs' shares stop at 0.
+
+def _share_medians(found: dict, least: int, way: str) -> dict:
+    """{key: the median of its ratios less 1} for each key of `found` ({key:
+    {(m, n, k, variant): ratio}}) timed at `least` shapes or more, rounded.
+    Against B padded first, whose C is stored a float at a time, 8-byte
+    copies and stores ran up to 12% faster (short K, where storing C is much
+    of a tile's time); against an aligned n's 16-byte stores they cannot be:
+    the pairs' shares stop at 0."""
     floor = 0.0 if way == "pairs" else -math.inf
+    return {key: round(max(floor, statistics.median(pairs.values()) - 1), 4)
+            for key, pairs in sorted(found.items())
+            if len({shape[:3] for shape in pairs}) >= least}
 
-    def medians(found, least):
-        return {key: round(max(floor, statistics.median(pairs.values()) - 1), 4)
-                for key, pairs in sorted(found.items())
-                if len({shape[:3] for shape in pairs}) >= least}
 
-    fit = {"share": medians(ratios, min_shapes), "copy_call_us": round(statistics.median(host), 2)}
-    if entry is not None:
-        fit["share_by_blocks"] = {key: found for key, found in
-                                  ((key, medians(by_regime, min_regime_shapes))
-                                   for key, by_regime in sorted(regimes.items())) if found}
+def fit_ring_b_by_depth(record: dict, entry: dict, way: str = "scalar",
+                        min_shapes: int = 1) -> dict:
+    """The share for reading a ragged B as given by tile, by how full the
+    busiest SM is and by how deep K runs: {tile key: {regime: {band: the
+    median of the pairs there less 1}}}, a regime of
+    ``shape_model.blocks_regime`` and a band of ``shape_model.depth_band``
+    (a block's steps of K), each from the plan ``plan_cost`` on `entry`
+    makes of the pair's shape; for the entry's "share_by_depth" of
+    "ring_scalar_b" (`way` "scalar") or "ring_pairs_b" ("pairs"). Fitted to
+    records of ``sgemm_kernel_times.py --depth-grid``, where each cell of the
+    grid is one shape a depth: `min_shapes` 1. ValueError as
+    ``fit_ring_scalar_b``'s."""
+    cells: dict = {}
+    for row, _, ratio, config, pair in _rings_both_ways(record, way):
+        plan = plan_cost(pair[:3], config, row["config"].get("splits", 1), entry)
+        regime = blocks_regime(plan["busiest_sm_blocks"], plan["blocks_per_sm"])
+        band = depth_band(-(-plan["slice_k"] // config.bk))
+        cells.setdefault((tile_key(config), regime), {}).setdefault(band, {})[pair] = ratio
+    fit: dict = {}
+    for (key, regime), bands in sorted(cells.items()):
+        found = _share_medians(bands, min_shapes, way)
+        if found:
+            fit.setdefault(key, {})[regime] = found
     return fit
 
 
