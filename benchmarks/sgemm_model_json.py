@@ -445,6 +445,20 @@ def fit_zero_memset(paths) -> dict:
     return block
 
 
+def _kernel_times_and_model(paths, base=None) -> tuple[dict, dict]:
+    """(the sgemm_kernel_times records at `paths` joined into one, the model
+    JSON a trial starts from: the committed one, or the one at `base`).
+    SystemExit where `paths` names none or a record of another benchmark."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    records, joined = joined_records(paths)
+    if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
+        raise SystemExit("--records must name sgemm_kernel_times records")
+    return joined, json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+
+
 def trial_ring_pairs(out, paths, base=None) -> dict:
     """Write to `out` a trial model: the committed JSON (or the model at
     `base`, a trial itself) with the H200's "ring_pairs_b" block, each ring
@@ -456,10 +470,7 @@ def trial_ring_pairs(out, paths, base=None) -> dict:
 
     from gpucourse.kernels import sgemm
 
-    records, joined = joined_records(paths)
-    if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
-        raise SystemExit("--records must name sgemm_kernel_times records")
-    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+    joined, data = _kernel_times_and_model(paths, base)
     entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
     fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry, way="pairs")
     block = {"source": record_source(paths) + " (fit_ring_scalar_b, way pairs)",
@@ -481,10 +492,7 @@ def trial_ring_depth(out, paths, base=None) -> dict:
 
     from gpucourse.kernels import sgemm
 
-    records, joined = joined_records(paths)
-    if not records or any(r.get("benchmark") != "sgemm_kernel_times" for r in records):
-        raise SystemExit("--records must name sgemm_kernel_times records")
-    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+    joined, data = _kernel_times_and_model(paths, base)
     gpu = data["gpus"]["NVIDIA H200"]
     entry = {"name": "NVIDIA H200", **gpu}
     found = {}

@@ -161,28 +161,6 @@ def copy_once(entry_point, copied: set):
     return ring_copy_b
 
 
-def compare_ways(rows: list[dict], baseline: str = "padded") -> dict:
-    """Each way's call time against `baseline`'s at the shapes that timed
-    both: {way: {"shapes": how many, "faster": at how many it took less time,
-    "change": (least, median, most) of its time over the baseline's, less
-    1}}, the ways in the order first met (cuBLAS and auto's plans through
-    registers left out). What a run prints at its end, to judge a way by."""
-    import statistics
-
-    times: dict = {}
-    for row in rows:
-        if row["way"] not in ("cublas", "auto"):
-            times.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row["ms"]
-    ratios: dict = {}
-    for timed in times.values():
-        for way, ms in timed.items():
-            if way != baseline and baseline in timed:
-                ratios.setdefault(way, []).append(ms / timed[baseline])
-    return {way: {"shapes": len(r), "faster": sum(x < 1 for x in r),
-                  "change": (min(r) - 1, statistics.median(r) - 1, max(r) - 1)}
-            for way, r in ratios.items()}
-
-
 def time_ways(torch, np, time_ms, sgemm, entry_point, a, b, reference, ways: dict,
               phase: str, current: list) -> tuple[list[dict], float]:
     """Each way of `ways` ({name: its FLAGS}) and cuBLAS in turns, ROUNDS
@@ -294,8 +272,10 @@ def main(argv=None) -> int:
         entry_point._quick_plan.cache_clear()
     record["results"] = rows
     record["seconds"] = time.perf_counter() - started
+    from gpucourse.chapters.sgemm_held_out import ways_against
+
     for baseline in ("padded", "scalar"):
-        for way, seen in compare_ways(rows, baseline).items():
+        for way, seen in ways_against(rows, baseline).items():
             least, median, most = seen["change"]
             print(f"{way} against {baseline}: faster at {seen['faster']} of {seen['shapes']}, "
                   f"time {median:+.1%} at the median ({least:+.1%} to {most:+.1%})")

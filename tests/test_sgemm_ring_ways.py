@@ -145,7 +145,8 @@ def test_a_phase_sets_the_switches_read_when_a_kernel_is_built(monkeypatch):
 
 
 def test_each_way_is_judged_against_the_baseline_at_the_shapes_that_timed_both():
-    script = _ring_pairs_script()
+    from gpucourse.chapters.sgemm_held_out import ways_against
+
     rows = [{"m": 1, "n": 3, "k": 5, "way": way, "ms": ms}
             for way, ms in (("cublas", 1.0), ("padded", 2.0), ("padded_wide", 1.8),
                             ("padded_overlap", 2.2))]
@@ -153,14 +154,14 @@ def test_each_way_is_judged_against_the_baseline_at_the_shapes_that_timed_both()
              for way, ms in (("padded", 4.0), ("padded_wide", 3.0))]
     rows += [{"m": 9, "n": 9, "k": 9, "way": "auto", "ms": 1.0},  # through registers
              {"m": 3, "n": 3, "k": 5, "way": "padded_wide", "ms": 1.0}]  # no baseline
-    found = script.compare_ways(rows)
+    found = ways_against(rows)
     assert list(found) == ["padded_wide", "padded_overlap"]
     wide = found["padded_wide"]
     assert (wide["shapes"], wide["faster"]) == (2, 2)
     assert wide["change"] == pytest.approx((-0.25, -0.175, -0.1))
     assert found["padded_overlap"]["change"] == pytest.approx((0.1, 0.1, 0.1))
     assert found["padded_overlap"]["faster"] == 0
-    assert script.compare_ways(rows, "scalar") == {}
+    assert ways_against(rows, "scalar") == {}
 
 
 def test_copy_once_pads_each_b_on_its_first_call_only(monkeypatch):

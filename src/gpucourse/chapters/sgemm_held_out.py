@@ -413,21 +413,39 @@ def shifted_rings(path=None) -> dict | None:
     record = _ring_pairs_record(RING_SHIFTED if path is None else path)
     if record is None:
         return None
+    rows = [row for row in record["results"] if not row.get("staged_stores")]
     ways: dict = {}
-    for row in record["results"]:
-        if not row.get("staged_stores"):
-            ways.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row["ms"]
+    for row in rows:
+        ways.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row["ms"]
     over_best = [timed["shifted"] / min(ms for way, ms in timed.items()
                                         if way in ("padded", "scalar", "pairs"))
                  for timed in ways.values() if "shifted" in timed]
-    peeled = [timed["padded_peeled"] / timed["padded"]
-              for timed in ways.values() if {"padded", "padded_peeled"} <= set(timed)]
-    if not over_best or not peeled:
+    peeled = ways_against(rows).get("padded_peeled")
+    if not over_best or peeled is None:
         raise ValueError("the ring_pairs record did not time the shifted and the peeled ways")
     return {"shifted": {"shapes": len(over_best), "slower": sum(x > 1 for x in over_best),
                         "over_best": _spread(over_best)},
-            "peeled": {"shapes": len(peeled), "faster": sum(x < 1 for x in peeled),
-                       "change": _spread(peeled)}}
+            "peeled": peeled}
+
+
+def ways_against(rows: list[dict], baseline: str = "padded") -> dict:
+    """Each way's call time against `baseline`'s at the shapes of
+    sgemm_ring_pairs rows that timed both: {way: {"shapes": how many,
+    "faster": at how many it took less time, "change": (least, median, most)
+    of its time over the baseline's, less 1}}, the ways in the order first
+    met (cuBLAS and auto's plans through registers left out). What
+    benchmarks/sgemm_ring_pairs.py prints at its end, to judge a way by."""
+    times: dict = {}
+    for row in rows:
+        if row["way"] not in ("cublas", "auto"):
+            times.setdefault((row["m"], row["n"], row["k"]), {})[row["way"]] = row["ms"]
+    ratios: dict = {}
+    for timed in times.values():
+        for way, ms in timed.items():
+            if way != baseline and baseline in timed:
+                ratios.setdefault(way, []).append(ms / timed[baseline])
+    return {way: {"shapes": len(r), "faster": sum(x < 1 for x in r), "change": _spread(r)}
+            for way, r in ratios.items()}
 
 
 def zero_memset_adoption() -> dict | None:

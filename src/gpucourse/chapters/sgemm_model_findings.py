@@ -189,10 +189,9 @@ def held_out_values() -> dict:
             f"every miss is a product of {most} GFLOP or less, and none above {SMALL_WORK} GFLOP "
             "misses (the deep products that did, within a point of the target, reach it since "
             "the registers of split kernels joined the model)")
-    before_pairs = [r for record in held_out.values() if not held.ran_with_pairs(record)
-                    for r in record["results"]
-                    if r["variant"] == "auto" and min(r["m"], r["n"]) >= 512
-                    and r["vs_cublas"] < 0.85 and held.reads_b_in_pairs(r)]
+    before_pairs = [shape for record in held_out.values() if not held.ran_with_pairs(record)
+                    for *shape, _ in ladder.grid_targets(record)["large"]["missed"]
+                    if held.reads_b_in_pairs(held.auto_row(record, tuple(shape)))]
     values["heldout_pairs_since"] = held.count_text(len(before_pairs))
     by_row = held.misses_by_row_length(held_out)  # C's rows ragged or not
     _holds(by_row["ragged"][0] > by_row["aligned"][0], "the large misses have ragged rows")

@@ -340,7 +340,8 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     `entry` (``gpu_entry``; default the model's default GPU).
 
     Returns a dict: tiles, slices, blocks, blocks_per_sm (and its limiter),
-    waves, busiest_sm_blocks, tail_efficiency, padding_efficiency,
+    waves, busiest_sm_blocks, block_steps (a block's steps of K, which
+    ``depth_band`` reads), tail_efficiency, padding_efficiency,
     tile_efficiency, rate ("measured" where the entry's rates hold the tile,
     else "formula"), scalar_loads, split_share (the split kernel's measured
     share charged, ``split_kernel_share``; 0 with K whole), warps_per_sm,
@@ -429,7 +430,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
     ring_scalar_b, pairs = False, None
     if ring_copy:
         copy_host = (entry.get("ring_scalar_b") or {}).get("copy_call_us", PAD_CALL_US)
-        steps = padded_k // config.bk  # a block's steps of K
+        steps = padded_k // config.bk
         share = ring_scalar_b_share(entry, config, busiest, resident, steps=steps)
         pairs = ring_scalar_b_share(entry, config, busiest, resident, "ring_pairs_b",
                                     steps) if n % 2 == 0 else None
@@ -452,7 +453,7 @@ def plan_cost(shape, config: TileConfig, splits: int = 1, entry: dict | None = N
             stream_k if stream else padded_k * slices))
         if m and n and k else 0.0,
         "tile_efficiency": tile_eff, "rate": "measured" if measured else "formula",
-        "worker_steps": worker_steps if stream else None,
+        "worker_steps": worker_steps if stream else None, "block_steps": padded_k // config.bk,
         "scalar_loads": scalar and not padded, "padded": padded, "ring_copy_us": ring_copy,
         "ring_scalar_b": ring_scalar_b, "ring_pairs_b": ring_scalar_b and pairs is not None,
         "split_share": split_share,
@@ -529,8 +530,9 @@ def ring_scalar_b_share(entry: dict, config: TileConfig, busiest: int | None = N
         if steps is not None:  # by regime and depth where the entry has it (a trial's)
             by_depth = (((block.get("share_by_depth") or {}).get(key) or {}).get(regime)
                         or {})
-            if depth_band(steps) in by_depth:
-                return float(by_depth[depth_band(steps)])
+            band = depth_band(steps)
+            if band in by_depth:
+                return float(by_depth[band])
         by_blocks = (block.get("share_by_blocks") or {}).get(key) or {}
         if regime in by_blocks:
             return float(by_blocks[regime])

@@ -411,7 +411,7 @@ def fit_ring_b_by_depth(record: dict, entry: dict, way: str = "scalar",
     for row, _, ratio, config, pair in _rings_both_ways(record, way):
         plan = plan_cost(pair[:3], config, row["config"].get("splits", 1), entry)
         regime = blocks_regime(plan["busiest_sm_blocks"], plan["blocks_per_sm"])
-        band = depth_band(-(-plan["slice_k"] // config.bk))
+        band = depth_band(plan["block_steps"])
         cells.setdefault((tile_key(config), regime), {}).setdefault(band, {})[pair] = ratio
     fit: dict = {}
     for (key, regime), bands in sorted(cells.items()):
