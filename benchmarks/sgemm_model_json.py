@@ -480,6 +480,26 @@ def trial_ring_pairs(out, paths, base=None) -> dict:
     return block
 
 
+def trial_ring_scalar(out, paths, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`, a trial itself) with the H200's "ring_scalar_b" block fitted
+    again to the sgemm_kernel_times records at `paths` (variants X_scalar_b
+    beside X: shape_model_fit.fit_ring_scalar_b), for 4-byte copies timed
+    as the kernels now make them (pipelined.STEP_SCALAR_COPIES on since
+    2026-12-01). Returns the block. The committed JSON is left as it is."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    joined, data = _kernel_times_and_model(paths, base)
+    entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
+    fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry)
+    block = {"source": record_source(paths) + " (fit_ring_scalar_b)", **fit}
+    data["gpus"]["NVIDIA H200"]["ring_scalar_b"] = block
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return block
+
+
 def trial_ring_depth(out, paths, base=None) -> dict:
     """Write to `out` a trial model: the committed JSON (or the model at
     `base`) with the H200's "share_by_depth" in "ring_scalar_b" and, where
@@ -509,6 +529,32 @@ def trial_ring_depth(out, paths, base=None) -> dict:
     return found
 
 
+def trial_wide_copy(out, path, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`) with the H200's "ring_copy" priced at the copy matmul makes since
+    entry_point.RING_COPY_WIDE went on: the "fit_wide" line of the
+    sgemm_ring_copy record at `path` (sgemm_ring_copy.py --wide). Returns the
+    block. SystemExit where the record is not such a run."""
+    from pathlib import Path
+
+    from gpucourse import results
+    from gpucourse.kernels import sgemm
+
+    try:
+        record = results.load_results("sgemm_ring_copy", Path(path))
+    except ValueError as error:
+        raise SystemExit(f"--trial-wide-copy's --records must name an sgemm_ring_copy "
+                         f"record: {error}") from None
+    if "fit_wide" not in record:
+        raise SystemExit(f"{path} has no fit_wide: run sgemm_ring_copy.py with --wide")
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
+    block = {"source": record_source([path]) + " (fit_wide: padding.pad_copy_wide)",
+             **record["fit_wide"]}
+    data["gpus"]["NVIDIA H200"]["ring_copy"] = block
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return block
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -532,6 +578,12 @@ if __name__ == "__main__":
                        help="the committed model (or --base) with each ring tile's share for "
                             "reading a ragged B as given by regime and depth of K (--records: "
                             "sgemm_kernel_times.py --depth-grid records)")
+    which.add_argument("--trial-wide-copy", metavar="OUT",
+                       help="write a trial model pricing B's copy at pad_copy_wide's line "
+                            "(--records: one sgemm_ring_copy record run with --wide)")
+    which.add_argument("--trial-ring-scalar", metavar="OUT",
+                       help="write a trial model with ring_scalar_b fitted again to --records "
+                            "(sgemm_kernel_times runs of the stepped 4-byte copies)")
     which.add_argument("--fit-zero-memset", action="store_true",
                        help="the zero-memset trial's block into the committed model "
                             "(--records as for --trial-zero-memset)")
@@ -541,14 +593,22 @@ if __name__ == "__main__":
                        help="stream-K's share tile by tile from STREAM_TILE_EXPLORES, into the "
                             "committed model")
     parser.add_argument("--records", default="",
-                        help="for --trial-zero-memset, --fit-zero-memset, --trial-ring-pairs "
-                             "and --trial-ring-depth: sgemm_kernel_times records, by commas")
+                        help="for --trial-zero-memset, --fit-zero-memset, --trial-ring-pairs, "
+                             "--trial-ring-scalar and --trial-ring-depth: sgemm_kernel_times "
+                             "records, by commas; for --trial-wide-copy one sgemm_ring_copy "
+                             "record")
     parser.add_argument("--base", default=None,
-                        help="for --trial-ring-pairs and --trial-ring-depth: the model JSON to "
-                             "start from")
+                        help="for --trial-wide-copy, --trial-ring-scalar, --trial-ring-pairs "
+                             "and --trial-ring-depth: the model JSON to start from")
     args = parser.parse_args()
     paths = record_paths(args.records)
-    if args.trial_ring_depth:
+    if args.trial_wide_copy:
+        if len(paths) != 1:
+            raise SystemExit("--trial-wide-copy takes one sgemm_ring_copy record in --records")
+        print(json.dumps(trial_wide_copy(args.trial_wide_copy, paths[0], args.base), indent=1))
+    elif args.trial_ring_scalar:
+        print(json.dumps(trial_ring_scalar(args.trial_ring_scalar, paths, args.base), indent=1))
+    elif args.trial_ring_depth:
         print(json.dumps(trial_ring_depth(args.trial_ring_depth, paths, args.base), indent=1))
     elif args.trial_ring_pairs:
         print(json.dumps(trial_ring_pairs(args.trial_ring_pairs, paths, args.base), indent=1))

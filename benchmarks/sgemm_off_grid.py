@@ -37,8 +37,11 @@ committed model with the zeroing kernel (--zero-kernel). Set 11, drawn
 after, judges 8-byte copies of an even ragged B (entry_point.RING_PAIRS)
 against the 4-byte ones before them (--four-byte-pairs). Set 12, drawn
 after, ran the committed model first, after the shifted rings (--shifted)
-and the peeled stores (--peeled-stores) were timed and left off. Set 13
-waits for the next change.
+and the peeled stores (--peeled-stores) were timed and left off. Set 13,
+drawn after, judged B copied four floats a thread and 4-byte copies that
+step down B's rows (both on since) against the kernels before them
+(--narrow-copy --unstepped-scalar), and the peeled stores once more. Set
+14 waits for the next change.
 """
 
 from __future__ import annotations
@@ -58,10 +61,10 @@ from sgemm_grid import OFF_GRID_SHAPES, ROUNDS, summary, time_shape
 HELD_OUT_SEEDS = {1: 20261130, 2: 20261131, 3: 20261201, 4: 20261202, 5: 20261203,
                   6: 20261204, 7: 20261205,
                   8: 20261206, 9: 20261207, 10: 20261208, 11: 20261209, 12: 20261210,
-                  13: 20261211}
+                  13: 20261211, 14: 20261212}
 # The smallest m and n of each set's draw (64 where not given).
 HELD_OUT_LOW = {4: 512, 5: 512, 6: 512, 7: 512, 8: 512, 9: 512, 10: 512, 11: 512, 12: 512,
-                13: 512}
+                13: 512, 14: 512}
 HELD_OUT = {
     1: [(1537, 306, 1292), (65, 531, 1140), (749, 1747, 9639), (2302, 408, 4337),
         (2189, 366, 5168), (104, 473, 93), (4040, 1037, 292), (96, 141, 731),
@@ -184,6 +187,16 @@ HELD_OUT = {
          (4917, 1102, 7830), (521, 1713, 1415), (1716, 749, 312), (7567, 2473, 2317),
          (2214, 4209, 483), (7362, 935, 229), (2612, 4046, 1989), (4561, 1300, 91),
          (2107, 1547, 257), (1120, 5337, 400), (696, 5138, 938), (5074, 7346, 1274)],
+    # Set 14 (seed 20261212, m and n from 512), drawn on 2026-12-01 after set
+    # 13 judged the wide copies and stepped 4-byte copies (twenty-ninth
+    # session), before anything after them was timed: the judge of the next
+    # change. 20 of its 24 have a ragged n, 13 an odd one.
+    14: [(1264, 2999, 993), (524, 1765, 9995), (2894, 4543, 79), (1251, 1572, 7856),
+         (924, 665, 1422), (1545, 2918, 372), (593, 3846, 85), (1104, 3117, 377),
+         (1538, 1714, 206), (812, 1282, 83), (650, 1269, 1954), (6202, 3719, 1606),
+         (2753, 2119, 5362), (650, 3976, 2228), (2327, 602, 9720), (561, 721, 3831),
+         (1336, 2693, 939), (1669, 656, 178), (3953, 1271, 2796), (2005, 895, 999),
+         (4273, 2042, 1054), (692, 3276, 3786), (528, 2542, 10670), (1119, 679, 1180)],
 }
 
 
@@ -217,6 +230,13 @@ SWITCHES = {
     "--peeled-stores": ("vectorized", "PEELED_STORES", True, "peeled",
                         "rings that pad B or read it shifted store C's fours as their "
                         "addresses allow (vectorized.PEELED_STORES on)"),
+    "--narrow-copy": ("entry_point", "RING_COPY_WIDE", False, "narrow_copy",
+                      "rings that pad B copy it a float a thread, as before 2026-12-01 "
+                      "(entry_point.RING_COPY_WIDE off)"),
+    "--unstepped-scalar": ("pipelined", "STEP_SCALAR_COPIES", False, "unstepped",
+                           "rings that read a ragged B 4 bytes a copy work each copy's address "
+                           "out from its row and column, as before 2026-12-01 "
+                           "(pipelined.STEP_SCALAR_COPIES off)"),
 }
 
 
@@ -263,7 +283,9 @@ def main(argv=None) -> int:
                "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel",
                "ring_pairs": sgemm.entry_point.RING_PAIRS,
                "ring_shifted": sgemm.entry_point.RING_SHIFTED,
-               "peeled_stores": sgemm.vectorized.PEELED_STORES})
+               "peeled_stores": sgemm.vectorized.PEELED_STORES,
+               "ring_copy_wide": sgemm.entry_point.RING_COPY_WIDE,
+               "step_scalar_copies": sgemm.pipelined.STEP_SCALAR_COPIES})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,

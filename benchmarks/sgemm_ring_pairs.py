@@ -55,6 +55,11 @@ ring's time goes and whether 4-byte copies can cost less:
 * "padded_wide": "padded" with ``entry_point.RING_COPY_WIDE`` on (B copied by
   ``padding.pad_copy_wide``, four floats a thread), in a phase of its own.
 
+Their run (H200, 2026-12-01, results/reruns/sgemm_ring_pairs-h200-2026-12-01-
+copy-ways.json) turned "padded_wide"'s and "scalar_stepped"'s switches on
+and left "padded_overlap"'s off. Each phase sets every switch the ways name,
+so "padded" and "scalar" still time the copies as they were before.
+
 A plan through registers (no ring) runs once, as auto runs it. ms: wall
 clock per call of a loop ending in a synchronize, the median of the rounds;
 kernel_ms: CUDA events around back-to-back calls; vs_cublas against the

@@ -69,15 +69,25 @@ def test_the_held_out_table_counts_what_the_runs_hold():
     assert table[-1].startswith(f"| all | | **{large_met} of {large_shapes}** |")
 
 
-def test_the_table_says_which_runs_copied_b_in_pairs_as_their_records_do():
-    # The record of a run says whether entry_point.RING_PAIRS was on; the runs
-    # the history reads were of sets 1-10 before it and of sets 11-12 with it.
+def test_the_table_says_how_each_runs_rings_copied_b_as_their_records_do():
+    # The record of a run says whether entry_point.RING_PAIRS was on, and
+    # whether the wide and stepped copies were; the runs the history reads
+    # were of sets 1-10 before pairs and of sets 11-12 with them.
     assert [sgemm_held_out.ran_with_pairs(sgemm_held_out.history_run(n))
             for n in range(1, 13)] == [False] * 10 + [True] * 2
     sets = sgemm_held_out.load_held_out_sets()
     rows = findings.held_out_table(sets).splitlines()[2:-1]
-    assert [row.rstrip(" |").rsplit("| ", 1)[1] for row in rows] == [
-        "on" if sgemm_held_out.ran_with_pairs(sets[n]) else "not yet" for n in sorted(sets)]
+    cells = [row.strip(" |").split(" | ") for row in rows]
+    assert [row[5] for row in cells] == [sets[n]["date"] for n in sorted(sets)]
+    wanted = {n: "before copies in pairs" if not sgemm_held_out.ran_with_pairs(sets[n])
+              else "in pairs; wide and stepped" if sets[n]["model"].get("ring_copy_wide")
+              else "in pairs" for n in sets}
+    assert [row[6] for row in cells] == [wanted[n] for n in sorted(sets)]
+    # The sets run again on 2026-12-01 ran with every copy of that day.
+    assert {n for n, text in wanted.items() if text == "in pairs; wide and stepped"} >= {
+        4, 5, 6, 8, 9, 13}
+    assert findings._copies_of({"model": {"ring_pairs": True, "ring_copy_wide": True}}) == \
+        "in pairs"  # wide copies without the stepped ones are not that day's kernels
     assert sgemm_held_out.ran_with_pairs({"model": {"ring_pairs": True}})
     assert not sgemm_held_out.ran_with_pairs({"model": {}}) and not sgemm_held_out.ran_with_pairs({})
 

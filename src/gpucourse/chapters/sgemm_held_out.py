@@ -358,7 +358,7 @@ def ring_pairs_gains(path=None) -> dict | None:
     "over_padded": the median of the call's time those ways over its time
     with 8-byte copies, less 1}}. Raises ValueError where a way's result was
     wrong (its error over 1e-4)."""
-    record = _ring_pairs_record(RING_PAIRS if path is None else path)
+    record = ring_pairs_record(RING_PAIRS if path is None else path)
     if record is None:
         return None
     ways: dict = {}
@@ -380,7 +380,7 @@ def ring_pairs_gains(path=None) -> dict | None:
             for tile, r in sorted(found.items())}
 
 
-def _ring_pairs_record(path):
+def ring_pairs_record(path):
     """The sgemm_ring_pairs record at `path` (a name in results/, or a path),
     None where there is none; ValueError where a way's result was wrong (its
     error over 1e-4), naming the way and the shape."""
@@ -410,7 +410,7 @@ def shifted_rings(path=None) -> dict | None:
     with peeled stores beat B padded with 4-byte stores, "change": (least,
     median, most) of the one's time over the other's, less 1}}. Raises
     ValueError where a way's result was wrong (its error over 1e-4)."""
-    record = _ring_pairs_record(RING_SHIFTED if path is None else path)
+    record = ring_pairs_record(RING_SHIFTED if path is None else path)
     if record is None:
         return None
     rows = [row for row in record["results"] if not row.get("staged_stores")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from gpucourse import results
 from gpucourse.chapters import sgemm as ladder
 from gpucourse.chapters import sgemm_held_out as held
+from gpucourse.chapters import sgemm_ring_ways as ring_ways
 from gpucourse.kernels import sgemm
 
 # The GPU whose calibrated model the chapter's table of plans prices.
@@ -45,6 +46,8 @@ DRAWN_BEFORE = {
     10: "anything that came after the registers",
     11: "copies in pairs of floats were timed",
     12: "the shifted rings and the peeled stores were timed",
+    13: "the wide copies and stepped four-byte copies were timed",
+    14: "anything after the wide copies",
 }
 
 
@@ -140,18 +143,37 @@ def held_out_table(held_out: dict | None = None) -> str:
     whether its run copied an even ragged B in pairs; then the sets together."""
     held_out = held.load_held_out_sets() if held_out is None else held_out
     lines = ["| set | drawn before | large shapes at target | smaller shapes at target "
-             "| misses (share of cuBLAS) | copies in pairs |", "|---|---|---|---|---|---|"]
+             "| misses (share of cuBLAS) | run on | its rings' copies of a ragged B |",
+             "|---|---|---|---|---|---|---|"]
     for number, record in sorted(held_out.items()):
         told = held.held_out_summary(record, held.held_out_explore(number))
         counts = [f"{told[name]['met']} of {told[name]['shapes']}" if told[name]["shapes"]
                   else "none drawn" for name in ("large", "mid")]
         lines.append(f"| {number} | {DRAWN_BEFORE.get(number, '')} | {counts[0]} | {counts[1]} "
-                     f"| {told['missed_text'] or 'none'} "
-                     f"| {'on' if held.ran_with_pairs(record) else 'not yet'} |")
+                     f"| {told['missed_text'] or 'none'} | {record['date']} "
+                     f"| {_copies_of(record)} |")
     if held_out:
         totals = [_met(held_out, name) for name in ("large", "mid")]
-        lines.append(f"| all | | **{totals[0]}** | **{totals[1]}** | | |")
+        lines.append(f"| all | | **{totals[0]}** | **{totals[1]}** | | | |")
     return "\n".join(lines)
+
+
+def _copies_of(record: dict) -> str:
+    """How a held-out run's rings copied a ragged B, as its record's model
+    says: before pairs, in pairs, or in pairs with the wide and stepped copies."""
+    if not held.ran_with_pairs(record):
+        return "before copies in pairs"
+    model = record.get("model", {})
+    if model.get("ring_copy_wide") and model.get("step_scalar_copies"):
+        return "in pairs; wide and stepped"
+    return "in pairs"
+
+
+def _numbers(numbers: list) -> str:
+    """'4, 5 and 6' for [4, 5, 6]; 'none' for []."""
+    words = [str(n) for n in sorted(numbers)]
+    return (", ".join(words[:-1]) + " and " + words[-1]) if len(words) > 1 else (
+        words[0] if words else "none")
 
 
 def held_out_values() -> dict:
@@ -192,7 +214,16 @@ def held_out_values() -> dict:
     before_pairs = [shape for record in held_out.values() if not held.ran_with_pairs(record)
                     for *shape, _ in ladder.grid_targets(record)["large"]["missed"]
                     if held.reads_b_in_pairs(held.auto_row(record, tuple(shape)))]
-    values["heldout_pairs_since"] = held.count_text(len(before_pairs))
+    values["heldout_pairs_since"] = (
+        f"{held.count_text(len(before_pairs))} of their large misses are shapes that now read "
+        "B in pairs, and wait to be run again" if before_pairs else
+        "none of their large misses is a shape that now reads B in pairs")
+    # The sets run again after their history's run, and those not yet.
+    again = [n for n in held_out if (h := held.history_run(n)) and held_out[n] is not h
+             and held_out[n]["date"] != h["date"]]
+    values.update(heldout_again_sets=_numbers(again), heldout_again_date=(
+        max(held_out[n]["date"] for n in again) if again else ""),
+        heldout_old_sets=_numbers([n for n in held_out if not held.ran_with_pairs(held_out[n])]))
     by_row = held.misses_by_row_length(held_out)  # C's rows ragged or not
     _holds(by_row["ragged"][0] > by_row["aligned"][0], "the large misses have ragged rows")
     for side, (missed, shapes) in by_row.items():
@@ -432,6 +463,48 @@ def ragged_values() -> dict:
                       peeled_faster=f"{peeled['faster']} of {peeled['shapes']}")
         for name, change in zip(("least", "median", "most"), peeled["change"]):
             values[f"peeled_{name}"] = f"{change:+.1%}"
+    values.update(copy_way_values())
+    return values
+
+
+def copy_way_values() -> dict:
+    """*Why every large miss has a ragged N*, its last part: what a padded
+    ring's copy costs, the wide copies, the stepped 4-byte copies and the
+    product kernel started during the copy, and set 13 in turns."""
+    values = {}
+    ways = ring_ways.copy_ways()
+    if ways is not None:
+        once, wide, overlap, stepped = (ways[name] for name in
+                                        ("copy_once", "wide", "overlap", "stepped"))
+        _holds(once["faster"] == once["shapes"], "the call without its copy is faster everywhere")
+        _holds(wide["faster"] == wide["shapes"], "the wide copy made every call faster")
+        _holds(stepped["faster"] > stepped["shapes"] / 2, "stepped copies won at most shapes")
+        _holds(overlap["faster"] <= overlap["shapes"] / 2, "the overlap won at half or fewer")
+        values.update(ways_shapes=str(once["shapes"]),
+                      ways_once_median=f"{-once['change'][1]:.1%}",
+                      ways_once_least=f"{-once['change'][0]:.1%}")
+        for name, way in (("wide", wide), ("overlap", overlap), ("stepped", stepped)):
+            values.update({f"ways_{name}_faster": str(way["faster"]),
+                           f"ways_{name}_median": f"{abs(way['change'][1]):.1%}"})
+        _holds(overlap["change"][1] > 0 and overlap["change"][2] > 0,
+               "the overlap was slower at the median")
+    rates = ring_ways.copy_rates()
+    if rates is not None:
+        _holds(min(rates["pad_copy_wide"]) > max(rates["pad_copy"]),
+               "the wide copy's slowest large copy beat pad_copy's fastest")
+        for kernel, name in (("pad_copy", "narrow"), ("pad_copy_wide", "wide")):
+            values.update({f"copy_{name}_low": f"{min(rates[kernel]) / 1e3:.1f}",
+                           f"copy_{name}_high": f"{max(rates[kernel]) / 1e3:.1f}"})
+    rounds = ring_ways.set_13_rounds()
+    if rounds is not None:
+        new, before, peeled = (rounds[way] for way in ("wide and stepped", "before", "peeled"))
+        _holds(min(new)[0] > max(before)[0] > max(peeled)[0],
+               "set 13 met more with the wide and stepped copies, fewer with peeled stores")
+        for name, found in (("new", new), ("before", before), ("peeled", peeled)):
+            values[f"set13_{name}_met"] = (", ".join(str(met) for met, _ in found[:-1])
+                                           + f" and {found[-1][0]}" if len(found) > 1
+                                           else str(found[0][0])) + f" of {found[0][1]}"
+            values[f"set13_{name}_rounds"] = held.count_text(len(found))
     return values
 
 

@@ -474,9 +474,17 @@ def _copy_launch(rows: int, cols: int, padded_rows: int, padded_cols: int, devic
 # (benchmarks/results/sgemm_ring_pairs-h200-2026-11-30.json, "padded_driver").
 RING_COPY_BY_DRIVER = False
 # Whether that copy, where it is a kernel, is pad_copy_wide (four floats a
-# thread, one 16-byte store) rather than pad_copy. Off until a GPU has timed
-# it (benchmarks/sgemm_ring_copy.py, sgemm_ring_pairs.py way "padded_wide").
-RING_COPY_WIDE = False
+# thread, one 16-byte store) rather than pad_copy. On: on the H200 it copied
+# B at 3.5-4.8 TB/s where pad_copy reached 2.1-2.7 (copies of 20 MB or more;
+# benchmarks/results/reruns/sgemm_ring_copy-h200-2026-12-01-wide.json), made
+# the call faster at all 29 ring shapes of sgemm_ring_pairs.py, by 1.9% at
+# the median (reruns/sgemm_ring_pairs-h200-2026-12-01-copy-ways.json,
+# "padded_wide"), and with pipelined.STEP_SCALAR_COPIES took held-out set 13
+# from 21 to 23 of its 24 large shapes at 85% of cuBLAS, in every round
+# (results/sgemm_held_out_13-h200-2026-12-01.json and its reruns). The
+# model still prices pad_copy's rate (its "ring_copy"), until a trial of the
+# wide copy's price is judged on a held-out set.
+RING_COPY_WIDE = True
 
 
 def _ring_copy_b(k: int, n: int, n4: int, device_id: int):

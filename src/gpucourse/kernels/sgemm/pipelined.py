@@ -97,10 +97,12 @@ COPY_ADDRESSES = "each"
 # one address down B's rows, as the 8-byte copies do, rather than each
 # working its address out from its row and column. Offline (ptxas 13,
 # sm_90) that takes the 64 x 128 ring's loop from 1,384 instructions per
-# 1,024 FMAs to 1,324, in 167 registers against 168, no spills. Off until a
-# GPU has timed it (benchmarks/sgemm_ring_pairs.py --ways scalar,scalar_stepped):
-# fewer instructions need not be faster ("once" above).
-STEP_SCALAR_COPIES = False
+# 1,024 FMAs to 1,324, in 167 registers against 168, no spills. On: on the
+# H200 it made the call faster than unstepped copies at 24 of 29 ring shapes,
+# by 5.8% at the median (benchmarks/results/reruns/sgemm_ring_pairs-h200-
+# 2026-12-01-copy-ways.json, "scalar_stepped" against "scalar"), unlike
+# "once" above, where fewer instructions were slower.
+STEP_SCALAR_COPIES = True
 
 
 def a_stride(bm: int) -> int:

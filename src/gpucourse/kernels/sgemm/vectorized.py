@@ -82,7 +82,10 @@ STAGED_STORES = False
 # of 29 shapes, by 0.8% at the median, from 9.4% faster (shallow K, where
 # storing C is much of a call) to 3.2% slower
 # (benchmarks/results/reruns/sgemm_ring_pairs-h200-2026-11-30-shifted.json):
-# within a run's noise at most shapes. A held-out set run in turns decides.
+# within a run's noise at most shapes. Held-out set 13, run in turns, then
+# decided against it: 19 of its 24 large shapes met the target with peeled
+# stores in both rounds, 21 without in all three (results/reruns/
+# sgemm_held_out_13-h200-2026-12-01-peeled-*.json, -before-wide-copy-*).
 PEELED_STORES = False
 # Whether a ring that reads a padded copy of B (LOADS_ONLY) with K whole is
 # launched so that it may start while the copy kernel before it finishes
@@ -90,8 +93,10 @@ PEELED_STORES = False
 # dependent=True), waiting for the copy before its first read
 # (pipelined.make_k_loop's after_grid). It takes the gap between the two
 # kernels (1-3 us at the held-out misses, sgemm_kernel_times.py) off a call
-# where the GPU, not the host, sets the pace. Off until a GPU has timed it
-# (benchmarks/sgemm_ring_pairs.py --ways padded,padded_overlap).
+# where the GPU, not the host, sets the pace. Off: on the H200 it made the
+# call faster than "padded" at only 13 of 29 shapes, 0.9% slower at the
+# median, from 7.3% faster to 6.0% slower (benchmarks/results/reruns/
+# sgemm_ring_pairs-h200-2026-12-01-copy-ways.json, "padded_overlap").
 RING_COPY_OVERLAP = False
 # The order of a step's TM x TN FMAs: "rows" (row i of the patch, columns 0 to
 # TN - 1, then row i + 1), or "serpentine" (odd rows right to left, so that
