@@ -459,6 +459,26 @@ def _kernel_times_and_model(paths, base=None) -> tuple[dict, dict]:
     return joined, json.loads(Path(base or sgemm.MODEL_PATH).read_text())
 
 
+def _trial_ring_block(out, paths, base, block_name: str, way: str, keys=None) -> dict:
+    """Write to `out` the model JSON a trial starts from (the committed one,
+    or `base`) with the H200's `block_name` fitted to the sgemm_kernel_times
+    records at `paths` (shape_model_fit.fit_ring_scalar_b with `way`; only
+    the fit's `keys` where given). Returns the block."""
+    from pathlib import Path
+
+    from gpucourse.kernels import sgemm
+
+    joined, data = _kernel_times_and_model(paths, base)
+    entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
+    fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry, way=way)
+    way_text = "" if way == "scalar" else f", way {way}"
+    block = {"source": record_source(paths) + f" (fit_ring_scalar_b{way_text})",
+             **{key: value for key, value in fit.items() if keys is None or key in keys}}
+    data["gpus"]["NVIDIA H200"][block_name] = block
+    Path(out).write_text(json.dumps(data, indent=1) + "\n")
+    return block
+
+
 def trial_ring_pairs(out, paths, base=None) -> dict:
     """Write to `out` a trial model: the committed JSON (or the model at
     `base`, a trial itself) with the H200's "ring_pairs_b" block, each ring
@@ -466,18 +486,8 @@ def trial_ring_pairs(out, paths, base=None) -> dict:
     sgemm_kernel_times records at `paths` (variants X_pairs_b beside X:
     shape_model_fit.fit_ring_scalar_b with way "pairs"). Returns the block.
     The committed JSON is left as it is."""
-    from pathlib import Path
-
-    from gpucourse.kernels import sgemm
-
-    joined, data = _kernel_times_and_model(paths, base)
-    entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
-    fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry, way="pairs")
-    block = {"source": record_source(paths) + " (fit_ring_scalar_b, way pairs)",
-             "share": fit["share"], "share_by_blocks": fit["share_by_blocks"]}
-    data["gpus"]["NVIDIA H200"]["ring_pairs_b"] = block
-    Path(out).write_text(json.dumps(data, indent=1) + "\n")
-    return block
+    return _trial_ring_block(out, paths, base, "ring_pairs_b", "pairs",
+                             ("share", "share_by_blocks"))
 
 
 def trial_ring_scalar(out, paths, base=None) -> dict:
@@ -487,17 +497,34 @@ def trial_ring_scalar(out, paths, base=None) -> dict:
     beside X: shape_model_fit.fit_ring_scalar_b), for 4-byte copies timed
     as the kernels now make them (pipelined.STEP_SCALAR_COPIES on since
     2026-12-01). Returns the block. The committed JSON is left as it is."""
+    return _trial_ring_block(out, paths, base, "ring_scalar_b", "scalar")
+
+
+def adopt_blocks(trial, blocks, gpu: str = "NVIDIA H200") -> dict:
+    """Write the blocks named in `blocks` of `gpu`'s entry in the trial model
+    at `trial` into the committed model, once a held-out set has judged the
+    trial and it won: {block: what was written}. Every other block stays as
+    committed. SystemExit naming what is wrong where the trial is not a model
+    JSON, or lacks a block, or its block is already the committed one."""
     from pathlib import Path
 
     from gpucourse.kernels import sgemm
 
-    joined, data = _kernel_times_and_model(paths, base)
-    entry = {"name": "NVIDIA H200", **data["gpus"]["NVIDIA H200"]}
-    fit = sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry)
-    block = {"source": record_source(paths) + " (fit_ring_scalar_b)", **fit}
-    data["gpus"]["NVIDIA H200"]["ring_scalar_b"] = block
-    Path(out).write_text(json.dumps(data, indent=1) + "\n")
-    return block
+    try:
+        found = json.loads(Path(trial).read_text())["gpus"][gpu]
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"--adopt must name a trial model JSON with an entry for {gpu}, "
+                         f"got {trial} ({error!r})") from None
+    committed = json.loads(sgemm.MODEL_PATH.read_text())["gpus"].get(gpu, {})
+    missing = [block for block in blocks if block not in found]
+    same = [block for block in blocks if block in found and found[block] == committed.get(block)]
+    if not blocks or missing or same:
+        raise SystemExit(f"--blocks must name blocks of the trial that differ from the committed "
+                         f"model's (got {list(blocks)}; not in the trial: {missing}; the same as "
+                         f"committed: {same})")
+    adopted = {block: found[block] for block in blocks}
+    update_entry(sgemm, gpu, lambda entry: entry.update(adopted))
+    return adopted
 
 
 def trial_ring_depth(out, paths, base=None) -> dict:
@@ -584,6 +611,9 @@ if __name__ == "__main__":
     which.add_argument("--trial-ring-scalar", metavar="OUT",
                        help="write a trial model with ring_scalar_b fitted again to --records "
                             "(sgemm_kernel_times runs of the stepped 4-byte copies)")
+    which.add_argument("--adopt", metavar="TRIAL",
+                       help="write the --blocks of a trial model that won on a held-out set "
+                            "into the committed model")
     which.add_argument("--fit-zero-memset", action="store_true",
                        help="the zero-memset trial's block into the committed model "
                             "(--records as for --trial-zero-memset)")
@@ -597,12 +627,17 @@ if __name__ == "__main__":
                              "--trial-ring-scalar and --trial-ring-depth: sgemm_kernel_times "
                              "records, by commas; for --trial-wide-copy one sgemm_ring_copy "
                              "record")
+    parser.add_argument("--blocks", default="",
+                        help="for --adopt: the H200 entry's blocks to write, by commas "
+                             "(e.g. ring_copy,ring_scalar_b)")
     parser.add_argument("--base", default=None,
                         help="for --trial-wide-copy, --trial-ring-scalar, --trial-ring-pairs "
                              "and --trial-ring-depth: the model JSON to start from")
     args = parser.parse_args()
     paths = record_paths(args.records)
-    if args.trial_wide_copy:
+    if args.adopt:
+        print(json.dumps(adopt_blocks(args.adopt, record_paths(args.blocks)), indent=1))
+    elif args.trial_wide_copy:
         if len(paths) != 1:
             raise SystemExit("--trial-wide-copy takes one sgemm_ring_copy record in --records")
         print(json.dumps(trial_wide_copy(args.trial_wide_copy, paths[0], args.base), indent=1))

@@ -159,3 +159,29 @@ def test_the_scalar_trial_on_the_committed_records_gives_the_committed_block(tmp
     assert block == entry
     with pytest.raises(SystemExit, match="sgemm_kernel_times"):
         _model_json().trial_ring_scalar(tmp_path / "no.json", [])
+
+
+def test_a_won_trials_blocks_are_written_into_the_model_and_nothing_else(tmp_path,
+                                                                         monkeypatch):
+    from gpucourse.kernels import sgemm
+
+    if not WIDE_TRIAL.exists():
+        pytest.skip("the wide-copy trial is not committed")
+    model = tmp_path / "model.json"
+    model.write_bytes(sgemm.MODEL_PATH.read_bytes())
+    monkeypatch.setattr(sgemm, "MODEL_PATH", model)
+    writer = _model_json()
+    with pytest.raises(SystemExit, match=r"not in the trial: \['ring_copies'\]"):
+        writer.adopt_blocks(WIDE_TRIAL, ["ring_copies"])
+    with pytest.raises(SystemExit, match=r"the same as committed: \['ring_scalar_b'\]"):
+        writer.adopt_blocks(WIDE_TRIAL, ["ring_copy", "ring_scalar_b"])
+    with pytest.raises(SystemExit, match="must name a trial model JSON"):
+        writer.adopt_blocks(tmp_path / "absent.json", ["ring_copy"])
+    assert json.loads(model.read_text()) == json.loads(sgemm.MODEL_PATH.read_text())
+    adopted = writer.adopt_blocks(WIDE_TRIAL, ["ring_copy"])
+    assert json.loads(model.read_text()) == json.loads(WIDE_TRIAL.read_text())
+    assert adopted["ring_copy"]["copy_gbps"] > 5000
+    monkeypatch.undo()  # the committed model again, and nothing planned from the other
+    for cached in (sgemm.shape_model._read_model, sgemm.shape_model.auto_choice,
+                   sgemm.shape_model.ring_reads_b_scalar):
+        cached.cache_clear()
