@@ -185,3 +185,28 @@ def test_a_won_trials_blocks_are_written_into_the_model_and_nothing_else(tmp_pat
     for cached in (sgemm.shape_model._read_model, sgemm.shape_model.auto_choice,
                    sgemm.shape_model.ring_reads_b_scalar):
         cached.cache_clear()
+
+
+def test_the_figure_draws_each_way_at_every_shape_that_timed_it_beside_the_other(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [_way(600, 701, "padded", 1.0), _way(600, 701, "padded_wide", 0.9),
+            _way(700, 701, "padded", 2.0), _way(700, 701, "padded_wide", 2.2),
+            _way(800, 701, "padded_wide", 1.0)]  # no "padded" here: not drawn
+    record = _write(tmp_path, "sgemm_ring_pairs-w-2026-12-01.json", {"results": rows})
+    ways = (("wide", record, "padded_wide", "padded", True),)
+    ax = ring_ways.plot_ways(ways)
+    dots = ax.collections[0].get_offsets()
+    assert sorted(x for x, _ in dots) == pytest.approx([-10.0, 10.0])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["wide"]
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="did not time padded_overlap beside padded"):
+        ring_ways.plot_ways((("overlap", record, "padded_overlap", "padded", False),))
+    assert ring_ways.plot_ways((("x", tmp_path / "absent.json", "a", "b", True),)) is None
+    committed = ring_ways.plot_ways()
+    if committed is not None:  # every way the chapter tells of, one row each
+        assert len(committed.get_yticklabels()) == len(ring_ways.WAYS_PLOTTED)
+        plt.close(committed.figure)

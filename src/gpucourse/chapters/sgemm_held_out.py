@@ -428,13 +428,10 @@ def shifted_rings(path=None) -> dict | None:
             "peeled": peeled}
 
 
-def ways_against(rows: list[dict], baseline: str = "padded") -> dict:
-    """Each way's call time against `baseline`'s at the shapes of
-    sgemm_ring_pairs rows that timed both: {way: {"shapes": how many,
-    "faster": at how many it took less time, "change": (least, median, most)
-    of its time over the baseline's, less 1}}, the ways in the order first
-    met (cuBLAS and auto's plans through registers left out). What
-    benchmarks/sgemm_ring_pairs.py prints at its end, to judge a way by."""
+def way_ratios(rows: list[dict], baseline: str = "padded") -> dict:
+    """{way: [its call time over `baseline`'s, at each shape of the
+    sgemm_ring_pairs rows that timed both]}, the ways in the order first met
+    (cuBLAS and auto's plans through registers left out)."""
     times: dict = {}
     for row in rows:
         if row["way"] not in ("cublas", "auto"):
@@ -444,8 +441,16 @@ def ways_against(rows: list[dict], baseline: str = "padded") -> dict:
         for way, ms in timed.items():
             if way != baseline and baseline in timed:
                 ratios.setdefault(way, []).append(ms / timed[baseline])
+    return ratios
+
+
+def ways_against(rows: list[dict], baseline: str = "padded") -> dict:
+    """Each way's call time against `baseline`'s (``way_ratios``): {way:
+    {"shapes": how many, "faster": at how many it took less time, "change":
+    (least, median, most) of its time over the baseline's, less 1}}. What
+    benchmarks/sgemm_ring_pairs.py prints at its end, to judge a way by."""
     return {way: {"shapes": len(r), "faster": sum(x < 1 for x in r), "change": _spread(r)}
-            for way, r in ratios.items()}
+            for way, r in way_ratios(rows, baseline).items()}
 
 
 def zero_memset_adoption() -> dict | None:

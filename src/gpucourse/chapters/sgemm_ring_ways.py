@@ -16,8 +16,9 @@ timed, at the same 29 shapes, four more ways beside those two:
 ``benchmarks/sgemm_ring_copy.py --wide`` timed the two copy kernels alone,
 and held-out set 13, drawn before any of it ran, judged the two that won
 (both on since) against the kernels before them, in turns, and the peeled
-stores of C once more. Each function returns None while its runs are not
-committed.
+stores of C once more. ``plot_ways`` draws every way timed since the first
+such run, each against the way it would replace. Each function returns None
+while its runs are not committed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,19 @@ SET_13_ROUNDS = {
 # that (B of 512 x 2047 and less in the run) a copy of either width takes
 # about its launch's 5.5 us, and its rate says nothing of its width.
 LARGE_COPY_BYTES = 2e7
+# Every way of handling a ragged B timed beside another, as plot_ways draws
+# it: (label, the sgemm_ring_pairs record, the way, the way it would
+# replace, whether matmul takes it: True, False, or None for a diagnosis).
+WAYS_PLOTTED = (
+    ("copies in pairs (n even), against 4-byte", held.RING_PAIRS, "pairs", "scalar", True),
+    ("B read shifted, against B padded", held.RING_SHIFTED, "shifted", "padded", False),
+    ("peeled stores of C, against B padded", held.RING_SHIFTED, "padded_peeled", "padded",
+     False),
+    ("B padded once only (a diagnosis)", COPY_WAYS, "padded_copy_once", "padded", None),
+    ("B copied four floats a thread", COPY_WAYS, "padded_wide", "padded", True),
+    ("product started during the copy", COPY_WAYS, "padded_overlap", "padded", False),
+    ("4-byte copies stepped, against unstepped", COPY_WAYS, "scalar_stepped", "scalar", True),
+)
 
 
 def copy_ways(path=None) -> dict | None:
@@ -103,3 +117,37 @@ def set_13_rounds(rounds: dict = SET_13_ROUNDS) -> dict | None:
         return None
     return {way: [held.class_met({13: held.load_held_out_results(13, path)})
                   for path in found] for way, found in paths.items()}
+
+
+def plot_ways(ways=WAYS_PLOTTED, ax=None):
+    """Each way of WAYS_PLOTTED, one row: the change in its call time against
+    the way it would replace, at every shape that timed both (a dot each, in
+    percent), the median as a bar; green where matmul takes it, grey where it
+    does not, blue for a diagnosis. None while any record is not committed."""
+    found = []
+    for label, name, way, baseline, taken in ways:
+        record = held.ring_pairs_record(name)
+        if record is None:
+            return None
+        rows = [row for row in record["results"] if not row.get("staged_stores")]
+        ratios = held.way_ratios(rows, baseline).get(way)
+        if not ratios:
+            raise ValueError(f"{name} did not time {way} beside {baseline}")
+        found.append((label, ratios, taken))
+    import statistics
+
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(8, 0.45 * len(found) + 1.6))[1]
+    colours = {True: "tab:green", False: "tab:gray", None: "tab:blue"}
+    for row, (label, ratios, taken) in enumerate(reversed(found)):
+        changes = [100 * (ratio - 1) for ratio in ratios]
+        ax.scatter(changes, [row] * len(changes), s=14, alpha=0.6, color=colours[taken])
+        median = statistics.median(changes)
+        ax.plot([median, median], [row - 0.32, row + 0.32], color=colours[taken], lw=2.5)
+    ax.axvline(0.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(found)), [label for label, _, _ in reversed(found)])
+    ax.set_xlabel("change in call time against the way replaced (%; below 0: faster)")
+    ax.set_title("Ways of handling a ragged B: each shape a dot, the median a bar\n"
+                 "green: in matmul; grey: not; blue: a diagnosis", fontsize=9)
+    return ax
