@@ -1,0 +1,105 @@
+"""Week 8: the rule a change to `auto` is judged by on a held-out set run in
+turns (gpucourse.chapters.sgemm_judging, benchmarks/sgemm_judge.py).
+
+The rule is checked on hand-made rounds whose verdict is worked out here,
+and on the committed runs whose verdicts the sessions reached by hand: set
+13 adopted the wide and stepped copies and refused the peeled stores; set 11
+refused the ring-pairs trial.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucourse.chapters import sgemm_held_out as held
+from gpucourse.chapters.sgemm_judging import judge_in_turns
+from benchmark_scripts import benchmark_script
+
+RESULTS = held.results.results_dir()
+SET_13 = "reruns/sgemm_held_out_13-h200-2026-12-01-"
+
+
+def _round(shares: dict, plans: dict | None = None) -> dict:
+    """A run of auto at each (m, n, k) of `shares` ({shape: (share of cuBLAS,
+    ms)}), its plan's tile from `plans` (default 64), cuBLAS beside it."""
+    rows = []
+    for (m, n, k), (share, ms) in shares.items():
+        bm = (plans or {}).get((m, n, k), 64)
+        rows += [{"variant": "auto", "m": m, "n": n, "k": k, "vs_cublas": share, "ms": ms,
+                  "config": {"bm": bm, "bn": 128}},
+                 {"variant": "cublas", "m": m, "n": n, "k": k, "vs_cublas": 1.0, "ms": ms * share}]
+    return {"benchmark": "sgemm_held_out_99", "results": rows}
+
+
+A, B, C = (600, 701, 800), (900, 1003, 500), (1000, 1000, 1000)
+
+
+def test_a_kernel_change_is_judged_on_every_call_and_must_win_every_round():
+    before = [_round({A: (0.80, 1.0), B: (0.90, 2.0), C: (0.95, 3.0)})] * 2
+    better = [_round({A: (0.86, 0.93), B: (0.91, 1.98), C: (0.95, 3.0)}),
+              _round({A: (0.87, 0.92), B: (0.90, 2.0), C: (0.96, 2.97)})]
+    verdict = judge_in_turns(before, better)
+    assert verdict["met"] == {"before": [2, 2], "after": [3, 3]} and verdict["shapes"] == 3
+    assert verdict["moved"] == [] and verdict["judged"] == "every"
+    assert verdict["faster"] == 3 and verdict["adopt"]
+    # One round short of the other's best is not a win, however fast.
+    mixed = [better[0], _round({A: (0.84, 0.9), B: (0.90, 1.9), C: (0.95, 2.9)})]
+    verdict = judge_in_turns(before, mixed)
+    assert not verdict["adopt"]
+    assert "met the target at 2 in its worst round, not more than the 2" in verdict["why"]
+
+
+def test_a_model_change_is_judged_on_the_calls_whose_pick_moved():
+    before = [_round({A: (0.80, 1.0), B: (0.90, 2.0), C: (0.95, 3.0)})]
+    # A's pick moves and it meets the target, but slower calls elsewhere do
+    # not count: only A's time judges the change.
+    after = [_round({A: (0.86, 0.95), B: (0.90, 2.2), C: (0.95, 3.3)}, plans={A: 128})]
+    verdict = judge_in_turns(before, after)
+    assert verdict["moved"] == [A] and verdict["judged"] == "moved"
+    assert verdict["change"] == pytest.approx(-0.05) and verdict["adopt"]
+    slower = [_round({A: (0.86, 1.05), B: (0.90, 2.0), C: (0.95, 3.0)}, plans={A: 128})]
+    verdict = judge_in_turns(before, slower)
+    assert not verdict["adopt"] and "ran +5.0% at the median" in verdict["why"]
+
+
+def test_rounds_of_different_sets_or_no_rounds_are_refused():
+    one = _round({A: (0.8, 1.0)})
+    with pytest.raises(ValueError, match="one round or more"):
+        judge_in_turns([], [one])
+    with pytest.raises(ValueError, match="the same shapes"):
+        judge_in_turns([one], [_round({B: (0.8, 1.0)})])
+
+
+def _committed(*names):
+    paths = [RESULTS / name for name in names]
+    if not all(path.exists() for path in paths):
+        pytest.skip("the runs are not committed")
+    return ",".join(str(path) for path in paths)
+
+
+def test_the_committed_verdicts_are_the_rules(capsys):
+    judge = benchmark_script("sgemm_judge")
+    before = _committed(*(f"{SET_13}before-wide-copy-{r}.json" for r in ("first", "second", "third")))
+    wide = _committed("sgemm_held_out_13-h200-2026-12-01.json", f"{SET_13}wide-copy-second.json")
+    assert judge.main(["--before", before, "--after", wide]) == 0
+    assert "ADOPT: it met the target at more large shapes" in capsys.readouterr().out
+    peeled = _committed(f"{SET_13}peeled-first.json", f"{SET_13}peeled-second.json")
+    assert judge.main(["--before", before, "--after", peeled]) == 1
+    assert "DO NOT ADOPT" in capsys.readouterr().out
+    pairs_before = _committed("reruns/sgemm_held_out_11-h200-2026-11-30-beside-ring-pairs-trial.json")
+    pairs_after = _committed("reruns/sgemm_held_out_11-h200-2026-11-30-trial-ring-pairs.json")
+    assert judge.main(["--before", pairs_before, "--after", pairs_after]) == 1
+    assert "picks moved: 5" in capsys.readouterr().out
+
+
+def test_the_script_names_a_wrong_file(tmp_path):
+    judge = benchmark_script("sgemm_judge")
+    with pytest.raises(SystemExit, match="no file nowhere.json"):
+        judge.main(["--before", "nowhere.json", "--after", "nowhere.json"])
+    other = tmp_path / "x.json"
+    other.write_text('{"benchmark": "sgemm_grid"}')
+    with pytest.raises(SystemExit, match="is not a held-out run"):
+        judge.main(["--before", str(other), "--after", str(other)])
+    mixed = _committed("sgemm_held_out_4-h200-2026-12-01.json", "sgemm_held_out_5-h200-2026-12-01.json")
+    with pytest.raises(SystemExit, match=r"one held-out set, got sets \['4', '5'\]"):
+        judge.main(["--before", mixed, "--after", mixed])
