@@ -761,7 +761,7 @@ def main(argv=None) -> int:
          "a loop ending in torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back "
          "calls (benchmarks/sgemm.py's time_ms); TF32 off; N(0,1) inputs; max_rel_err = "
          "max|C - C_cublas| / max|C_cublas|"),
-        model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated")})
+        model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated"), **sgemm.ring_switches()})
     try:
         tiles = parse_tiles(args.tiles)
     except ValueError as problem:

@@ -246,6 +246,7 @@ def main(argv=None) -> int:
         "synchronize; host_us: the faster of two loops of the same calls timed without "
         "waiting for the GPU; TF32 off; N(0,1) inputs",
         zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel",
+        switches=sgemm.ring_switches(),  # as they stand before a plan flips its own
         **({"depth_grid": args.depth_grid} if args.depth_grid else {}))
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
     real_pairs, real_shifted = entry_point.RING_PAIRS, entry_point.RING_SHIFTED

@@ -279,13 +279,7 @@ def main(argv=None) -> int:
         "ending in torch.cuda.synchronize; kernel_ms: CUDA events around back-to-back calls; "
         f"TF32 off; N(0,1) inputs; shapes: {label}, none in sgemm_grid.py's GRID",
         model={"calibrated": sgemm.gpu_entry(gpu).get("calibrated"),
-               "path": str(args.model) if args.model else None,
-               "zeroing": "memset" if sgemm.entry_point.ZERO_BY_MEMSET else "kernel",
-               "ring_pairs": sgemm.entry_point.RING_PAIRS,
-               "ring_shifted": sgemm.entry_point.RING_SHIFTED,
-               "peeled_stores": sgemm.vectorized.PEELED_STORES,
-               "ring_copy_wide": sgemm.entry_point.RING_COPY_WIDE,
-               "step_scalar_copies": sgemm.pipelined.STEP_SCALAR_COPIES})
+               "path": str(args.model) if args.model else None, **sgemm.ring_switches()})
     rows = []
     for shape in shapes:
         rows += time_shape(sgemm, torch, time_ms,

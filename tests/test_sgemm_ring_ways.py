@@ -43,6 +43,24 @@ def test_the_timed_winners_are_the_defaults():
     # sgemm_ring_pairs-h200-2026-12-01-copy-ways.json, held-out set 13).
     assert pipelined.STEP_SCALAR_COPIES is True
     assert entry_point.RING_COPY_WIDE is True
+    # What a benchmark's record saves of them, as they stand when it runs.
+    switches = sgemm.ring_switches()
+    assert switches["step_scalar_copies"] and switches["ring_copy_wide"]
+    assert not switches["peeled_stores"] and not switches["ring_copy_overlap"]
+
+
+def test_a_records_switches_are_the_ones_a_run_flipped(monkeypatch):
+    monkeypatch.setattr(entry_point, "RING_COPY_WIDE", False)
+    monkeypatch.setattr(pipelined, "STEP_SCALAR_COPIES", False)
+    assert {key: value for key, value in sgemm.ring_switches().items()
+            if key in ("ring_copy_wide", "step_scalar_copies")} == {
+        "ring_copy_wide": False, "step_scalar_copies": False}
+    off_grid = benchmark_script("sgemm_off_grid")
+    # Each switch of sgemm_off_grid.py names a flag ring_switches reports.
+    reported = {"ZERO_BY_MEMSET": "zeroing", "RING_PAIRS": "ring_pairs",
+                "RING_SHIFTED": "ring_shifted", "PEELED_STORES": "peeled_stores",
+                "RING_COPY_WIDE": "ring_copy_wide", "STEP_SCALAR_COPIES": "step_scalar_copies"}
+    assert {flag for _, flag, *_ in off_grid.SWITCHES.values()} <= set(reported)
 
 
 @pytest.fixture(params=[True, False], ids=["stepped", "unstepped"])

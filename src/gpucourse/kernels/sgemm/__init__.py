@@ -116,6 +116,20 @@ from gpucourse.kernels.sgemm.warptiling import _make_warp_tiled_kernel
 _KNOBS = {"DOT_UNROLL": building_blocks, "DOUBLE_BUFFER": vectorized}
 
 
+def ring_switches() -> dict:
+    """The switches that decide how matmul zeroes C and how a ring handles a
+    ragged row, as they stand now: what a benchmark's record saves, so that
+    each run says which kernels it timed (the defaults, or a run's flips)."""
+    from gpucourse.kernels.sgemm import entry_point, pipelined
+
+    return {"zeroing": "memset" if entry_point.ZERO_BY_MEMSET else "kernel",
+            "ring_pairs": entry_point.RING_PAIRS, "ring_shifted": entry_point.RING_SHIFTED,
+            "peeled_stores": vectorized.PEELED_STORES,
+            "ring_copy_wide": entry_point.RING_COPY_WIDE,
+            "step_scalar_copies": pipelined.STEP_SCALAR_COPIES,
+            "ring_copy_overlap": vectorized.RING_COPY_OVERLAP}
+
+
 def __getattr__(name):
     if name in _KNOBS:
         return getattr(_KNOBS[name], name)
