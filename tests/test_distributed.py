@@ -107,4 +107,4 @@ def test_an_error_after_a_partners_death_reports_the_death():
     assert _rank_that_died([_Process(3, 0.0)], exclude={0}, grace_s=0.2) is None
     start = time.monotonic()
     assert _rank_that_died([_Process(3, 60.0)], exclude=set(), grace_s=0.3) is None
-    assert time.monotonic() - start < 5  # waits the grace period, not for the process
+    assert time.monotonic() - start < 20  # waits the grace period, not the process's 60 s

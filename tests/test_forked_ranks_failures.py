@@ -85,7 +85,8 @@ def test_a_hang_says_who_waited_on_whom():
     start = time.monotonic()
     with pytest.raises(AssertionError) as failure:
         run_forked(deadlocks, 4, timeout_s=DEADLINE_S)
-    assert time.monotonic() - start < DEADLINE_S + 3
+    # Well under rank 3's 30 s, with room for a loaded machine to fork and reap.
+    assert time.monotonic() - start < DEADLINE_S + 15
     message = str(failure.value)
     assert "did not finish within 1 s: ranks [0, 1, 2, 3] were still running" in message
     assert "rank 0 waited in a receive of 4 elements from rank 3." in message
