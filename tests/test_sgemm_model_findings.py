@@ -128,3 +128,8 @@ def test_the_misses_by_row_length_add_up_to_the_tables_misses():
     assert int(values["rows_ragged_shapes"]) + int(values["rows_aligned_shapes"]) == len(large)
     missed = sum(r["vs_cublas"] < 0.85 for r in large)
     assert int(values["rows_ragged_missed"]) + int(values["rows_aligned_missed"]) == missed
+
+
+def test_set_numbers_are_listed_as_the_prose_lists_them():
+    assert findings._numbers([9, 4, 5]) == "4, 5 and 9"
+    assert findings._numbers([3]) == "3" and findings._numbers([]) == "none"

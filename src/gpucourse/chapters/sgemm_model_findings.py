@@ -139,8 +139,8 @@ def grid_values() -> dict:
 
 def held_out_table(held_out: dict | None = None) -> str:
     """A Markdown table of the held-out sets: what each was drawn before, how
-    many of its large and smaller shapes met their targets, its misses, and
-    whether its run copied an even ragged B in pairs; then the sets together."""
+    many of its large and smaller shapes met their targets, its misses, the
+    day of its run and how its rings copied a ragged B; then the sets together."""
     held_out = held.load_held_out_sets() if held_out is None else held_out
     lines = ["| set | drawn before | large shapes at target | smaller shapes at target "
              "| misses (share of cuBLAS) | run on | its rings' copies of a ragged B |",
@@ -219,11 +219,13 @@ def held_out_values() -> dict:
         "B in pairs, and wait to be run again" if before_pairs else
         "none of their large misses is a shape that now reads B in pairs")
     # The sets run again after their history's run, and those not yet.
-    again = [n for n in held_out if (h := held.history_run(n)) and held_out[n] is not h
-             and held_out[n]["date"] != h["date"]]
-    values.update(heldout_again_sets=_numbers(again), heldout_again_date=(
-        max(held_out[n]["date"] for n in again) if again else ""),
-        heldout_old_sets=_numbers([n for n in held_out if not held.ran_with_pairs(held_out[n])]))
+    again = [n for n in held_out
+             if (h := held.history_run(n)) and held_out[n]["date"] != h["date"]]
+    old = [n for n in held_out if not held.ran_with_pairs(held_out[n])]
+    _holds(bool(again) and bool(old), "some sets ran again and some ran before copies in pairs")
+    values.update(heldout_again_sets=_numbers(again),
+                  heldout_again_date=max(held_out[n]["date"] for n in again),
+                  heldout_old_sets=_numbers(old))
     by_row = held.misses_by_row_length(held_out)  # C's rows ragged or not
     _holds(by_row["ragged"][0] > by_row["aligned"][0], "the large misses have ragged rows")
     for side, (missed, shapes) in by_row.items():
