@@ -173,7 +173,7 @@ def test_the_memset_trial_written_into_the_model_lost_where_it_moved_picks():
     was, now = sgemm_held_out.worst_moved(committed, trial)
     assert (now["m"], now["n"], now["k"]) == (553, 1741, 638)
     assert was["vs_cublas"] - now["vs_cublas"] > 0.1
-    for _, old, row in sgemm_held_out._moved_rows(committed, trial):
+    for _, old, row in sgemm_held_out.moved_rows(committed, trial):
         assert old["config"]["splits"] == 1 and row["config"]["splits"] != 1
     # And the committed model keeps the kernel's line, not the trial's.
     block = shape_model.gpu_entry("NVIDIA H200")["zero_matrix"]

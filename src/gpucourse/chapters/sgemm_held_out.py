@@ -547,7 +547,7 @@ def gains(before: dict, after: dict, name: str = "large") -> dict:
     return found
 
 
-def _moved_rows(before: dict, after: dict):
+def moved_rows(before: dict, after: dict):
     """(set, auto's row before, its row after) at each shape of {set: run}
     `before` and `after` (the same sets) whose plan differs."""
     _check_pair(before, after)
@@ -566,7 +566,7 @@ def moved_picks(before: dict, after: dict) -> dict:
     grid-format runs of the same shapes as {0: run}) whose plan differs,
     {"moved": how many, "faster": how many ran a larger share of cuBLAS
     after, "mean": the mean change of that share (0.017: 1.7 points)}."""
-    changes = [row["vs_cublas"] - old["vs_cublas"] for _, old, row in _moved_rows(before, after)]
+    changes = [row["vs_cublas"] - old["vs_cublas"] for _, old, row in moved_rows(before, after)]
     return {"moved": len(changes), "faster": sum(change > 0 for change in changes),
             "mean": sum(changes) / len(changes) if changes else 0.0}
 
@@ -579,7 +579,7 @@ def worst_moved(before: dict, after: dict, name: str = "large") -> tuple[dict, d
     _check_class(name)
     large = name == "large"
     moved = [(row["vs_cublas"] - old["vs_cublas"], old, row)
-             for _, old, row in _moved_rows(before, after)
+             for _, old, row in moved_rows(before, after)
              if (min(row["m"], row["n"]) >= 512) == large]
     if not moved:
         raise ValueError(f"no pick of the {name} shapes moved between before and after")

@@ -52,8 +52,8 @@ def judge_in_turns(before: list[dict], after: list[dict], name: str = "large") -
         raise ValueError("every round must time the same shapes (one held-out set)")
     met = {side: [held.class_met({0: record}, name)[0] for record in rounds]
            for side, rounds in (("before", before), ("after", after))}
-    first_before, first_after = _auto_rows(before[0]), _auto_rows(after[0])
-    moved = sorted(s for s in shapes if first_before[s]["config"] != first_after[s]["config"])
+    moved = sorted((row["m"], row["n"], row["k"])
+                   for _, _, row in held.moved_rows({0: before[0]}, {0: after[0]}))
     judged = moved or sorted(shapes)
     old, new = _median_ms(before), _median_ms(after)
     ratios = [new[s] / old[s] for s in judged]

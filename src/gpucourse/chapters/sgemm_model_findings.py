@@ -169,11 +169,16 @@ def _copies_of(record: dict) -> str:
     return "in pairs"
 
 
-def _numbers(numbers: list) -> str:
-    """'4, 5 and 6' for [4, 5, 6]; 'none' for []."""
-    words = [str(n) for n in sorted(numbers)]
+def _listed(items: list) -> str:
+    """'4, 6 and 5' for [4, 6, 5], in the order given; 'none' for []."""
+    words = [str(item) for item in items]
     return (", ".join(words[:-1]) + " and " + words[-1]) if len(words) > 1 else (
         words[0] if words else "none")
+
+
+def _numbers(numbers: list) -> str:
+    """'4, 5 and 6' for [4, 6, 5]; 'none' for []."""
+    return _listed(sorted(numbers))
 
 
 def held_out_values() -> dict:
@@ -503,9 +508,8 @@ def copy_way_values() -> dict:
         _holds(min(new)[0] > max(before)[0] > max(peeled)[0],
                "set 13 met more with the wide and stepped copies, fewer with peeled stores")
         for name, found in (("new", new), ("before", before), ("peeled", peeled)):
-            values[f"set13_{name}_met"] = (", ".join(str(met) for met, _ in found[:-1])
-                                           + f" and {found[-1][0]}" if len(found) > 1
-                                           else str(found[0][0])) + f" of {found[0][1]}"
+            values[f"set13_{name}_met"] = (_listed([met for met, _ in found])
+                                           + f" of {found[0][1]}")
             values[f"set13_{name}_rounds"] = held.count_text(len(found))
     return values
 
