@@ -36,7 +36,9 @@ with even, n % 4 == 2, 8 bytes a copy too), in each regime of how full the
 busiest SM is (one block, part of what it holds, rounds of them:
 ``shape_model.blocks_regime``) and at each depth of DEPTHS: the runs a
 share for reading B as given by regime and by depth needs (``depth_grid``;
-rows carry "tile" and "regime"). About 8 minutes each.
+rows carry "tile" and "regime"; part of an SM at two blocks and, where a
+tile holds four or more, one short of full). About 10 minutes each: run it
+in parts with --regimes one,part and --regimes full.
 
 First run (H200, 2026-11-30): at 1310 x 1087 x 197 the ring's product kernel
 took 20.0 us, cuBLAS's 18.1, but B's copy added a launch, and the host's
@@ -75,17 +77,31 @@ DEPTHS = (256, 1024, 4096)
 GRID_COLUMNS = 12
 
 
-def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS) -> list[tuple[tuple, object, str]]:
+REGIMES = ("one", "part", "full")
+
+
+def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS,
+               regimes=REGIMES) -> list[tuple[tuple, object, str]]:
     """[(shape, ring config, regime)]: for each ring tile of `gpu`'s menu, in
-    each regime of ``shape_model.blocks_regime`` it has (one block on the
-    busiest SM; two, where it holds more than two; as many as it holds), an
-    m x n x k product with exactly that many blocks on every SM with K whole
+    each regime of ``shape_model.blocks_regime`` it has, of `regimes` (one
+    block on the busiest SM; part of what it holds, two and, where it holds
+    four or more, one short of full; as many as it holds), an m x n x k
+    product with exactly that many blocks on every SM with K whole
     (GRID_COLUMNS tiles across n, as many rows of tiles as that takes), n
     odd ("odd": GRID_COLUMNS tiles' columns less one) or with n % 4 == 2
     ("even": less two), at each depth k of `depths`. ValueError for another
-    parity."""
+    parity or regime.
+
+    Part of an SM is timed at both ends: the 2026-12-01 refit of the share
+    for reading B as given had timed a 64 x 128 ring's part only with two
+    blocks of four on an SM, while most of the 64 x 128 rings a model fitted
+    to it picked to read B as given ran three (thirtieth session)."""
     if parity not in ("odd", "even"):
         raise ValueError(f"the depth grid's parity is 'odd' or 'even', got {parity!r}")
+    unknown = sorted(set(regimes) - set(REGIMES))
+    if unknown or not regimes:
+        raise ValueError(f"the depth grid's regimes are some of {', '.join(REGIMES)}, "
+                         f"got {', '.join(unknown) or 'none'}")
     model = sgemm.shape_model
     entry = model.gpu_entry(gpu)
     sms = entry["sms"]
@@ -97,8 +113,10 @@ def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS) -> list[tuple[tuple, obje
         config = rings[key]
         n = GRID_COLUMNS * config.bn - (1 if parity == "odd" else 2)
         resident = model.plan_cost((config.bm, n, depths[0]), config, 1, entry)["blocks_per_sm"]
-        for regime, busiest in (("one", 1), ("part", 2), ("full", resident)):
-            if model.blocks_regime(busiest, resident) != regime:
+        cells = dict.fromkeys((("one", 1), ("part", 2), ("part", resident - 1),
+                               ("full", resident)))
+        for regime, busiest in cells:
+            if regime not in regimes or model.blocks_regime(busiest, resident) != regime:
                 continue  # a tile that holds two blocks an SM has no "part"
             m = busiest * sms // GRID_COLUMNS * config.bm
             grid += [((m, n, k), config, regime) for k in depths]
@@ -213,11 +231,19 @@ def main(argv=None) -> int:
                         help="these shapes instead of SHAPES, MxNxK comma-separated")
     parser.add_argument("--depth-grid", choices=("odd", "even"), default=None,
                         help="every ring tile by regime and depth of K (depth_grid) instead")
+    parser.add_argument("--regimes", default=",".join(REGIMES),
+                        help="with --depth-grid, only these regimes, by commas (one, part, "
+                             "full): a grid too long for one call, run in parts")
     known, _ = parser.parse_known_args(argv)
     if known.save:
         return save(known.save)
     if known.depth_grid and known.shapes:
         parser.error("--depth-grid and --shapes: give one")
+    regimes = tuple(r for r in known.regimes.split(",") if r)
+    if set(regimes) - set(REGIMES) or not regimes:
+        parser.error(f"--regimes takes some of {','.join(REGIMES)}, got {known.regimes!r}")
+    if not known.depth_grid and regimes != REGIMES:
+        parser.error("--regimes goes with --depth-grid")
     try:
         shapes = parse_shapes(known.shapes) or SHAPES
     except ValueError as problem:
@@ -234,7 +260,8 @@ def main(argv=None) -> int:
     # shape may stand in the grid twice, for two tiles.
     jobs = ([(shape, depth_grid_plans(shape, config),
               {"tile": sgemm.shape_model.tile_key(config), "regime": regime})
-             for shape, config, regime in depth_grid(sgemm, gpu, args.depth_grid)]
+             for shape, config, regime in depth_grid(sgemm, gpu, args.depth_grid,
+                                                     regimes=regimes)]
             if args.depth_grid else
             [(shape, plans_to_time(sgemm, shape, gpu), {}) for shape in shapes])
     record = record_start(
@@ -247,7 +274,8 @@ def main(argv=None) -> int:
         "waiting for the GPU; TF32 off; N(0,1) inputs",
         zeroing="memset" if entry_point.ZERO_BY_MEMSET else "kernel",
         switches=sgemm.ring_switches(),  # as they stand before a plan flips its own
-        **({"depth_grid": args.depth_grid} if args.depth_grid else {}))
+        **({"depth_grid": args.depth_grid, "regimes": list(regimes)} if args.depth_grid
+           else {}))
     real_plan, real_b, rows = entry_point.auto_plan, entry_point.RING_RAGGED_B, []
     real_pairs, real_shifted = entry_point.RING_PAIRS, entry_point.RING_SHIFTED
     try:

@@ -556,6 +556,16 @@ def trial_ring_depth(out, paths, base=None) -> dict:
     return found
 
 
+def ring_copy_block(record: dict, source: str, wide: bool) -> dict:
+    """The model's "ring_copy" block from an sgemm_ring_copy record: the line
+    of pad_copy_wide ("fit_wide", four floats a thread: the copy matmul makes
+    while entry_point.RING_COPY_WIDE is on) or of pad_copy ("fit"), its
+    source naming which."""
+    if wide:
+        return {"source": f"{source} (fit_wide: padding.pad_copy_wide)", **record["fit_wide"]}
+    return {"source": source, **record["fit"]}
+
+
 def trial_wide_copy(out, path, base=None) -> dict:
     """Write to `out` a trial model: the committed JSON (or the model at
     `base`) with the H200's "ring_copy" priced at the copy matmul makes since
@@ -575,8 +585,7 @@ def trial_wide_copy(out, path, base=None) -> dict:
     if "fit_wide" not in record:
         raise SystemExit(f"{path} has no fit_wide: run sgemm_ring_copy.py with --wide")
     data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
-    block = {"source": record_source([path]) + " (fit_wide: padding.pad_copy_wide)",
-             **record["fit_wide"]}
+    block = ring_copy_block(record, record_source([path]), wide=True)
     data["gpus"]["NVIDIA H200"]["ring_copy"] = block
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
     return block

@@ -18,8 +18,10 @@ bytes, us; the fit). With --write-model, the fit goes into the model's JSON
 for this GPU as "ring_copy" (copy_gbps, fixed_us, source). With --wide, each
 size is also copied by ``padding.pad_copy_wide`` (four floats a thread, one
 16-byte store; ``entry_point.RING_COPY_WIDE``), its rows marked "kernel":
-"pad_copy_wide" and its line the record's "fit_wide"; "fit" and --write-model
-stay pad_copy's. About 20 seconds, 40 with --wide.
+"pad_copy_wide" and its line the record's "fit_wide"; "fit" stays pad_copy's.
+--write-model writes the line of the copy matmul launches: pad_copy_wide's
+while entry_point.RING_COPY_WIDE is on (on since 2026-12-01; --wide is then
+implied), else pad_copy's. About 20 seconds, 40 with --wide.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def main(argv=None) -> int:
     from gpucourse.kernels.sgemm import entry_point
     from gpucourse.kernels.sgemm.padding import rounded_up_to_4
 
+    # The copy matmul launches is the one the model must price.
+    launched_wide = bool(entry_point.RING_COPY_WIDE)
+    args.wide = args.wide or (args.write_model and launched_wide)
     device = torch.cuda.current_device()
     record = record_start(
         "sgemm_ring_copy", sgemm.gpu_model(), versions(),
@@ -100,15 +105,16 @@ def main(argv=None) -> int:
     path = write_record(record, Path(args.out))
     print(f"wrote {path}")
     if args.write_model:
-        from sgemm_model_json import update_entry
+        from sgemm_model_json import ring_copy_block, update_entry
 
-        source = f"benchmarks/results/{path.name}"
+        block = ring_copy_block(record, f"benchmarks/results/{path.name}", launched_wide)
 
         def update(entry):
-            entry["ring_copy"] = {"source": source, **record["fit"]}
+            entry["ring_copy"] = block
 
         update_entry(sgemm, record["gpu"], update)
-        print(f"wrote ring_copy into {sgemm.MODEL_PATH.name}")
+        print(f"wrote ring_copy ({'pad_copy_wide' if launched_wide else 'pad_copy'}'s line) "
+              f"into {sgemm.MODEL_PATH.name}")
     return 0 if all(r["exact"] for r in rows) else 1
 
 

@@ -144,6 +144,24 @@ def test_the_wide_copy_trial_prices_the_copy_matmul_makes_and_nothing_else(tmp_p
         _model_json().trial_wide_copy(out, tmp_path / "absent.json")
 
 
+def test_the_copy_written_into_the_model_is_the_copy_matmul_launches():
+    # sgemm_ring_copy.py --write-model and --trial-wide-copy write one block:
+    # pad_copy_wide's line while matmul copies four floats a thread
+    # (entry_point.RING_COPY_WIDE, on since 2026-12-01), else pad_copy's.
+    from gpucourse.kernels.sgemm import entry_point
+
+    record = {"fit": {"copy_gbps": 2846.0, "fixed_us": 2.1},
+              "fit_wide": {"copy_gbps": 5644.8, "fixed_us": 3.571}}
+    writer = _model_json()
+    wide = writer.ring_copy_block(record, "benchmarks/results/x.json", wide=True)
+    narrow = writer.ring_copy_block(record, "benchmarks/results/x.json", wide=False)
+    assert wide == {"source": "benchmarks/results/x.json (fit_wide: padding.pad_copy_wide)",
+                    "copy_gbps": 5644.8, "fixed_us": 3.571}
+    assert narrow == {"source": "benchmarks/results/x.json", "copy_gbps": 2846.0,
+                      "fixed_us": 2.1}
+    assert entry_point.RING_COPY_WIDE  # so the script writes the wide line today
+
+
 def test_the_scalar_trial_on_the_committed_records_gives_the_committed_block(tmp_path):
     # The committed ring_scalar_b was fitted to these two records: fitting
     # them again must give it back, so that a trial on new runs differs from

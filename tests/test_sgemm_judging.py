@@ -62,6 +62,24 @@ def test_a_model_change_is_judged_on_the_calls_whose_pick_moved():
     assert not verdict["adopt"] and "ran +5.0% at the median" in verdict["why"]
 
 
+def test_a_ring_that_reads_b_another_way_is_a_moved_plan():
+    # Same tile, same slices, but B read 4 bytes a copy instead of copied
+    # first: a change of the model's ring_copy or ring_scalar_b block moves
+    # such plans on their own, and their calls judge it.
+    before = [_round({A: (0.84, 1.0), B: (0.90, 2.0), C: (0.95, 3.0)})]
+    after = [_round({A: (0.86, 0.97), B: (0.90, 2.0), C: (0.95, 3.1)})]
+    for row in after[0]["results"]:
+        if (row["m"], row["n"], row["k"]) == A:
+            row["model"] = {"ring_scalar_b": True}
+    verdict = judge_in_turns(before, after)
+    assert verdict["moved"] == [A] and verdict["judged"] == "moved"
+    assert verdict["change"] == pytest.approx(-0.03) and verdict["adopt"]
+    # held_out.moved_rows finds it only when asked to look at B's reads: the
+    # chapter's older counts of moved picks are of tiles and slices.
+    assert list(held.moved_rows({0: before[0]}, {0: after[0]})) == []
+    assert len(list(held.moved_rows({0: before[0]}, {0: after[0]}, reads=True))) == 1
+
+
 def test_rounds_of_different_sets_or_no_rounds_are_refused():
     one = _round({A: (0.8, 1.0)})
     with pytest.raises(ValueError, match="one round or more"):
@@ -89,7 +107,9 @@ def test_the_committed_verdicts_are_the_rules(capsys):
     pairs_before = _committed("reruns/sgemm_held_out_11-h200-2026-11-30-beside-ring-pairs-trial.json")
     pairs_after = _committed("reruns/sgemm_held_out_11-h200-2026-11-30-trial-ring-pairs.json")
     assert judge.main(["--before", pairs_before, "--after", pairs_after]) == 1
-    assert "picks moved: 5" in capsys.readouterr().out
+    # seven plans moved: five tiles or slices, and two rings that read B
+    # another way (the trial moved how B is read as well as tiles)
+    assert "picks moved: 7" in capsys.readouterr().out
 
 
 def test_the_script_names_a_wrong_file(tmp_path):

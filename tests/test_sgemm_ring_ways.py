@@ -383,15 +383,29 @@ def test_the_depth_grid_holds_every_ring_tile_in_every_regime_it_has_at_every_de
         assert {"64x64x16 8x4 s2", "64x128x16 8x8 s2"} <= tiles
         for tile in tiles:  # one and full always; part where a tile holds more than two
             assert {(tile, "one"), (tile, "full")} <= cells
-        assert ("64x128x16 8x8 s2", "part") in cells and len(grid) == 3 * len(cells)
+        assert ("64x128x16 8x8 s2", "part") in cells
+        # part of an SM at both ends where a tile holds four or more: two
+        # blocks, and one short of full (three of a 64 x 128 ring's four)
+        parts = {(shape_model.tile_key(config), m) for (m, _, _), config, regime in grid
+                 if regime == "part"}
+        assert len(grid) == 3 * (len(cells) + len(parts) - len({t for t, _ in parts}))
+        busiest_of = {}
         for (m, n, k), config, regime in grid:
             assert n % 4 in n_mod_4 and k in script.DEPTHS and config.stages
             cost = shape_model.plan_cost((m, n, k), config, 1, entry)
             busiest, resident = cost["busiest_sm_blocks"], cost["blocks_per_sm"]
             assert cost["blocks"] == busiest * entry["sms"], (m, n, k)  # every SM alike
             assert shape_model.blocks_regime(busiest, resident) == regime, (m, n, k, regime)
+            busiest_of.setdefault((shape_model.tile_key(config), regime), set()).add(
+                (busiest, resident))
+        assert busiest_of[("64x128x16 8x8 s2", "part")] == {(2, 4), (3, 4)}
+        # a grid run in parts: only the regimes asked for
+        full = script.depth_grid(sgemm, "NVIDIA H200", parity, regimes=("full",))
+        assert full == [cell for cell in grid if cell[2] == "full"]
         plans = script.depth_grid_plans(grid[0][0], grid[0][1])
         assert [ring_b for _, _, ring_b in plans.values()] == (
             ["padded", "scalar"] + (["pairs"] if parity == "even" else []))
     with pytest.raises(ValueError, match="'odd' or 'even'"):
         script.depth_grid(sgemm, "NVIDIA H200", "ragged")
+    with pytest.raises(ValueError, match="some of one, part, full, got most"):
+        script.depth_grid(sgemm, "NVIDIA H200", "odd", regimes=("one", "most"))

@@ -9,8 +9,9 @@ every session has applied by hand, written once:
 
 * the change meets the target at more large shapes (M and N of 512 or
   more) in every round than the other does in any round, and
-* the calls it changed ran faster at the median: the shapes whose pick
-  moved, for a change that moves picks; every shape, for one that moves
+* the calls it changed ran faster at the median: the shapes whose plan
+  moved (its tile, its slices of K, or how a ring reads a ragged B), for a
+  change that moves plans; every shape, for one that moves
   none, each shape's time the median over its rounds.
 
 ``benchmarks/sgemm_judge.py`` prints the verdict of committed runs.
@@ -38,8 +39,9 @@ def judge_in_turns(before: list[dict], after: list[dict], name: str = "large") -
     rounds without it, and `after`, the rounds with it (records of
     sgemm_off_grid.py over the same shapes). {"met": {"before": [...],
     "after": [...]} shapes of class `name` at target, round by round;
-    "shapes": how many of the class; "moved": shapes whose pick differs
-    (after's first round against before's); "judged": "moved" or "every"
+    "shapes": how many of the class; "moved": shapes whose plan differs
+    (after's first round against before's): its tile, its slices, or how
+    its ring reads a ragged B; "judged": "moved" or "every"
     (the shapes whose times judge the change); "faster": at how many of
     them the median time fell; "change": the median over them of the time
     after over before, less 1; "adopt": both of the module's rules hold;
@@ -53,7 +55,7 @@ def judge_in_turns(before: list[dict], after: list[dict], name: str = "large") -
     met = {side: [held.class_met({0: record}, name)[0] for record in rounds]
            for side, rounds in (("before", before), ("after", after))}
     moved = sorted((row["m"], row["n"], row["k"])
-                   for _, _, row in held.moved_rows({0: before[0]}, {0: after[0]}))
+                   for _, _, row in held.moved_rows({0: before[0]}, {0: after[0]}, reads=True))
     judged = moved or sorted(shapes)
     old, new = _median_ms(before), _median_ms(after)
     ratios = [new[s] / old[s] for s in judged]
