@@ -261,15 +261,18 @@ def time_in_turns(calls: dict, rounds: int, time_ms, before=None) -> tuple[dict,
     return walls, kernels
 
 
-def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int) -> list[dict]:
-    """The rows of one grid shape: cuBLAS, auto and level 7 in turns."""
+def time_shape(sgemm, torch, time_ms, group: str, shape, rounds: int,
+               level7: bool = True) -> list[dict]:
+    """The rows of one grid shape: cuBLAS, auto and level 7 in turns (without
+    `level7`, cuBLAS and auto only)."""
     import numpy as np
 
     m, n, k = shape
     a, b = torch.randn((m, k), device="cuda"), torch.randn((k, n), device="cuda")
     reference = torch.mm(a, b).double()
-    variants = {"cublas": lambda: torch.mm(a, b), "auto": lambda: sgemm.matmul(a, b),
-                "level7": lambda: sgemm.matmul(a, b, 7)}
+    variants = {"cublas": lambda: torch.mm(a, b), "auto": lambda: sgemm.matmul(a, b)}
+    if level7:
+        variants["level7"] = lambda: sgemm.matmul(a, b, 7)
     errors = {name: relative_error(call(), reference) for name, call in variants.items()}
     walls, kernels = time_in_turns(variants, rounds, time_ms)
     cublas_ms = float(np.median(walls["cublas"]))

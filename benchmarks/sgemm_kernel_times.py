@@ -34,7 +34,7 @@ SM is) into the model's JSON, no GPU needed.
 K whole on a ragged n, B padded first and read as given (4 bytes a copy;
 with even, n % 4 == 2, 8 bytes a copy too), in each regime of how full the
 busiest SM is (one block, part of what it holds, rounds of them:
-``shape_model.blocks_regime``) and at each depth of DEPTHS: the runs a
+``shape_model.blocks_regime``) and at each depth of DEPTH_STEPS: the runs a
 share for reading B as given by regime and by depth needs (``depth_grid``;
 rows carry "tile" and "regime"; part of an SM at two blocks and, where a
 tile holds four or more, one short of full). About 10 minutes each: run it
@@ -72,15 +72,20 @@ SHAPES = [(1310, 1087, 197), (733, 1486, 589), (567, 761, 794), (628, 939, 337),
 CALLS = 50
 
 
-# The depths of K of the depth grid, and the tiles across N of its shapes.
-DEPTHS = (256, 1024, 4096)
+# The depths of K of the depth grid, in a block's steps of K (k = steps x the
+# tile's bk): one inside each band of shape_model.DEPTH_BANDS (under 16
+# steps, under 64, 64 on), so that each band's share is measured, not
+# borrowed. Until 2026-12-01 the grid took K of 256, 1024 and 4096 (16, 64
+# and 256 steps of 16): none shallow, two deep. And the tiles across N of
+# its shapes.
+DEPTH_STEPS = (8, 32, 128)
 GRID_COLUMNS = 12
 
 
 REGIMES = ("one", "part", "full")
 
 
-def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS,
+def depth_grid(sgemm, gpu, parity: str, steps=DEPTH_STEPS,
                regimes=REGIMES) -> list[tuple[tuple, object, str]]:
     """[(shape, ring config, regime)]: for each ring tile of `gpu`'s menu, in
     each regime of ``shape_model.blocks_regime`` it has, of `regimes` (one
@@ -89,8 +94,8 @@ def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS,
     product with exactly that many blocks on every SM with K whole
     (GRID_COLUMNS tiles across n, as many rows of tiles as that takes), n
     odd ("odd": GRID_COLUMNS tiles' columns less one) or with n % 4 == 2
-    ("even": less two), at each depth k of `depths`. ValueError for another
-    parity or regime.
+    ("even": less two), at each depth k of `steps` of the tile's bk.
+    ValueError for another parity or regime.
 
     Part of an SM is timed at both ends: the 2026-12-01 refit of the share
     for reading B as given had timed a 64 x 128 ring's part only with two
@@ -112,6 +117,7 @@ def depth_grid(sgemm, gpu, parity: str, depths=DEPTHS,
     for key in sorted(rings):
         config = rings[key]
         n = GRID_COLUMNS * config.bn - (1 if parity == "odd" else 2)
+        depths = [count * config.bk for count in steps]
         resident = model.plan_cost((config.bm, n, depths[0]), config, 1, entry)["blocks_per_sm"]
         cells = dict.fromkeys((("one", 1), ("part", 2), ("part", resident - 1),
                                ("full", resident)))

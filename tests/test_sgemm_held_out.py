@@ -240,6 +240,18 @@ def test_where_the_worst_call_of_set_5_spent_its_time():
         held_out.kernel_times((1, 2, 3))
 
 
+def test_several_sets_are_named_by_commas_and_nothing_else(scripts):
+    # sgemm_off_grid.py --held-out 6,7,8: several sets in one process.
+    off_grid, _ = scripts
+    assert off_grid.held_out_numbers("6") == [6]
+    assert off_grid.held_out_numbers("6,7,13") == [6, 7, 13]
+    for wrong in ("0", "16", "6,,7", "six", "6,6"):
+        with pytest.raises(ValueError, match="--held-out"):
+            off_grid.held_out_numbers(wrong)
+    with pytest.raises(ValueError, match="sets of HELD_OUT by commas, 1 to 15"):
+        off_grid.held_out_numbers("16")
+
+
 def test_every_held_out_run_ran_the_committed_models_picks():
     # Each set's newest run timed the plans auto picks today: what it says
     # of the targets is the committed model's, not an earlier one's.

@@ -391,7 +391,7 @@ def test_the_depth_grid_holds_every_ring_tile_in_every_regime_it_has_at_every_de
         assert len(grid) == 3 * (len(cells) + len(parts) - len({t for t, _ in parts}))
         busiest_of = {}
         for (m, n, k), config, regime in grid:
-            assert n % 4 in n_mod_4 and k in script.DEPTHS and config.stages
+            assert n % 4 in n_mod_4 and k % config.bk == 0 and config.stages
             cost = shape_model.plan_cost((m, n, k), config, 1, entry)
             busiest, resident = cost["busiest_sm_blocks"], cost["blocks_per_sm"]
             assert cost["blocks"] == busiest * entry["sms"], (m, n, k)  # every SM alike
@@ -399,6 +399,15 @@ def test_the_depth_grid_holds_every_ring_tile_in_every_regime_it_has_at_every_de
             busiest_of.setdefault((shape_model.tile_key(config), regime), set()).add(
                 (busiest, resident))
         assert busiest_of[("64x128x16 8x8 s2", "part")] == {(2, 4), (3, 4)}
+        # each cell at one depth in each band of a block's steps of K: every
+        # band's share measured (the grid of K 256, 1024, 4096 had no
+        # shallow one)
+        bands = {}
+        for (m, n, k), config, regime in grid:
+            steps = shape_model.plan_cost((m, n, k), config, 1, entry)["block_steps"]
+            bands.setdefault((shape_model.tile_key(config), m), []).append(
+                shape_model.depth_band(steps))
+        assert all(sorted(found) == ["deep", "middle", "shallow"] for found in bands.values())
         # a grid run in parts: only the regimes asked for
         full = script.depth_grid(sgemm, "NVIDIA H200", parity, regimes=("full",))
         assert full == [cell for cell in grid if cell[2] == "full"]
