@@ -228,3 +228,36 @@ def test_the_figure_draws_each_way_at_every_shape_that_timed_it_beside_the_other
     if committed is not None:  # every way the chapter tells of, one row each
         assert len(committed.get_yticklabels()) == len(ring_ways.WAYS_PLOTTED)
         plt.close(committed.figure)
+
+
+def test_set_14_judged_the_stepped_trial_and_the_chapter_says_whether_it_is_the_model(
+        tmp_path):
+    # The four rounds of set 14 in turns (thirtieth session), counted from
+    # their rows here: the committed model met the target at 21 and 20 large
+    # shapes, the trial at 23 and 22.
+    verdict = ring_ways.set_14_verdict()
+    if verdict is None:
+        pytest.skip("set 14's rounds are not committed")
+    folder = ring_ways.results.results_dir()
+    counted = {}
+    for who, names in ring_ways.SET_14_ROUNDS.items():
+        counted[who] = []
+        for name in names:
+            rows = json.loads((folder / name).read_text())["results"]
+            share = {(r["m"], r["n"], r["k"]): r["vs_cublas"] for r in rows
+                     if r["variant"] == "auto" and min(r["m"], r["n"]) >= 512}
+            counted[who].append(sum(value >= 0.85 for value in share.values()))
+    assert verdict["met"] == {"before": counted["committed"], "after": counted["trial"]}
+    assert counted == {"committed": [21, 20], "trial": [23, 22]}
+    assert verdict["adopt"] and len(verdict["moved"]) == 7 and verdict["faster"] == 5
+    # Adopted or not is read from the model: the trial's own JSON holds its blocks.
+    trial = folder.parent / "trials" / ring_ways.STEPPED_TRIAL
+    assert ring_ways.set_14_verdict(model=trial)["adopted"]
+    values = findings.stepped_trial_values(verdict)
+    assert values["set14_committed_met"] == "21 and 20 of 24"
+    assert values["set14_trial_met"] == "23 and 22 of 24"
+    assert values["set14_state"] == findings.STEPPED_STATE[verdict["adopted"]]
+    # A verdict against the trial would contradict the prose.
+    with pytest.raises(findings.ProseMismatch, match="set 14 judged the stepped trial a win"):
+        findings.stepped_trial_values({**verdict, "adopt": False})
+    assert ring_ways.set_14_verdict(trial=tmp_path / "absent.json") is None

@@ -511,7 +511,37 @@ def copy_way_values() -> dict:
             values[f"set13_{name}_met"] = (_listed([met for met, _ in found])
                                            + f" of {found[0][1]}")
             values[f"set13_{name}_rounds"] = held.count_text(len(found))
+    values.update(stepped_trial_values())
     return values
+
+
+# What the chapter says of the stepped trial, by whether the committed model
+# holds it yet (sgemm_ring_ways.set_14_verdict's "adopted").
+STEPPED_STATE = {
+    True: "By that rule it won, and its two prices are now the model's: the grid and "
+          "every held-out set ran again under it.",
+    False: "By that rule it won. It becomes the model once the grid and every held-out "
+           "set have run under it, since each set's committed run must time the "
+           "model's own plans.",
+}
+
+
+def stepped_trial_values(verdict: dict | None = None) -> dict:
+    """Held-out set 14's verdict on the trial that priced the wide copy and
+    the stepped 4-byte copies as they run (``sgemm_ring_ways.set_14_verdict``,
+    or `verdict`): the large shapes at the target round by round under each
+    model, the plans it moved, how their calls ran, and whether the model
+    holds it yet. {} while the runs are not committed."""
+    verdict = ring_ways.set_14_verdict() if verdict is None else verdict
+    if verdict is None:
+        return {}
+    _holds(verdict["adopt"] and verdict["judged"] == "moved" and verdict["change"] < 0,
+           "set 14 judged the stepped trial a win, its moved calls faster at the median")
+    return {"set14_committed_met": _listed(verdict["met"]["before"]) + f" of {verdict['shapes']}",
+            "set14_trial_met": _listed(verdict["met"]["after"]) + f" of {verdict['shapes']}",
+            "set14_moved": str(len(verdict["moved"])), "set14_faster": str(verdict["faster"]),
+            "set14_change": f"{-verdict['change']:.1%}",
+            "set14_state": STEPPED_STATE[verdict["adopted"]]}
 
 
 def small_call_values() -> dict:

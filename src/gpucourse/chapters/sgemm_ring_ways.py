@@ -17,8 +17,9 @@ timed, at the same 29 shapes, four more ways beside those two:
 and held-out set 13, drawn before any of it ran, judged the two that won
 (both on since) against the kernels before them, in turns, and the peeled
 stores of C once more. ``plot_ways`` draws every way timed since the first
-such run, each against the way it would replace. Each function returns None
-while its runs are not committed.
+such run, each against the way it would replace. Held-out set 14 then
+judged a trial that priced both ways as they now run (``set_14_verdict``).
+Each function returns None while its runs are not committed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,17 @@ SET_13_ROUNDS = {
     "peeled": tuple(f"reruns/sgemm_held_out_13-h200-2026-12-01-peeled-{r}.json"
                     for r in ("first", "second")),
 }
+# Set 14's rounds in turns (thirtieth session): the committed model, and the
+# trial that priced both ways as they now run (STEPPED_TRIAL: the copy at
+# pad_copy_wide's line, ring_scalar_b fitted again to kernel-times runs of
+# the stepped 4-byte copies).
+SET_14_ROUNDS = {
+    who: tuple(f"reruns/sgemm_held_out_14-h200-2026-12-01-{name}-{r}.json"
+               for r in ("first", "second"))
+    for who, name in (("committed", "before-stepped"), ("trial", "trial-stepped"))}
+STEPPED_TRIAL = "sgemm_shape_model-stepped.json"  # in benchmarks/trials/
+# The blocks of the model that trial changed.
+STEPPED_BLOCKS = ("ring_copy", "ring_scalar_b")
 # Bytes read and written from which the copies' rates are compared: below
 # that (B of 512 x 2047 and less in the run) a copy of either width takes
 # about its launch's 5.5 us, and its rate says nothing of its width.
@@ -117,6 +129,34 @@ def set_13_rounds(rounds: dict = SET_13_ROUNDS) -> dict | None:
         return None
     return {way: [held.class_met({13: held.load_held_out_results(13, path)})
                   for path in found] for way, found in paths.items()}
+
+
+def set_14_verdict(rounds: dict = SET_14_ROUNDS, trial=None, model=None) -> dict | None:
+    """Set 14's verdict on the stepped trial, by ``sgemm_judging``'s rule:
+    ``judge_in_turns`` of its committed-model rounds against its trial
+    rounds, with "adopted": whether the committed model (or the JSON at
+    `model`) holds the trial's (the JSON at `trial`, default STEPPED_TRIAL)
+    STEPPED_BLOCKS as they are. None while any of the runs or the trial is
+    not committed."""
+    import json
+    from pathlib import Path
+
+    from gpucourse.chapters.sgemm_judging import judge_in_turns
+    from gpucourse.kernels.sgemm import shape_model
+
+    folder = results.results_dir()
+    trial = Path(trial) if trial else folder.parent / "trials" / STEPPED_TRIAL
+    paths = {who: [folder / name for name in names] for who, names in rounds.items()}
+    if not trial.exists() or not all(p.exists() for found in paths.values() for p in found):
+        return None
+    runs = {who: [held.load_held_out_results(14, path) for path in found]
+            for who, found in paths.items()}
+    verdict = judge_in_turns(runs["committed"], runs["trial"])
+    gpus = [json.loads(Path(path).read_text())["gpus"]["NVIDIA H200"]
+            for path in (trial, model or shape_model.MODEL_PATH)]
+    verdict["adopted"] = all(gpus[0].get(block) == gpus[1].get(block)
+                             for block in STEPPED_BLOCKS)
+    return verdict
 
 
 def plot_ways(ways=WAYS_PLOTTED, ax=None):
