@@ -9,6 +9,8 @@ refused the ring-pairs trial.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpucourse.chapters import sgemm_held_out as held
@@ -98,7 +100,7 @@ def _committed(*names):
 def test_the_committed_verdicts_are_the_rules(capsys):
     judge = benchmark_script("sgemm_judge")
     before = _committed(*(f"{SET_13}before-wide-copy-{r}.json" for r in ("first", "second", "third")))
-    wide = _committed("sgemm_held_out_13-h200-2026-12-01.json", f"{SET_13}wide-copy-second.json")
+    wide = _committed(f"{SET_13}wide-copy-first.json", f"{SET_13}wide-copy-second.json")
     assert judge.main(["--before", before, "--after", wide]) == 0
     assert "ADOPT: it met the target at more large shapes" in capsys.readouterr().out
     peeled = _committed(f"{SET_13}peeled-first.json", f"{SET_13}peeled-second.json")
@@ -123,3 +125,57 @@ def test_the_script_names_a_wrong_file(tmp_path):
     mixed = _committed("sgemm_held_out_4-h200-2026-12-01.json", "sgemm_held_out_5-h200-2026-12-01.json")
     with pytest.raises(SystemExit, match=r"one held-out set, got sets \['4', '5'\]"):
         judge.main(["--before", mixed, "--after", mixed])
+
+
+def test_a_run_is_checked_against_the_plans_of_the_model_before_it_is_committed(tmp_path):
+    # Set 4 under the model the thirtieth session adopted moved three plans
+    # from the committed model's: one tile, two ways of reading B.
+    from gpucourse.chapters.sgemm_judging import plans_off_the_model
+    from gpucourse.kernels.sgemm import shape_model
+
+    adopted_run = RESULTS / "reruns/sgemm_held_out_4-h200-2026-12-01-adopted.json"
+    trial = RESULTS.parent / "trials" / "sgemm_shape_model-stepped.json"
+    if not (adopted_run.exists() and trial.exists()):
+        pytest.skip("the adopted runs are not committed")
+    record = json.loads(adopted_run.read_text())
+    trial_entry = shape_model.gpu_entry(record["gpu"], trial)
+    assert plans_off_the_model(record, trial_entry) == []
+    committed = shape_model.gpu_entry(record["gpu"])
+    if committed.get("ring_scalar_b") == trial_entry.get("ring_scalar_b"):
+        pytest.skip("the committed model holds the trial now")
+    assert plans_off_the_model(record, committed) == [
+        (516, 3877, 1797), (3433, 673, 373), (3832, 1189, 148)]
+    for number, newest in held.load_held_out_sets().items():
+        assert plans_off_the_model(newest) == [], number
+
+    promote = benchmark_script("sgemm_promote").promote
+    with pytest.raises(ValueError, match="does not pick at 3 shapes"):
+        promote(adopted_run, results_dir=tmp_path)
+    before = RESULTS / "reruns/sgemm_held_out_14-h200-2026-12-01-before-stepped-first.json"
+    made = promote(before, results_dir=tmp_path)
+    assert made.name == "sgemm_held_out_14-h200-2026-12-01.json"
+    assert made.read_bytes() == before.read_bytes()
+    with pytest.raises(ValueError, match="committed already: --replace"):
+        promote(before, results_dir=tmp_path)
+    # A trial's run is promoted as the set's own, its note kept.
+    as_trial = tmp_path / "t.json"
+    as_trial.write_text(json.dumps({**json.loads(before.read_text()),
+                                    "benchmark": "sgemm_held_out_14_trial"}))
+    made = promote(as_trial, replace=True, results_dir=tmp_path)
+    kept = tmp_path / "reruns" / "sgemm_held_out_14-h200-2026-12-01-superseded.json"
+    assert kept.read_bytes() == before.read_bytes()  # the run replaced, kept
+    with pytest.raises(ValueError, match="which exists: move one of them first"):
+        promote(as_trial, replace=True, results_dir=tmp_path)
+    promoted = json.loads(made.read_text())
+    assert promoted["benchmark"] == "sgemm_held_out_14"
+    assert promoted["results"] == json.loads(before.read_text())["results"]
+    other = tmp_path / "o.json"
+    other.write_text(json.dumps({"benchmark": "sgemm_kernel_times", "results": []}))
+    with pytest.raises(ValueError, match="is not a run of sgemm_grid.py"):
+        promote(other, results_dir=tmp_path)
+
+
+def test_the_promote_script_refuses_what_it_cannot_promote(tmp_path, capsys):
+    script = benchmark_script("sgemm_promote")
+    assert script.main([str(tmp_path / "nowhere.json")]) == 1
+    assert "no such file" in capsys.readouterr().out

@@ -71,3 +71,27 @@ def judge_in_turns(before: list[dict], after: list[dict], name: str = "large") -
     return {"met": met, "shapes": held.class_met({0: before[0]}, name)[1], "moved": moved,
             "judged": "moved" if moved else "every", "faster": sum(r < 1 for r in ratios),
             "change": change, "adopt": more and faster, "why": why}
+
+
+def plans_off_the_model(record: dict, entry: dict | None = None) -> list[tuple]:
+    """The shapes of a grid or held-out run (a record of sgemm_grid.py or
+    sgemm_off_grid.py) at which auto ran another plan than the model picks
+    today (``shape_model.choose_plan`` on the GPU's entry, or `entry`): its
+    tile, its slices of K, or how its ring reads a ragged B. A committed run
+    must have none; a change of the model is adopted only with every set
+    and the grid run again under it. A record from before rings read B as
+    given (no "ring_scalar_b" in its rows) is taken to have copied B."""
+    from gpucourse.kernels.sgemm import shape_model
+
+    entry = shape_model.gpu_entry(record["gpu"]) if entry is None else entry
+    off = []
+    for row in (r for r in record["results"] if r["variant"] == "auto"):
+        shape = (row["m"], row["n"], row["k"])
+        plan = shape_model.choose_plan(shape, entry=entry)
+        config = plan["config"]
+        picked = {"bm": config.bm, "bn": config.bn, "bk": config.bk, "tm": config.tm,
+                  "tn": config.tn, "stages": config.stages, "splits": plan["splits"]}
+        reads = (row.get("model") or {}).get("ring_scalar_b", False)
+        if {"stages": 0, **row["config"]} != picked or reads != plan["ring_scalar_b"]:
+            off.append(shape)
+    return off

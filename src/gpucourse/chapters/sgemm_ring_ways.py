@@ -33,10 +33,11 @@ COPY_WAYS = "reruns/sgemm_ring_pairs-h200-2026-12-01-copy-ways.json"
 # pad_copy and pad_copy_wide alone at every size (sgemm_ring_copy.py --wide).
 COPY_KERNELS = "reruns/sgemm_ring_copy-h200-2026-12-01-wide.json"
 # Set 13's rounds, by the kernels each ran: the wide copies with stepped
-# 4-byte copies (the committed run, then its second round), the kernels
-# before them, and those with C's peeled stores (vectorized.PEELED_STORES).
+# 4-byte copies (its first round, committed as the set's run of 2026-12-01
+# and kept in reruns/ too, then its second round), the kernels before them,
+# and those with C's peeled stores (vectorized.PEELED_STORES).
 SET_13_ROUNDS = {
-    "wide and stepped": ("sgemm_held_out_13-h200-2026-12-01.json",
+    "wide and stepped": ("reruns/sgemm_held_out_13-h200-2026-12-01-wide-copy-first.json",
                          "reruns/sgemm_held_out_13-h200-2026-12-01-wide-copy-second.json"),
     "before": tuple(f"reruns/sgemm_held_out_13-h200-2026-12-01-before-wide-copy-{r}.json"
                     for r in ("first", "second", "third")),
