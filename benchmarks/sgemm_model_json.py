@@ -31,6 +31,7 @@ tile shares fitted again under both; tried on held-out set 9 on 2026-11-30
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from _common import RESULTS
 
@@ -56,6 +57,13 @@ STREAM_TILE_EXPLORES = {**{name: False for name in PLAN_FACTOR_EXPLORES},
                         "reruns/sgemm_explore-h200-2026-11-30-held-out-5.json": False,
                         "reruns/sgemm_explore-h200-2026-11-30-misses-scalar-b.json": True}
 
+
+
+# The committed model as it stood before the stepped trial was adopted
+# (2026-12-01): the model every earlier trial file was written on. Tests
+# write those trials again from it, to check each file is its writer's output
+# whatever the committed model has become since.
+MODEL_BEFORE_STEPPED = Path(__file__).parent / "trials" / "sgemm_shape_model-before-stepped.json"
 
 def save_split_shares(sgemm, record: dict, source: str, merge: bool = False) -> None:
     """Write an sgemm_rates_variants record's split shares
@@ -302,19 +310,19 @@ def fit_stream_tile_shares() -> dict:
     return shares
 
 
-def trial_plan_factors(out) -> dict:
-    """Write to `out` a trial model: the committed JSON with the H200's entry
-    given a "plan_factor" block fitted to PLAN_FACTOR_EXPLORES
-    (shape_model_fit.fit_plan_factors, the entry priced without factors).
-    Returns the factors. The committed JSON is left as it is."""
-    from pathlib import Path
-
+def trial_plan_factors(out, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`) with the H200's entry given a "plan_factor" block fitted to
+    PLAN_FACTOR_EXPLORES (shape_model_fit.fit_plan_factors, the entry priced
+    without factors). Returns the factors. The committed JSON is left as it
+    is."""
     from gpucourse.kernels import sgemm
 
-    entry = sgemm.gpu_entry("NVIDIA H200")
+    entry = sgemm.shape_model.gpu_entry("NVIDIA H200", base) if base else \
+        sgemm.gpu_entry("NVIDIA H200")
     rows = explore_rows(sgemm, PLAN_FACTOR_EXPLORES)
     factors = sgemm.shape_model_fit.fit_plan_factors(rows, entry)
-    data = json.loads(sgemm.MODEL_PATH.read_text())
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
     data["gpus"]["NVIDIA H200"]["plan_factor"] = {
         "source": " and ".join(f"benchmarks/results/{name}" for name in PLAN_FACTOR_EXPLORES)
         + " (sgemm_model_json.py --trial-plan-factors)", "factor": factors}
@@ -348,15 +356,13 @@ def split_residency_blocks(sgemm, entry: dict) -> dict:
             "tile_share": shares}
 
 
-def trial_split_residency(out) -> dict:
-    """Write to `out` a trial model: the committed JSON with the H200's entry
-    given ``split_residency_blocks``. Returns those blocks. The committed JSON
-    is left as it is."""
-    from pathlib import Path
-
+def trial_split_residency(out, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`) with the H200's entry given ``split_residency_blocks``. Returns
+    those blocks. The committed JSON is left as it is."""
     from gpucourse.kernels import sgemm
 
-    data = json.loads(sgemm.MODEL_PATH.read_text())
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
     found = split_residency_blocks(sgemm, data["gpus"]["NVIDIA H200"])
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
     return found
@@ -419,15 +425,14 @@ def zero_memset_block(paths) -> dict:
     return {"source": record_source(paths) + " (fit_zero_matrix; the driver's memset)", **fit}
 
 
-def trial_zero_memset(out, paths) -> dict:
-    """Write to `out` a trial model: the committed JSON with the H200's
-    "zero_matrix" block from ``zero_memset_block(paths)``. Returns the block.
-    The committed JSON is left as it is."""
-    from pathlib import Path
-
+def trial_zero_memset(out, paths, base=None) -> dict:
+    """Write to `out` a trial model: the committed JSON (or the model at
+    `base`) with the H200's "zero_matrix" block from
+    ``zero_memset_block(paths)``. Returns the block. The committed JSON is
+    left as it is."""
     from gpucourse.kernels import sgemm
 
-    data = json.loads(sgemm.MODEL_PATH.read_text())
+    data = json.loads(Path(base or sgemm.MODEL_PATH).read_text())
     block = zero_memset_block(paths)
     data["gpus"]["NVIDIA H200"]["zero_matrix"] = block
     Path(out).write_text(json.dumps(data, indent=1) + "\n")

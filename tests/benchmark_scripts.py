@@ -20,3 +20,11 @@ def benchmark_script(name: str):
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCHMARKS))
+
+
+def model_before_stepped() -> Path:
+    """The committed shape model as it stood before the stepped trial was
+    adopted (benchmarks/sgemm_model_json.py's MODEL_BEFORE_STEPPED): the
+    model the earlier trials were written on, and whose picks the tests of
+    those trials' claims describe."""
+    return benchmark_script("sgemm_model_json").MODEL_BEFORE_STEPPED

@@ -123,12 +123,14 @@ def test_the_wide_copy_trial_prices_the_copy_matmul_makes_and_nothing_else(tmp_p
     record = ring_ways.results.results_dir() / ring_ways.COPY_KERNELS
     if not record.exists():
         pytest.skip("no sgemm_ring_copy run with --wide committed")
+    # Written on the model as it stood (MODEL_BEFORE_STEPPED), as the trial was.
+    base = _model_json().MODEL_BEFORE_STEPPED
     before = sgemm.MODEL_PATH.read_bytes()
     out = tmp_path / "trial.json"
-    block = _model_json().trial_wide_copy(out, record)
+    block = _model_json().trial_wide_copy(out, record, base)
     assert sgemm.MODEL_PATH.read_bytes() == before  # the committed model untouched
     assert json.loads(out.read_text()) == json.loads(WIDE_TRIAL.read_text())
-    trial, committed = json.loads(out.read_text()), json.loads(before)
+    trial, committed = json.loads(out.read_text()), json.loads(base.read_text())
     old = committed["gpus"]["NVIDIA H200"].pop("ring_copy")
     assert trial["gpus"]["NVIDIA H200"].pop("ring_copy") == block
     assert trial == committed  # only the copy's price differs
@@ -185,10 +187,10 @@ def test_a_won_trials_blocks_are_written_into_the_model_and_nothing_else(tmp_pat
 
     if not WIDE_TRIAL.exists():
         pytest.skip("the wide-copy trial is not committed")
-    model = tmp_path / "model.json"
-    model.write_bytes(sgemm.MODEL_PATH.read_bytes())
-    monkeypatch.setattr(sgemm, "MODEL_PATH", model)
     writer = _model_json()
+    model = tmp_path / "model.json"  # the model the trial was written on
+    model.write_bytes(writer.MODEL_BEFORE_STEPPED.read_bytes())
+    monkeypatch.setattr(sgemm, "MODEL_PATH", model)
     with pytest.raises(SystemExit, match=r"not in the trial: \['ring_copies'\]"):
         writer.adopt_blocks(WIDE_TRIAL, ["ring_copies"])
     with pytest.raises(SystemExit, match=r"the same as committed: \['ring_scalar_b'\]"):

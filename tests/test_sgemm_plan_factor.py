@@ -85,7 +85,9 @@ def test_the_trial_model_is_written_beside_the_committed_one(tmp_path):
 
     before = sgemm.MODEL_PATH.read_bytes()
     out = tmp_path / "trial.json"
-    factors = sgemm_model_json.trial_plan_factors(out)
+    # on the model of then, which stood until the stepped trial
+    then = sgemm_model_json.MODEL_BEFORE_STEPPED
+    factors = sgemm_model_json.trial_plan_factors(out, then)
     assert sgemm.MODEL_PATH.read_bytes() == before
     trial = shape_model.gpu_entry(H200, out)
     assert trial["plan_factor"]["factor"] == factors and "--trial-plan-factors" in \
@@ -99,6 +101,6 @@ def test_the_trial_model_is_written_beside_the_committed_one(tmp_path):
     # that move in the committed model too, and it ran at 90%. So does the
     # rings' registers at 648 x 2813 x 23957 of set 5.)
     shape = (660, 4093, 7669)  # held-out set 7
-    committed = shape_model.choose_plan(shape, entry=sgemm.gpu_entry(H200))
+    committed = shape_model.choose_plan(shape, entry=shape_model.gpu_entry(H200, then))
     assert (committed["config"].bn, shape_model.choose_plan(shape, entry=trial)["config"].bn) \
         == (256, 128)

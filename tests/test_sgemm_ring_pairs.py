@@ -18,7 +18,7 @@ import pytest
 from gpucourse.chapters import sgemm_held_out
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, shape_model, shape_model_fit
-from benchmark_scripts import benchmark_script
+from benchmark_scripts import benchmark_script, model_before_stepped
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 TRIAL = BENCHMARKS / "trials" / "sgemm_shape_model-ring-pairs.json"
@@ -129,9 +129,11 @@ def test_set_11_judged_the_pairs_trial_and_it_lost():
     runs = sgemm_held_out.ring_pairs_trial(11)
     if runs is None or not TRIAL.exists():
         pytest.skip("set 11's runs under the ring-pairs trial not committed")
-    # Each run's picks, and how it read a ragged B, are its model's.
+    # Each run's picks, and how it read a ragged B, are its model's (the
+    # committed one of then, which stood until the stepped trial).
     for who, entry in (("trial", shape_model.gpu_entry("NVIDIA H200", TRIAL)),
-                       ("committed", shape_model.gpu_entry("NVIDIA H200"))):
+                       ("committed", shape_model.gpu_entry("NVIDIA H200",
+                                                           model_before_stepped()))):
         for record in runs[who]:
             assert record["model"]["ring_pairs"] is True
             for row in (r for r in record["results"] if r["variant"] == "auto"):

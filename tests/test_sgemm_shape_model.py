@@ -21,6 +21,7 @@ import pytest
 from gpucourse import results
 from gpucourse.kernels import sgemm
 from gpucourse.kernels.sgemm import TileConfig, shape_model, shape_model_fit
+from benchmark_scripts import model_before_stepped
 
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 COMMITTED = {H100: ["sgemm_shapes-h100-2026-11-26.json", "sgemm_shapes-h100-2026-11-25.json"],
@@ -769,7 +770,8 @@ def test_stream_k_is_priced_only_where_its_share_was_fitted():
     # 777 x 1313 x 2047 and 384 x 3000 x 5000 of the grid and 160 x 630 x
     # 19896 of held-out set 1 it is the pick, on a 64 x 128 ring (1.01, 0.94
     # and 0.86 of cuBLAS in the runs of 2026-11-30 under the model as
-    # committed). (768 x 3072 x 8192 ran that ring under stream-K at 0.91
+    # committed, which stood until the stepped trial: MODEL_BEFORE_STEPPED).
+    # (768 x 3072 x 8192 ran that ring under stream-K at 0.91
     # until the K-whole rings' registers joined the model; now in 4 slices,
     # 0.99. 1024^2 x 16384 and 3001 x 2999 x 1009 ran 64 x 256 rings under
     # stream-K at 0.90 and 0.90 before stream-K's shares by tile; now 128 x
@@ -780,8 +782,9 @@ def test_stream_k_is_priced_only_where_its_share_was_fitted():
         for p in _plan(shape, H200)["candidates"]:
             if p["splits"] == shape_model.STREAM:
                 assert p["gpu_us"] >= shape_model.STREAM_MIN_US
+    then = shape_model.gpu_entry(H200, model_before_stepped())
     for shape in [(777, 1313, 2047), (384, 3000, 5000), (160, 630, 19896)]:
-        plan = _plan(shape, H200)
+        plan = shape_model.choose_plan(shape, entry=then)
         assert plan["splits"] == shape_model.STREAM and plan["config"].stages, shape
         assert (plan["config"].bm, plan["config"].bn) == (64, 128), shape
     assert all(p["splits"] != shape_model.STREAM for p in _plan((300, 200, 400), H200)["candidates"])

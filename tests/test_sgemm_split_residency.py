@@ -122,7 +122,8 @@ def test_the_trial_writes_both_blocks_and_leaves_the_committed_model(tmp_path, m
 
     committed = sgemm.MODEL_PATH.read_text()
     out = tmp_path / "trial.json"
-    written = sgemm_model_json.trial_split_residency(out)
+    # on the model the trial was written on, whatever the committed one is now
+    written = sgemm_model_json.trial_split_residency(out, sgemm_model_json.MODEL_BEFORE_STEPPED)
     assert sgemm.MODEL_PATH.read_text() == committed
     trial = json.loads(out.read_text())["gpus"][H200]
     assert trial["zero_matrix"]["fixed_us"] == written["zero_matrix"]["fixed_us"] > 0
@@ -137,13 +138,14 @@ def test_the_trial_writes_both_blocks_and_leaves_the_committed_model(tmp_path, m
 
 def fitted_on_a_copy_of_the_model(tmp_path, monkeypatch, fit) -> dict:
     """The model's JSON after fit(sgemm_model_json) wrote into a copy of the
-    committed one (the committed file untouched, its plans forgotten after)."""
+    model the trials were written on (sgemm_model_json.MODEL_BEFORE_STEPPED;
+    the committed file untouched, its plans forgotten after)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     sys.modules.pop("sgemm_model_json", None)
     import sgemm_model_json
 
     copy = tmp_path / "model.json"
-    copy.write_text(sgemm.MODEL_PATH.read_text())
+    copy.write_text(sgemm_model_json.MODEL_BEFORE_STEPPED.read_text())
     monkeypatch.setattr(sgemm, "MODEL_PATH", copy)
     monkeypatch.setattr(shape_model, "MODEL_PATH", copy)
     try:
@@ -156,7 +158,7 @@ def fitted_on_a_copy_of_the_model(tmp_path, monkeypatch, fit) -> dict:
 
 
 def test_the_fit_writes_into_the_model_what_the_trial_holds(tmp_path, monkeypatch):
-    # --fit-split-residency, on a copy of the committed model: the same JSON
+    # --fit-split-residency, on a copy of the model it was written on: the same JSON
     # as the trial file that set 9 judged.
     fitted = fitted_on_a_copy_of_the_model(
         tmp_path, monkeypatch, lambda writer: writer.fit_split_residency())

@@ -67,14 +67,15 @@ def test_the_trial_is_the_writers_output_and_refuses_records_timed_with_the_kern
         pytest.skip("no memset kernel-times run committed")
     before = sgemm.MODEL_PATH.read_bytes()
     out = tmp_path / "trial.json"
-    block = sgemm_model_json.trial_zero_memset(out, [record])
+    base = sgemm_model_json.MODEL_BEFORE_STEPPED  # the model the trial was written on
+    block = sgemm_model_json.trial_zero_memset(out, [record], base)
     assert sgemm.MODEL_PATH.read_bytes() == before  # the committed model untouched
     assert json.loads(out.read_text()) == json.loads(TRIAL.read_text())
     assert block["points"] >= 10 and 0.5 < block["us_per_million"] < 1.5
     assert block == {**sgemm_held_out.zero_matrix_line(sgemm_held_out.KERNEL_TIMES_MEMSET),
                      "source": block["source"]}
-    # Only the zeroing line differs from the committed model.
-    committed = json.loads(before)
+    # Only the zeroing line differs from the model it was written on.
+    committed = json.loads(base.read_text())
     trial = json.loads(TRIAL.read_text())
     trial_h200, committed_h200 = trial["gpus"]["NVIDIA H200"], committed["gpus"]["NVIDIA H200"]
     assert {k: v for k, v in trial_h200.items() if k != "zero_matrix"} == \
@@ -138,7 +139,7 @@ def test_set_10_judged_the_memset_trial_against_the_committed_model():
 
 
 def test_the_fit_writes_into_the_model_what_the_memset_trial_holds(tmp_path, monkeypatch):
-    # --fit-zero-memset, on a copy of the committed model: the same JSON as
+    # --fit-zero-memset, on a copy of the model it was written on: the same JSON as
     # the trial file set 10 judged (run once the grid and the sets run it).
     record = (Path(sgemm_held_out.results.results_dir())
               / sgemm_held_out.KERNEL_TIMES_MEMSET[0])

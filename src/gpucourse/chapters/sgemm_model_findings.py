@@ -282,6 +282,20 @@ def call_time_values() -> dict:
     return values
 
 
+def regime_shares_then(entry: dict) -> dict:
+    """The ring tiles' shares for reading a ragged B as given by how full the
+    busiest SM is, {tile key: {regime: share}}, as first fitted: to the
+    kernel-times runs of 2026-11-30 (sgemm_held_out.KERNEL_TIMES), 4-byte
+    copies worked out from row and column. Fitted again here
+    (``shape_model_fit.fit_ring_scalar_b`` on `entry`, whose plans say how
+    many blocks each shape puts on an SM), since the committed model's block
+    is replaced whenever the shares are fitted again."""
+    records = [results.load_results("sgemm_kernel_times", results.results_dir() / name)
+               for name in held.KERNEL_TIMES]
+    joined = {"results": [row for record in records for row in record["results"]]}
+    return sgemm.shape_model_fit.fit_ring_scalar_b(joined, entry=entry)["share_by_blocks"]
+
+
 def price_values() -> dict:
     """*Prices that depend on the SM*: the shares by how full the SM is and
     stream-K's by tile (judged on every set and the newest), then the split
@@ -312,7 +326,7 @@ def price_values() -> dict:
                   tiles_gained_same=str(len(crossed["same"])),
                   tiles_lost_moved=str(len(fell["moved"])),
                   tiles_mid_same=str(len(held.gains(shares_before, shares_after, "mid")["same"])))
-    wide_ring = entry["ring_scalar_b"]["share_by_blocks"]["64x128x16 8x8 s2"]
+    wide_ring = regime_shares_then(entry)["64x128x16 8x8 s2"]
     _holds(wide_ring["part"] < wide_ring["full"] < wide_ring["one"],
            "a 64 x 128 ring pays most alone on its SM, least with part of it")
     for regime, share in wide_ring.items():
