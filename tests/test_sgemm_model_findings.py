@@ -92,6 +92,31 @@ def test_the_table_says_how_each_runs_rings_copied_b_as_their_records_do():
     assert not sgemm_held_out.ran_with_pairs({"model": {}}) and not sgemm_held_out.ran_with_pairs({})
 
 
+def test_the_sentence_on_runs_again_holds_before_and_after_every_set_reads_pairs():
+    # Chapter 8 says which sets ran again, when, and which still ran before
+    # copies in pairs; once none does, it says so instead of naming none.
+    import copy
+
+    sets = sgemm_held_out.load_held_out_sets()
+    text = findings._runs_again_text(sets)
+    old = [n for n in sets if not sgemm_held_out.ran_with_pairs(sets[n])]
+    if old:
+        assert "ran before rings copied an even ragged B in pairs" in text
+        assert findings._numbers(old) in text
+    every = copy.deepcopy(sets)
+    for record in every.values():
+        record["model"]["ring_pairs"] = True
+    text = findings._runs_again_text(every)
+    assert text.endswith("Every set's committed run reads an even ragged B in pairs.")
+    assert "ran before rings" not in text
+    # Runs again on two days are named by both.
+    later = next(n for n in every if sgemm_held_out.history_run(n)
+                 and every[n]["date"] != sgemm_held_out.history_run(n)["date"])
+    every[later]["date"] = "2099-01-01"
+    assert "ran again between " in findings._runs_again_text(every)
+    assert " and 2099-01-01 with the kernels of their day" in findings._runs_again_text(every)
+
+
 def test_the_table_of_no_sets_is_its_header():
     assert findings.held_out_table({}).count("\n") == 1
 

@@ -137,6 +137,31 @@ def grid_values() -> dict:
     return values
 
 
+def _runs_again_text(held_out: dict) -> str:
+    """The chapter's sentences on which runs the held-out table counts: the
+    sets run again after their history's run (``held.history_run``), when,
+    and the sets whose committed run predates copies of an even ragged B in
+    pairs, with how many of their large misses now read B in pairs."""
+    again = [n for n in held_out
+             if (h := held.history_run(n)) and held_out[n]["date"] != h["date"]]
+    _holds(bool(again), "some sets ran again after their history's run")
+    dates = sorted({held_out[n]["date"] for n in again})
+    when = f"on {dates[0]}" if len(dates) == 1 else f"between {dates[0]} and {dates[-1]}"
+    text = (f"Sets {_numbers(again)} ran again {when} with the kernels of their day, and the "
+            "table counts those runs.")
+    old = [n for n in held_out if not held.ran_with_pairs(held_out[n])]
+    if not old:
+        return text + " Every set's committed run reads an even ragged B in pairs."
+    before_pairs = [shape for n in old
+                    for *shape, _ in ladder.grid_targets(held_out[n])["large"]["missed"]
+                    if held.reads_b_in_pairs(held.auto_row(held_out[n], tuple(shape)))]
+    since = (f"{held.count_text(len(before_pairs))} of their large misses are shapes that now "
+             "read B in pairs, and wait to be run again" if before_pairs else
+             "none of their large misses is a shape that now reads B in pairs")
+    return (text + f" {'Sets' if len(old) > 1 else 'Set'} {_numbers(old)} ran before rings "
+            f"copied an even ragged B in pairs, and {since}.")
+
+
 def held_out_table(held_out: dict | None = None) -> str:
     """A Markdown table of the held-out sets: what each was drawn before, how
     many of its large and smaller shapes met their targets, its misses, the
@@ -216,21 +241,7 @@ def held_out_values() -> dict:
             f"every miss is a product of {most} GFLOP or less, and none above {SMALL_WORK} GFLOP "
             "misses (the deep products that did, within a point of the target, reach it since "
             "the registers of split kernels joined the model)")
-    before_pairs = [shape for record in held_out.values() if not held.ran_with_pairs(record)
-                    for *shape, _ in ladder.grid_targets(record)["large"]["missed"]
-                    if held.reads_b_in_pairs(held.auto_row(record, tuple(shape)))]
-    values["heldout_pairs_since"] = (
-        f"{held.count_text(len(before_pairs))} of their large misses are shapes that now read "
-        "B in pairs, and wait to be run again" if before_pairs else
-        "none of their large misses is a shape that now reads B in pairs")
-    # The sets run again after their history's run, and those not yet.
-    again = [n for n in held_out
-             if (h := held.history_run(n)) and held_out[n]["date"] != h["date"]]
-    old = [n for n in held_out if not held.ran_with_pairs(held_out[n])]
-    _holds(bool(again) and bool(old), "some sets ran again and some ran before copies in pairs")
-    values.update(heldout_again_sets=_numbers(again),
-                  heldout_again_date=max(held_out[n]["date"] for n in again),
-                  heldout_old_sets=_numbers(old))
+    values["heldout_runs_text"] = _runs_again_text(held_out)
     by_row = held.misses_by_row_length(held_out)  # C's rows ragged or not
     _holds(by_row["ragged"][0] > by_row["aligned"][0], "the large misses have ragged rows")
     for side, (missed, shapes) in by_row.items():
