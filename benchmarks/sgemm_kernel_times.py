@@ -37,8 +37,9 @@ busiest SM is (one block, part of what it holds, rounds of them:
 ``shape_model.blocks_regime``) and at each depth of DEPTH_STEPS: the runs a
 share for reading B as given by regime and by depth needs (``depth_grid``;
 rows carry "tile" and "regime"; part of an SM at two blocks and, where a
-tile holds four or more, one short of full). About 10 minutes each: run it
-in parts with --regimes one,part and --regimes full.
+tile holds four or more, one short of full). A few minutes each (36 cells,
+three or four plans a cell); --regimes one,part and --regimes full split a
+grid into parts.
 
 First run (H200, 2026-11-30): at 1310 x 1087 x 197 the ring's product kernel
 took 20.0 us, cuBLAS's 18.1, but B's copy added a launch, and the host's
