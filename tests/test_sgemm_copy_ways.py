@@ -252,9 +252,23 @@ def test_set_14_judged_the_stepped_trial_and_the_chapter_says_whether_it_is_the_
     assert verdict["met"] == {"before": counted["committed"], "after": counted["trial"]}
     assert counted == {"committed": [21, 20], "trial": [23, 22]}
     assert verdict["adopt"] and len(verdict["moved"]) == 7 and verdict["faster"] == 5
-    # Adopted or not is read from the model: the trial's own JSON holds its blocks.
-    trial = folder.parent / "trials" / ring_ways.STEPPED_TRIAL
-    assert ring_ways.set_14_verdict(model=trial)["adopted"]
+    # Adopted or not is read from the model: the trial's own JSON holds its
+    # blocks, the model before it its own, and a model that holds both and
+    # more (a share by depth added later) still holds the trial's.
+    trials = folder.parent / "trials"
+    trial = trials / ring_ways.STEPPED_TRIAL
+    assert ring_ways.set_14_verdict(model=trial)["adopted"] is True
+    assert ring_ways.set_14_verdict(model=trials / ring_ways.BEFORE_STEPPED)["adopted"] is False
+    later = json.loads(trial.read_text())
+    later["gpus"]["NVIDIA H200"]["ring_scalar_b"]["share_by_depth"] = {"x": {"full": {}}}
+    (tmp_path / "later.json").write_text(json.dumps(later))
+    assert ring_ways.set_14_verdict(model=tmp_path / "later.json")["adopted"] is True
+    later["gpus"]["NVIDIA H200"]["ring_copy"]["copy_gbps"] = 1.0  # priced again since
+    (tmp_path / "moved.json").write_text(json.dumps(later))
+    moved_on = ring_ways.set_14_verdict(model=tmp_path / "moved.json")
+    assert moved_on["adopted"] is None
+    with pytest.raises(findings.ProseMismatch, match="holds the stepped trial's prices"):
+        findings.stepped_trial_values(moved_on)
     values = findings.stepped_trial_values(verdict)
     assert values["set14_committed_met"] == "21 and 20 of 24"
     assert values["set14_trial_met"] == "23 and 22 of 24"

@@ -562,6 +562,8 @@ def stepped_trial_values(verdict: dict | None = None) -> dict:
         return {}
     _holds(verdict["adopt"] and verdict["judged"] == "moved" and verdict["change"] < 0,
            "set 14 judged the stepped trial a win, its moved calls faster at the median")
+    _holds(verdict["adopted"] is not None,
+           "the model holds the stepped trial's prices, or those before them")
     return {"set14_committed_met": _listed(verdict["met"]["before"]) + f" of {verdict['shapes']}",
             "set14_trial_met": _listed(verdict["met"]["after"]) + f" of {verdict['shapes']}",
             "set14_moved": str(len(verdict["moved"])), "set14_faster": str(verdict["faster"]),

@@ -53,6 +53,9 @@ SET_14_ROUNDS = {
                for r in ("first", "second"))
     for who, name in (("committed", "before-stepped"), ("trial", "trial-stepped"))}
 STEPPED_TRIAL = "sgemm_shape_model-stepped.json"  # in benchmarks/trials/
+# The committed model before it (benchmarks/sgemm_model_json.py's
+# MODEL_BEFORE_STEPPED), in benchmarks/trials/ too.
+BEFORE_STEPPED = "sgemm_shape_model-before-stepped.json"
 # The blocks of the model that trial changed.
 STEPPED_BLOCKS = ("ring_copy", "ring_scalar_b")
 # Bytes read and written from which the copies' rates are compared: below
@@ -132,13 +135,23 @@ def set_13_rounds(rounds: dict = SET_13_ROUNDS) -> dict | None:
                   for path in found] for way, found in paths.items()}
 
 
+def _holds_blocks(gpu: dict, blocks: dict) -> bool:
+    """Whether a model's GPU entry holds each of `blocks` ({name: block}) as
+    given: every key of each with the same value (a later addition, such as
+    a share by depth, leaves it held)."""
+    return all(all((gpu.get(name) or {}).get(key) == value for key, value in block.items())
+               for name, block in blocks.items())
+
+
 def set_14_verdict(rounds: dict = SET_14_ROUNDS, trial=None, model=None) -> dict | None:
     """Set 14's verdict on the stepped trial, by ``sgemm_judging``'s rule:
     ``judge_in_turns`` of its committed-model rounds against its trial
-    rounds, with "adopted": whether the committed model (or the JSON at
+    rounds, with "adopted": True where the committed model (or the JSON at
     `model`) holds the trial's (the JSON at `trial`, default STEPPED_TRIAL)
-    STEPPED_BLOCKS as they are. None while any of the runs or the trial is
-    not committed."""
+    STEPPED_BLOCKS, False where it still holds those of the model before it
+    (BEFORE_STEPPED), None where it holds neither (the model has moved on,
+    and what the chapter says of the trial must be written again). None
+    while any of the runs or the trial is not committed."""
     import json
     from pathlib import Path
 
@@ -153,10 +166,12 @@ def set_14_verdict(rounds: dict = SET_14_ROUNDS, trial=None, model=None) -> dict
     runs = {who: [held.load_held_out_results(14, path) for path in found]
             for who, found in paths.items()}
     verdict = judge_in_turns(runs["committed"], runs["trial"])
-    gpus = [json.loads(Path(path).read_text())["gpus"]["NVIDIA H200"]
-            for path in (trial, model or shape_model.MODEL_PATH)]
-    verdict["adopted"] = all(gpus[0].get(block) == gpus[1].get(block)
-                             for block in STEPPED_BLOCKS)
+    trial_gpu, before_gpu, committed_gpu = (
+        json.loads(Path(path).read_text())["gpus"]["NVIDIA H200"]
+        for path in (trial, trial.with_name(BEFORE_STEPPED), model or shape_model.MODEL_PATH))
+    verdict["adopted"] = next(
+        (state for state, gpu in ((True, trial_gpu), (False, before_gpu))
+         if _holds_blocks(committed_gpu, {name: gpu[name] for name in STEPPED_BLOCKS})), None)
     return verdict
 
 
