@@ -33,11 +33,12 @@ from _common import RESULTS, results_path
 KINDS = re.compile(r"(sgemm_grid|sgemm_held_out_\d+)(_trial)?")
 
 
-def promote(path: Path, replace: bool = False, results_dir: Path = RESULTS) -> Path:
+def promote(path: Path, replace: bool = False, results_dir: Path = RESULTS,
+            entry: dict | None = None) -> Path:
     """Copy the rerun at `path` to its committed name in `results_dir`;
     returns that path. ValueError saying why, where it is not a grid or
-    held-out run, ran a plan the committed model does not pick, or would
-    overwrite a committed run (without `replace`)."""
+    held-out run, ran a plan the committed model (or the GPU entry `entry`)
+    does not pick, or would overwrite a committed run (without `replace`)."""
     from gpucourse.chapters.sgemm_judging import plans_off_the_model
 
     record = json.loads(path.read_text())
@@ -45,7 +46,7 @@ def promote(path: Path, replace: bool = False, results_dir: Path = RESULTS) -> P
     if not found or "results" not in record:
         raise ValueError(f"{path} is not a run of sgemm_grid.py or sgemm_off_grid.py "
                          f"--held-out N (benchmark {record.get('benchmark')!r})")
-    off = plans_off_the_model(record)
+    off = plans_off_the_model(record, entry)
     if off:
         shapes = ", ".join("x".join(map(str, shape)) for shape in off[:6])
         raise ValueError(f"{path} ran plans the committed model does not pick at {len(off)} "

@@ -15,7 +15,7 @@ import pytest
 
 from gpucourse.chapters import sgemm_held_out as held
 from gpucourse.chapters.sgemm_judging import judge_in_turns
-from benchmark_scripts import benchmark_script
+from benchmark_scripts import benchmark_script, model_before_stepped
 
 RESULTS = held.results.results_dir()
 SET_13 = "reruns/sgemm_held_out_13-h200-2026-12-01-"
@@ -129,43 +129,41 @@ def test_the_script_names_a_wrong_file(tmp_path):
 
 def test_a_run_is_checked_against_the_plans_of_the_model_before_it_is_committed(tmp_path):
     # Set 4 under the model the thirtieth session adopted moved three plans
-    # from the committed model's: one tile, two ways of reading B.
+    # from those of the model before it: one tile, two ways of reading B.
     from gpucourse.chapters.sgemm_judging import plans_off_the_model
     from gpucourse.kernels.sgemm import shape_model
 
     adopted_run = RESULTS / "reruns/sgemm_held_out_4-h200-2026-12-01-adopted.json"
     trial = RESULTS.parent / "trials" / "sgemm_shape_model-stepped.json"
-    if not (adopted_run.exists() and trial.exists()):
+    before = RESULTS / "reruns/sgemm_held_out_14-h200-2026-12-01-before-stepped-first.json"
+    if not (adopted_run.exists() and trial.exists() and before.exists()):
         pytest.skip("the adopted runs are not committed")
     record = json.loads(adopted_run.read_text())
-    trial_entry = shape_model.gpu_entry(record["gpu"], trial)
-    assert plans_off_the_model(record, trial_entry) == []
-    committed = shape_model.gpu_entry(record["gpu"])
-    if committed.get("ring_scalar_b") == trial_entry.get("ring_scalar_b"):
-        pytest.skip("the committed model holds the trial now")
-    assert plans_off_the_model(record, committed) == [
+    stepped = shape_model.gpu_entry(record["gpu"], trial)
+    then = shape_model.gpu_entry(record["gpu"], model_before_stepped())
+    assert plans_off_the_model(record, stepped) == []
+    assert plans_off_the_model(record, then) == [
         (516, 3877, 1797), (3433, 673, 373), (3832, 1189, 148)]
-    for number, newest in held.load_held_out_sets().items():
-        assert plans_off_the_model(newest) == [], number
 
     promote = benchmark_script("sgemm_promote").promote
     with pytest.raises(ValueError, match="does not pick at 3 shapes"):
-        promote(adopted_run, results_dir=tmp_path)
-    before = RESULTS / "reruns/sgemm_held_out_14-h200-2026-12-01-before-stepped-first.json"
-    made = promote(before, results_dir=tmp_path)
+        promote(adopted_run, results_dir=tmp_path, entry=then)
+    assert promote(adopted_run, results_dir=tmp_path, entry=stepped).name == \
+        "sgemm_held_out_4-h200-2026-12-01.json"
+    made = promote(before, results_dir=tmp_path, entry=then)
     assert made.name == "sgemm_held_out_14-h200-2026-12-01.json"
     assert made.read_bytes() == before.read_bytes()
     with pytest.raises(ValueError, match="committed already: --replace"):
-        promote(before, results_dir=tmp_path)
+        promote(before, results_dir=tmp_path, entry=then)
     # A trial's run is promoted as the set's own, its note kept.
     as_trial = tmp_path / "t.json"
     as_trial.write_text(json.dumps({**json.loads(before.read_text()),
                                     "benchmark": "sgemm_held_out_14_trial"}))
-    made = promote(as_trial, replace=True, results_dir=tmp_path)
+    made = promote(as_trial, replace=True, results_dir=tmp_path, entry=then)
     kept = tmp_path / "reruns" / "sgemm_held_out_14-h200-2026-12-01-superseded.json"
     assert kept.read_bytes() == before.read_bytes()  # the run replaced, kept
     with pytest.raises(ValueError, match="which exists: move one of them first"):
-        promote(as_trial, replace=True, results_dir=tmp_path)
+        promote(as_trial, replace=True, results_dir=tmp_path, entry=then)
     promoted = json.loads(made.read_text())
     assert promoted["benchmark"] == "sgemm_held_out_14"
     assert promoted["results"] == json.loads(before.read_text())["results"]
