@@ -543,11 +543,11 @@ def copy_way_values() -> dict:
 # What the chapter says of the stepped trial, by whether the committed model
 # holds it yet (sgemm_ring_ways.set_14_verdict's "adopted").
 STEPPED_STATE = {
-    True: "By that rule it won, and its two prices are now the model's: the grid and "
-          "every held-out set ran again under it.",
-    False: "By that rule it won. It becomes the model once the grid and every held-out "
-           "set have run under it, since each set's committed run must time the "
-           "model's own plans.",
+    True: "By the rule a held-out set judges a change by (above), it won, and its two "
+          "prices are now the model's: the grid and every held-out set ran again under it.",
+    False: "By the rule a held-out set judges a change by (above), it won. It becomes the "
+           "model once the grid and every held-out set have run under it, since each "
+           "set's committed run must time the model's own plans.",
 }
 
 
