@@ -177,3 +177,35 @@ def test_the_promote_script_refuses_what_it_cannot_promote(tmp_path, capsys):
     script = benchmark_script("sgemm_promote")
     assert script.main([str(tmp_path / "nowhere.json")]) == 1
     assert "no such file" in capsys.readouterr().out
+
+
+def test_a_trial_is_seen_offline_to_move_the_plans_its_runs_moved(capsys):
+    # The stepped trial against the model before it: set 14's seven moved
+    # plans are those its rounds in turns moved, and set 4's three those its
+    # adopted run moved (test above), before any GPU ran it.
+    from gpucourse.chapters.sgemm_judging import plans_moved_by
+    from gpucourse.kernels.sgemm import shape_model
+
+    trial = RESULTS.parent / "trials" / "sgemm_shape_model-stepped.json"
+    if not trial.exists():
+        pytest.skip("the stepped trial is not committed")
+    off_grid = benchmark_script("sgemm_off_grid")
+    stepped, then = (shape_model.gpu_entry("NVIDIA H200", path)
+                     for path in (trial, model_before_stepped()))
+    moved = plans_moved_by(stepped, then, {n: off_grid.HELD_OUT[n] for n in (4, 14)})
+    assert [shape for shape, _, _ in moved[4]] == [
+        (516, 3877, 1797), (3433, 673, 373), (3832, 1189, 148)]
+    assert sorted(shape for shape, _, _ in moved[14]) == [
+        (524, 1765, 9995), (528, 2542, 10670), (593, 3846, 85), (924, 665, 1422),
+        (1104, 3117, 377), (2005, 895, 999), (2894, 4543, 79)]
+    shape, before, after = next(found for found in moved[14] if found[0] == (1104, 3117, 377))
+    assert before == ("128x128x16 8x8", 1, False) and after == ("64x256x16 8x16 s2", 1, False)
+    assert plans_moved_by(then, then, {4: off_grid.HELD_OUT[4]}) == {4: []}
+    # The script prints the same, set by set.
+    judge = benchmark_script("sgemm_judge")
+    assert judge.main(["--offline", str(trial), "--base", str(model_before_stepped())]) == 0
+    out = capsys.readouterr().out
+    assert "set 14: 7 of 24 plans move" in out and "set 4: 3 of 24 plans move" in out
+    assert "1104x3117x377: 128x128x16 8x8 1 -> 64x256x16 8x16 s2 1" in out
+    with pytest.raises(SystemExit):
+        judge.main(["--before", "x.json"])  # --after missing, and no --offline

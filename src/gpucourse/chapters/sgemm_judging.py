@@ -95,3 +95,25 @@ def plans_off_the_model(record: dict, entry: dict | None = None) -> list[tuple]:
         if {"stages": 0, **row["config"]} != picked or reads != plan["ring_scalar_b"]:
             off.append(shape)
     return off
+
+
+def _plan_of(shape, entry: dict) -> tuple:
+    from gpucourse.kernels.sgemm import shape_model
+
+    plan = shape_model.choose_plan(shape, entry=entry)
+    return shape_model.tile_key(plan["config"]), plan["splits"], plan["ring_scalar_b"]
+
+
+def plans_moved_by(trial: dict, base: dict, shapes: dict) -> dict:
+    """What a trial model would change before any GPU runs it: {label: [(shape,
+    plan under `base`, plan under `trial`)]} for each label's shapes of
+    `shapes` ({label: [(m, n, k), ...]}, e.g. the grid and each held-out set)
+    whose plan differs, a plan being (tile key, slices of K, whether a ring
+    reads a ragged B as given); `trial` and `base` are GPU entries of the
+    shape model. The sets it moves are the ones to time again if it is
+    adopted; a trial that moves nothing needs no judging."""
+    moved = {}
+    for label, found in shapes.items():
+        moved[label] = [(shape, before, after) for shape in found
+                        if (before := _plan_of(shape, base)) != (after := _plan_of(shape, trial))]
+    return moved
