@@ -176,7 +176,9 @@ def test_the_scalar_trial_on_the_committed_records_gives_the_committed_block(tmp
     if not all(path.exists() for path in paths):
         pytest.skip("the ring_scalar_b block's records are not committed")
     block = _model_json().trial_ring_scalar(tmp_path / "trial.json", [str(p) for p in paths])
-    assert block == entry
+    # (a share by depth written in later, from other runs, is not this fit's)
+    assert block == {key: entry[key] for key in entry if key not in ("share_by_depth",
+                                                                   "source_by_depth")}
     with pytest.raises(SystemExit, match="sgemm_kernel_times"):
         _model_json().trial_ring_scalar(tmp_path / "no.json", [])
 
