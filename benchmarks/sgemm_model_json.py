@@ -388,8 +388,6 @@ def record_paths(text: str) -> list[str]:
 def record_source(paths) -> str:
     """Records named as a model block's "source" names them:
     benchmarks/results/[reruns/]NAME, joined by "and"."""
-    from pathlib import Path
-
     def named(path):
         folder = "reruns/" if Path(path).parent.name == "reruns" else ""
         return f"benchmarks/results/{folder}{Path(path).name}"
@@ -400,8 +398,6 @@ def record_source(paths) -> str:
 def joined_records(paths) -> tuple[list[dict], dict]:
     """(the records at `paths`, one record of the first's fields holding all
     their rows)."""
-    from pathlib import Path
-
     records = [json.loads(Path(path).read_text()) for path in paths]
     joined = {**records[0], "results": [row for r in records for row in r["results"]]} \
         if records else {}
@@ -454,8 +450,6 @@ def _kernel_times_and_model(paths, base=None) -> tuple[dict, dict]:
     """(the sgemm_kernel_times records at `paths` joined into one, the model
     JSON a trial starts from: the committed one, or the one at `base`).
     SystemExit where `paths` names none or a record of another benchmark."""
-    from pathlib import Path
-
     from gpucourse.kernels import sgemm
 
     records, joined = joined_records(paths)
@@ -469,8 +463,6 @@ def _trial_ring_block(out, paths, base, block_name: str, way: str, keys=None) ->
     or `base`) with the H200's `block_name` fitted to the sgemm_kernel_times
     records at `paths` (shape_model_fit.fit_ring_scalar_b with `way`; only
     the fit's `keys` where given). Returns the block."""
-    from pathlib import Path
-
     from gpucourse.kernels import sgemm
 
     joined, data = _kernel_times_and_model(paths, base)
@@ -511,8 +503,6 @@ def adopt_blocks(trial, blocks, gpu: str = "NVIDIA H200") -> dict:
     trial and it won: {block: what was written}. Every other block stays as
     committed. SystemExit naming what is wrong where the trial is not a model
     JSON, or lacks a block, or its block is already the committed one."""
-    from pathlib import Path
-
     from gpucourse.kernels import sgemm
 
     try:
@@ -540,8 +530,6 @@ def trial_ring_depth(out, paths, base=None) -> dict:
     how deep K runs, fitted to the sgemm_kernel_times records at `paths`
     (``--depth-grid odd`` and ``even``: shape_model_fit.fit_ring_b_by_depth).
     Returns {block: its share_by_depth}. The committed JSON is left as it is."""
-    from pathlib import Path
-
     from gpucourse.kernels import sgemm
 
     joined, data = _kernel_times_and_model(paths, base)
@@ -577,8 +565,6 @@ def trial_wide_copy(out, path, base=None) -> dict:
     entry_point.RING_COPY_WIDE went on: the "fit_wide" line of the
     sgemm_ring_copy record at `path` (sgemm_ring_copy.py --wide). Returns the
     block. SystemExit where the record is not such a run."""
-    from pathlib import Path
-
     from gpucourse import results
     from gpucourse.kernels import sgemm
 

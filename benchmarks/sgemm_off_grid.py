@@ -294,33 +294,39 @@ def main(argv=None) -> int:
         parser.error(str(problem))
     args, started = start(parser, argv, check_gpu=lambda: need_a_gpu(
         "sgemm_off_grid.py", "the shape model's picks are tested on the simulator"))
+    from gpucourse.kernels import sgemm
+
+    tail = ""  # what the records' names say of the model and the switches
+    if args.model is not None:  # before any plan is priced
+        if not args.model.is_file():
+            raise SystemExit(f"--model must name a model JSON file, got {args.model}")
+        sgemm.shape_model.MODEL_PATH = args.model
+        tail += "_trial"
+    for option, (module, flag, value, suffix, _) in SWITCHES.items():
+        if getattr(args, option[2:].replace("-", "_")):
+            setattr(getattr(sgemm, module), flag, value)
+            tail += f"_{suffix}"
     failed = False
     for number in numbers:
-        failed |= time_one(args, number, started if number == numbers[0] else time.perf_counter())
+        failed |= time_one(args, number, tail,
+                           started if number == numbers[0] else time.perf_counter())
     return 1 if failed else 0
 
 
-def time_one(args, number, started) -> bool:
+def time_one(args, number, tail: str, started) -> bool:
     """Time set `number` of HELD_OUT (None: OFF_GRID_SHAPES) as main's
-    arguments say and write its record; True where a call failed."""
-    name, shapes, label = ((f"sgemm_held_out_{number}", HELD_OUT[number],
+    arguments say and write its record, named with `tail` after the
+    benchmark's name; True where a call failed."""
+    name, shapes, label = ((f"sgemm_held_out_{number}{tail}", HELD_OUT[number],
                             f"set {number} of HELD_OUT, drawn at random")
                            if number else
-                           ("sgemm_off_grid", OFF_GRID_SHAPES, "sgemm_grid.py's OFF_GRID_SHAPES"))
+                           (f"sgemm_off_grid{tail}", OFF_GRID_SHAPES,
+                            "sgemm_grid.py's OFF_GRID_SHAPES"))
     import torch
     from sgemm import time_ms  # benchmarks/sgemm.py: the same timing
 
     from gpucourse.kernels import sgemm
 
-    if args.model is not None:  # before any plan is priced
-        if not args.model.is_file():
-            raise SystemExit(f"--model must name a model JSON file, got {args.model}")
-        sgemm.shape_model.MODEL_PATH = args.model
-        name += "_trial"
-    for option, (module, flag, value, suffix, _) in SWITCHES.items():
-        if getattr(args, option[2:].replace("-", "_")):
-            setattr(getattr(sgemm, module), flag, value)
-            name += f"_{suffix}"
     gpu = sgemm.gpu_model()
     timed = "cuBLAS (torch.mm) and matmul(a, b) (auto)" if args.without_level7 else \
         "cuBLAS (torch.mm), matmul(a, b) (auto) and matmul(a, b, 7)"

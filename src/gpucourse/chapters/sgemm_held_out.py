@@ -547,22 +547,20 @@ def gains(before: dict, after: dict, name: str = "large") -> dict:
     return found
 
 
-# How a ring reads a ragged B, as a run's row records it (plan_cost's flags):
-# part of the plan, though not of its tile.
-B_READS = ("ring_scalar_b", "ring_pairs_b")
-
-
-def _reads_b(row: dict) -> tuple:
-    model = row.get("model") or {}
-    return tuple(bool(model.get(flag, False)) for flag in B_READS)
+def reads_b_as_given(row: dict) -> bool:
+    """Whether auto's `row` (a grid-format row) ran a ring that reads a ragged
+    B as given (its plan's "ring_scalar_b"; 8 bytes a copy where n is even,
+    ``reads_b_in_pairs``), rather than copying B first: part of the plan,
+    though not of its tile. Rows from before rings could read it never did."""
+    return bool((row.get("model") or {}).get("ring_scalar_b", False))
 
 
 def moved_rows(before: dict, after: dict, reads: bool = False):
     """(set, auto's row before, its row after) at each shape of {set: run}
     `before` and `after` (the same sets) whose tile or slices differ; with
-    `reads`, also where only how a ring reads a ragged B differs (``B_READS``:
-    B copied first, or read 4 or 8 bytes a copy), which a change of the
-    model's ring_copy or ring_scalar_b block moves on its own."""
+    `reads`, also where only how a ring reads a ragged B differs
+    (``reads_b_as_given``), which a change of the model's ring_copy or
+    ring_scalar_b block moves on its own."""
     _check_pair(before, after)
     for number, record in after.items():
         rows = {(r["m"], r["n"], r["k"]): r for r in before[number]["results"]
@@ -570,7 +568,8 @@ def moved_rows(before: dict, after: dict, reads: bool = False):
         for row in record["results"]:
             old = rows.get((row["m"], row["n"], row["k"]))
             if row["variant"] == "auto" and old is not None and (
-                    old["config"] != row["config"] or reads and _reads_b(old) != _reads_b(row)):
+                    old["config"] != row["config"]
+                    or reads and reads_b_as_given(old) != reads_b_as_given(row)):
                 yield number, old, row
 
 

@@ -84,24 +84,27 @@ def plans_off_the_model(record: dict, entry: dict | None = None) -> list[tuple]:
     from gpucourse.kernels.sgemm import shape_model
 
     entry = shape_model.gpu_entry(record["gpu"]) if entry is None else entry
-    off = []
-    for row in (r for r in record["results"] if r["variant"] == "auto"):
-        shape = (row["m"], row["n"], row["k"])
-        plan = shape_model.choose_plan(shape, entry=entry)
-        config = plan["config"]
-        picked = {"bm": config.bm, "bn": config.bn, "bk": config.bk, "tm": config.tm,
-                  "tn": config.tn, "stages": config.stages, "splits": plan["splits"]}
-        reads = (row.get("model") or {}).get("ring_scalar_b", False)
-        if {"stages": 0, **row["config"]} != picked or reads != plan["ring_scalar_b"]:
-            off.append(shape)
-    return off
+    return [(row["m"], row["n"], row["k"]) for row in record["results"]
+            if row["variant"] == "auto"
+            and _plan_ran(row) != _plan_of((row["m"], row["n"], row["k"]), entry)]
 
 
 def _plan_of(shape, entry: dict) -> tuple:
+    """(tile key, slices of K, whether a ring reads a ragged B as given) of
+    the plan the model of GPU entry `entry` picks at `shape`."""
     from gpucourse.kernels.sgemm import shape_model
 
     plan = shape_model.choose_plan(shape, entry=entry)
     return shape_model.tile_key(plan["config"]), plan["splits"], plan["ring_scalar_b"]
+
+
+def _plan_ran(row: dict) -> tuple:
+    """The same of the plan auto's `row` ran (a grid-format row; rows from
+    before rings had stages record none)."""
+    from gpucourse.kernels.sgemm import TileConfig, shape_model
+
+    config = TileConfig(**{key: value for key, value in row["config"].items() if key != "splits"})
+    return shape_model.tile_key(config), row["config"]["splits"], held.reads_b_as_given(row)
 
 
 def plans_moved_by(trial: dict, base: dict, shapes: dict) -> dict:
